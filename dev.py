@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Developer entry point: the README's two quick-start commands.
+
+    python3 dev.py demo     # runs the StateFuse demo
+    python3 dev.py test     # runs the whole test suite (then ruff and mypy with --lint)
+
+Each command makes ``.venv`` next to this file on first use and installs the project into it in
+editable mode, so a fresh machine needs nothing but Python >= 3.10. It only uses the standard
+library so that it runs before anything is installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+STAMP = VENV / ".statefuse-installed"
+
+
+def _python() -> Path:
+    return BIN / ("python.exe" if os.name == "nt" else "python")
+
+
+def _ensure_venv() -> None:
+    """Create the venv and (re)install when pyproject.toml changed since the last install."""
+    if sys.version_info < (3, 10):
+        sys.exit("Error: StateFuse needs Python 3.10 or newer")
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == wanted and _python().exists():
+        return
+    if not _python().exists():
+        print("creating virtual environment in .venv ...", file=sys.stderr)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    print("installing statefuse and its test tools into .venv ...", file=sys.stderr)
+    subprocess.run(
+        [str(_python()), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "-e", f"{ROOT}[test,lint]"],
+        check=True,
+    )
+    STAMP.write_text(wanted)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"demo", "test", "lint", "bench"}:
+        print(__doc__)
+        return 2
+    _ensure_venv()
+    cmd, rest = argv[0], argv[1:]
+    py = str(_python())
+    if cmd == "demo":
+        return subprocess.call([py, "-m", "statefuse", "demo", *rest], cwd=ROOT)
+    if cmd == "test":
+        return subprocess.call([py, "-m", "pytest", *rest], cwd=ROOT)
+    if cmd == "bench":
+        return subprocess.call([py, "-m", "benchmarks", *rest], cwd=ROOT)
+    rc = subprocess.call([py, "-m", "ruff", "check", "registry", "statefuse", "sync", "tests",
+                          "benchmarks"], cwd=ROOT)
+    return rc or subprocess.call([py, "-m", "mypy"], cwd=ROOT)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

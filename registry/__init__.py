@@ -1,0 +1,53 @@
+"""Predicate contracts for StateFuse: cardinality, normalizers, claim_ref derivation and the
+registry fingerprint. The bottom layer: it imports nothing else of the project."""
+
+from registry.contract import DEFAULT_CONTRACT, Cardinality, Policy, PredicateContract
+from registry.error import (
+    ContractError,
+    EncodingError,
+    InputError,
+    NormalizationError,
+    StateFuseError,
+    ValueRuleError,
+    ValueTypeError,
+)
+from registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
+from registry.registry import DEFAULT_REGISTRY, Registry
+from registry.value import (
+    MAX_CONTAINER_ITEMS,
+    MAX_DEPTH,
+    MAX_ENCODED_BYTES,
+    MAX_STRING_BYTES,
+    Value,
+    canonical_value,
+    decode_value,
+    encode_value,
+    same_value,
+)
+
+__all__ = [
+    "BUILTIN_NORMALIZERS",
+    "DEFAULT_CONTRACT",
+    "DEFAULT_REGISTRY",
+    "MAX_CONTAINER_ITEMS",
+    "MAX_DEPTH",
+    "MAX_ENCODED_BYTES",
+    "MAX_STRING_BYTES",
+    "Cardinality",
+    "ContractError",
+    "EncodingError",
+    "InputError",
+    "NormalizationError",
+    "Normalizer",
+    "Policy",
+    "PredicateContract",
+    "Registry",
+    "StateFuseError",
+    "Value",
+    "ValueRuleError",
+    "ValueTypeError",
+    "canonical_value",
+    "decode_value",
+    "encode_value",
+    "same_value",
+]

@@ -1,0 +1,166 @@
+"""Values and their canonical encoding (SEMANTICS §1).
+
+Invariant: every value has exactly one byte string, and ``decode_value`` accepts only that byte
+string. Ids are hashes of these bytes, so a second accepted encoding would let one op live under
+two ids. The decoder therefore re-encodes what it parsed and compares, which rejects every kind of
+non-canonical input (long integer forms, float32, unsorted or duplicate map keys, str8 where fixstr
+fits...) with one rule instead of a list of special cases.
+
+Values: ``None``, ``bool``, ``int`` (signed 64-bit), finite ``float`` (always float64), ``str``,
+``bytes``, ``list`` and ``dict`` with ``str`` keys. ``1``, ``1.0`` and ``True`` are different values
+(they encode differently), which is why value equality is byte equality (`same_value`), not ``==``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Union
+
+import msgpack
+
+from registry.error import EncodingError, InputError, ValueRuleError, ValueTypeError
+
+Value = Union[None, bool, int, float, str, bytes, list["Value"], dict[str, "Value"]]
+
+#: Deepest nesting of lists/maps inside one value (the top level counts as depth 1).
+MAX_DEPTH = 32
+#: Most items in one list, or entries in one map.
+MAX_CONTAINER_ITEMS = 10_000
+#: Longest str (in UTF-8 bytes) or bytes value.
+MAX_STRING_BYTES = 1 << 20
+#: Largest canonical encoding of one value or op accepted by the decoder.
+MAX_ENCODED_BYTES = 4 << 20
+
+INT_MIN = -(1 << 63)
+INT_MAX = (1 << 63) - 1
+
+def canonical_value(value: object, field: str = "value") -> Value:
+    """Validate ``value`` and return a fresh copy whose maps are in canonical key order.
+
+    Raises ValueTypeError for types outside the model and ValueRuleError for out-of-range
+    numbers, non-finite floats, over-deep nesting and oversized containers or strings.
+    """
+    return _canon(value, field, 1)
+
+
+def _canon(value: object, field: str, depth: int) -> Value:
+    t = type(value)
+    if t is str:
+        if len(value) > MAX_STRING_BYTES // 4 and len(value.encode("utf-8", "surrogatepass")) > MAX_STRING_BYTES:  # type: ignore[attr-defined]
+            raise ValueRuleError(field, "max-string-bytes", f"string longer than {MAX_STRING_BYTES} bytes")
+        try:
+            value.encode("utf-8")  # type: ignore[attr-defined]
+        except UnicodeEncodeError:
+            raise ValueRuleError(field, "utf8", "string is not valid UTF-8 (lone surrogate)") from None
+        return value  # type: ignore[return-value]
+    if t is bool or value is None:
+        return value  # type: ignore[return-value]
+    if t is int:
+        if not INT_MIN <= value <= INT_MAX:  # type: ignore[operator]
+            raise ValueRuleError(field, "int64", f"integer {value} outside signed 64-bit range")
+        return value  # type: ignore[return-value]
+    if t is float:
+        if not math.isfinite(value):  # type: ignore[arg-type]
+            raise ValueRuleError(field, "finite-float", f"float {value!r} is not finite")
+        return value  # type: ignore[return-value]
+    if t is bytes:
+        if len(value) > MAX_STRING_BYTES:  # type: ignore[arg-type]
+            raise ValueRuleError(field, "max-string-bytes", f"bytes longer than {MAX_STRING_BYTES}")
+        return value  # type: ignore[return-value]
+    if t is list or t is dict:
+        if depth > MAX_DEPTH:
+            raise ValueRuleError(field, "max-depth", f"nesting deeper than {MAX_DEPTH}")
+        if len(value) > MAX_CONTAINER_ITEMS:  # type: ignore[arg-type]
+            raise ValueRuleError(
+                field, "max-container-items", f"container with more than {MAX_CONTAINER_ITEMS} items"
+            )
+        if t is list:
+            return [_canon(v, f"{field}[{i}]", depth + 1) for i, v in enumerate(value)]  # type: ignore[arg-type]
+        items = []
+        for k, v in value.items():  # type: ignore[attr-defined]
+            if type(k) is not str:
+                raise ValueTypeError(
+                    field, "str-map-keys", f"map key {k!r} is a {type(k).__name__}, not str"
+                )
+            items.append((_canon(k, f"{field}.<key>", depth), k, v))
+        items.sort(key=lambda kv: kv[1].encode("utf-8"))
+        return {k: _canon(v, f"{field}.{k}", depth + 1) for _, k, v in items}
+    raise ValueTypeError(
+        field,
+        "value-type",
+        f"{t.__name__} is not a StateFuse value "
+        "(allowed: None, bool, int, float, str, bytes, list, dict with str keys)",
+    )
+
+
+def _pack(value: Any) -> bytes:
+    packed: bytes = msgpack.packb(value, use_bin_type=True, use_single_float=False, strict_types=True)
+    return packed
+
+
+def encode_value(value: object, field: str = "value") -> bytes:
+    """The canonical bytes of ``value`` (validated first; see `canonical_value`)."""
+    return encode_canonical(canonical_value(value, field), field)
+
+
+def encode_canonical(value: Value, field: str = "value") -> bytes:
+    """Encode a value already returned by `canonical_value` (skips validation)."""
+    data = _pack(value)
+    if len(data) > MAX_ENCODED_BYTES:
+        raise ValueRuleError(field, "max-encoded-bytes", f"encoding longer than {MAX_ENCODED_BYTES} bytes")
+    return data
+
+
+def _reject_ext(code: int, data: bytes) -> Any:
+    raise EncodingError("bytes", "no-ext-types", f"msgpack extension type {code} is not allowed")
+
+
+def decode_value(data: bytes, field: str = "value") -> Value:
+    """Decode canonical bytes into a value, or raise EncodingError / ValueRuleError.
+
+    Rejects trailing bytes, truncation, extension types, non-str map keys, integers outside
+    int64, non-finite floats, over-deep or oversized data, and any non-canonical form.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueTypeError(field, "bytes-input", f"expected bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if len(data) > MAX_ENCODED_BYTES:
+        raise EncodingError(field, "max-encoded-bytes", f"{len(data)} bytes exceeds {MAX_ENCODED_BYTES}")
+    if not data:
+        raise EncodingError(field, "truncated", "empty input")
+    try:
+        value = msgpack.unpackb(
+            data,
+            raw=False,
+            use_list=True,
+            strict_map_key=True,
+            ext_hook=_reject_ext,
+            max_str_len=MAX_STRING_BYTES,
+            max_bin_len=MAX_STRING_BYTES,
+            max_array_len=MAX_CONTAINER_ITEMS,
+            max_map_len=MAX_CONTAINER_ITEMS,
+            max_ext_len=0,
+        )
+    except EncodingError:
+        raise
+    except msgpack.ExtraData:
+        raise EncodingError(field, "trailing-bytes", "bytes left over after one value") from None
+    except (ValueError, msgpack.UnpackException, TypeError, RecursionError) as exc:
+        detail = str(exc) or type(exc).__name__
+        raise EncodingError(field, "msgpack", f"not valid msgpack ({detail})") from None
+    try:
+        canon = canonical_value(value, field)
+    except InputError as exc:
+        raise EncodingError(exc.field, exc.rule, exc.message) from None
+    if encode_canonical(canon, field) != data:
+        raise EncodingError(field, "canonical", "bytes are valid msgpack but not the canonical encoding")
+    return canon
+
+
+def same_value(a: object, b: object) -> bool:
+    """Value equality as SEMANTICS defines it: equal canonical bytes (so ``1 != 1.0 != True``)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (str, bytes)) or a is None:
+        return a == b
+    return encode_value(a) == encode_value(b)
