@@ -1,0 +1,5 @@
+import sys
+
+from statefuse.cli import main
+
+sys.exit(main())

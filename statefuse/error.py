@@ -1,0 +1,61 @@
+"""The StateFuse error tree, in one place.
+
+::
+
+    StateFuseError                      every error raised on purpose
+    ├── InputError                      .field and .rule name what is wrong
+    │   ├── ValueRuleError (ValueError)     a value breaks the value model (range, depth, size)
+    │   ├── ValueTypeError (TypeError)      a type StateFuse does not store
+    │   ├── EncodingError (ValueError)      bytes that are not the canonical encoding
+    │   ├── NormalizationError (ValueError) a contract's normalizer declines a value
+    │   ├── ContractError (ValueError)      a bad predicate contract or registry
+    │   └── OpRuleError (ValueError)        an op field breaks the op schema
+    └── OpIdMismatch (ValueError)       an op whose recomputed id differs from the one it claims
+
+The bottom of the tree lives in ``registry.error`` (``registry`` is the bottom layer and imports
+nothing of ours); this module re-exports it so users import every error from ``statefuse``.
+"""
+
+from __future__ import annotations
+
+from registry.error import (
+    ContractError,
+    EncodingError,
+    InputError,
+    NormalizationError,
+    StateFuseError,
+    ValueRuleError,
+    ValueTypeError,
+)
+
+
+class OpRuleError(InputError, ValueError):
+    """An op field that breaks the op schema (type, range, format)."""
+
+
+class OpIdMismatch(StateFuseError, ValueError):
+    """An op whose content no longer hashes to the id it carries (tampered or mutated)."""
+
+    def __init__(self, claimed: bytes, actual: bytes) -> None:
+        self.claimed = claimed
+        self.actual = actual
+        super().__init__(
+            f"op_id: op claims id {claimed.hex()} but its content hashes to {actual.hex()}"
+            " [rule: op-id-matches-content]"
+        )
+
+    def __reduce__(self) -> tuple[type[OpIdMismatch], tuple[bytes, bytes]]:
+        return (type(self), (self.claimed, self.actual))
+
+
+__all__ = [
+    "ContractError",
+    "EncodingError",
+    "InputError",
+    "NormalizationError",
+    "OpIdMismatch",
+    "OpRuleError",
+    "StateFuseError",
+    "ValueRuleError",
+    "ValueTypeError",
+]

@@ -1,0 +1,346 @@
+"""The materialized state: what memory says now (SEMANTICS §4–§6), read-only.
+
+Invariant: every answer is a deterministic function of the op-set and the registry. Orders come
+from sorting by ids (never from dict or set iteration), and `State.digest` hashes one canonical
+rendering of everything, so equal op-sets give equal digests in any process and under any hash
+seed. A State never changes after it is made: the incremental materializer copies its index
+before writing to it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from types import MappingProxyType
+
+import blake3
+
+from registry import Registry
+from registry.value import encode_value
+from statefuse.index import Index, LocusKey
+from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded
+
+LOCUS_DOMAIN = b"statefuse/locus/v1"
+CONFLICT_DOMAIN = b"statefuse/conflict/v1"
+DIGEST_DOMAIN = b"statefuse/state/v1"
+
+
+def locus_of(namespace: str, subject: str, predicate: str, scope: str) -> bytes:
+    """``blake3(key, scope)``: names the place of a conflict, stable across snapshots."""
+    return blake3.blake3(
+        LOCUS_DOMAIN + encode_value([namespace, subject, predicate, scope])
+    ).digest()
+
+
+def conflict_id_of(locus: bytes, claim_ids: tuple[bytes, ...]) -> bytes:
+    """``blake3(locus, sorted claim ids)``: names one snapshot of a conflict's candidate set."""
+    h = blake3.blake3(CONFLICT_DOMAIN)
+    h.update(locus)
+    for cid in sorted(claim_ids):
+        h.update(cid)
+    return h.digest()
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateGroup:
+    """Candidates whose values agree under the predicate contract (corroboration).
+
+    ``normal_key`` is the group key: ``b"~"`` + canonical normal form, or ``b"="`` + exact
+    canonical bytes for exact predicates and values the normalizer declines.
+    """
+
+    normal_key: bytes
+    claim_ids: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictSet:
+    """Active claims of one functional (key, scope) that disagree. Never resolved here."""
+
+    locus: bytes
+    conflict_id: bytes
+    key: tuple[str, str, str]
+    scope: str
+    candidates: tuple[bytes, ...]
+    groups: tuple[CandidateGroup, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StaleCause:
+    """Why a claim is stale: one of its ``depends_on`` entries no longer holds.
+
+    Direct cause: ``retracted`` lists the retracted claims the dependency names, with the
+    ``superseded_by`` claims their retractions point to and the ``current`` active claims of the
+    same key and scope. Transitive cause: ``via`` lists the stale claims the dependency resolves to.
+    """
+
+    dependency: bytes
+    retracted: tuple[bytes, ...] = ()
+    superseded_by: tuple[bytes, ...] = ()
+    current: tuple[bytes, ...] = ()
+    via: tuple[bytes, ...] = ()
+
+
+class State:
+    """Read-only view of a materialized op-set. Build it with `materialize` or a `Materializer`."""
+
+    __slots__ = ("__dict__", "_ix")
+
+    def __init__(self, ix: Index) -> None:
+        self._ix = ix
+
+    @property
+    def registry(self) -> Registry:
+        return self._ix.registry
+
+    # --- claims ----------------------------------------------------------------------------------
+
+    @property
+    def claims(self) -> Mapping[bytes, ClaimAdded]:
+        """Every claim ever added, active or not, by claim_id."""
+        return MappingProxyType(self._ix.claims)
+
+    def all_claims(self) -> list[ClaimAdded]:
+        """Every claim, sorted by claim_id."""
+        claims = self._ix.claims
+        return [claims[c] for c in sorted(claims)]
+
+    @cached_property
+    def _active_ids(self) -> tuple[bytes, ...]:
+        killed = self._ix.killed
+        return tuple(sorted(c for c in self._ix.claims if c not in killed))
+
+    def active_claims(self) -> list[ClaimAdded]:
+        """Active claims (not retracted), sorted by claim_id."""
+        claims = self._ix.claims
+        return [claims[c] for c in self._active_ids]
+
+    def is_active(self, claim_id: bytes) -> bool:
+        return claim_id in self._ix.claims and claim_id not in self._ix.killed
+
+    def active_at(
+        self, namespace: str, subject: str, predicate: str, scope: str = "global"
+    ) -> list[ClaimAdded]:
+        """Active claims of one key and scope, sorted by claim_id."""
+        claims = self._ix.claims
+        ids = self._ix.members.get((namespace, subject, predicate, scope), ())
+        return [claims[c] for c in sorted(ids)]
+
+    @cached_property
+    def retracted(self) -> Mapping[bytes, tuple[ClaimRetracted, ...]]:
+        """Retracted claim_id -> the retractions that retract it (sorted by op_id)."""
+        rets = self._ix.retractions
+        return MappingProxyType(
+            {c: tuple(rets[r] for r in sorted(ks)) for c, ks in sorted(self._ix.killed.items())}
+        )
+
+    @property
+    def retractions(self) -> Mapping[bytes, ClaimRetracted]:
+        return MappingProxyType(self._ix.retractions)
+
+    @property
+    def evidence(self) -> Mapping[bytes, EvidenceAdded]:
+        return MappingProxyType(self._ix.evidence)
+
+    @cached_property
+    def decisions(self) -> tuple[DecisionAdded, ...]:
+        """Every decision, sorted by op_id."""
+        d = self._ix.decisions
+        return tuple(d[k] for k in sorted(d))
+
+    # --- conflicts -------------------------------------------------------------------------------
+
+    def _conflict(self, lk: LocusKey) -> ConflictSet:
+        ix = self._ix
+        ids = tuple(sorted(ix.members[lk]))
+        groups: dict[bytes, list[bytes]] = {}
+        for cid in ids:
+            groups.setdefault(ix.gkey(cid), []).append(cid)
+        locus = locus_of(*lk)
+        return ConflictSet(
+            locus=locus,
+            conflict_id=conflict_id_of(locus, ids),
+            key=(lk[0], lk[1], lk[2]),
+            scope=lk[3],
+            candidates=ids,
+            groups=tuple(CandidateGroup(k, tuple(v)) for k, v in sorted(groups.items())),
+        )
+
+    @cached_property
+    def conflicts(self) -> tuple[ConflictSet, ...]:
+        """Every ConflictSet, sorted by locus."""
+        out = [self._conflict(lk) for lk in self._ix.conflicted]
+        out.sort(key=lambda c: c.locus)
+        return tuple(out)
+
+    @cached_property
+    def _conflicts_by_locus(self) -> Mapping[bytes, ConflictSet]:
+        return MappingProxyType({c.locus: c for c in self.conflicts})
+
+    def conflict_at(self, locus: bytes) -> ConflictSet | None:
+        """The current conflict at ``locus``, if there is one."""
+        return self._conflicts_by_locus.get(locus)
+
+    # --- decisions (§6) --------------------------------------------------------------------------
+
+    def decision_applies(self, decision: DecisionAdded) -> bool:
+        """True iff ``decision`` is about the current candidate set of its locus and picks one."""
+        conflict = self.conflict_at(decision.locus)
+        return (
+            conflict is not None
+            and decision.conflict_id == conflict.conflict_id
+            and decision.selected_claim_id in conflict.candidates
+        )
+
+    def decision_for(self, conflict: ConflictSet) -> DecisionAdded | None:
+        """The applicable decision for ``conflict`` with the highest (lamport, op_id), if any."""
+        best: DecisionAdded | None = None
+        for d in self.decisions:
+            if d.locus == conflict.locus and self.decision_applies(d):
+                if best is None or (d.lamport, d.op_id) > (best.lamport, best.op_id):
+                    best = d
+        return best
+
+    @cached_property
+    def stale_decisions(self) -> tuple[DecisionAdded, ...]:
+        """Decisions that no longer apply: their conflict changed, ended, or lost the selection."""
+        return tuple(d for d in self.decisions if not self.decision_applies(d))
+
+    # --- stale claims (§6) -----------------------------------------------------------------------
+
+    @cached_property
+    def stale(self) -> Mapping[bytes, tuple[StaleCause, ...]]:
+        """Active claim_id -> why it is stale, for every active claim whose dependencies broke.
+
+        Least fixed point: a claim is stale if a dependency is retracted, or resolves only to
+        stale claims (an id of a stale claim; a ref whose active claims are all stale). Cycles of
+        healthy claims stay healthy.
+        """
+        ix = self._ix
+        claims, killed = ix.claims, ix.killed
+        dependents = [c for c in claims.values() if c.depends_on and c.op_id not in killed]
+        if not dependents:
+            return MappingProxyType({})
+        by_ref = ix.by_ref()
+
+        def active_with_ref(ref: bytes) -> list[bytes]:
+            return [c for c in by_ref.get(ref, ()) if c not in killed]
+
+        def broken(dep: bytes) -> bool:
+            if dep in killed or dep in ix.ret_by_id:
+                return True
+            holders = by_ref.get(dep)
+            if holders is None and dep not in ix.ret_by_ref:
+                return False
+            return not active_with_ref(dep)
+
+        rev: dict[bytes, list[bytes]] = {}
+        stale: set[bytes] = set()
+        work: list[bytes] = []
+        for c in dependents:
+            for dep in c.depends_on:
+                rev.setdefault(dep, []).append(c.op_id)
+            if any(broken(dep) for dep in c.depends_on):
+                stale.add(c.op_id)
+                work.append(c.op_id)
+        healthy_left: dict[bytes, int] = {}
+        while work:
+            x = work.pop()
+            targets = list(rev.get(x, ()))
+            ref = claims[x].claim_ref
+            if ref in rev:
+                left = healthy_left.get(ref)
+                if left is None:
+                    left = len(active_with_ref(ref))
+                left -= 1
+                healthy_left[ref] = left
+                if left == 0:
+                    targets.extend(rev[ref])
+            for y in targets:
+                if y not in stale:
+                    stale.add(y)
+                    work.append(y)
+
+        out: dict[bytes, tuple[StaleCause, ...]] = {}
+        for cid in sorted(stale):
+            causes = []
+            for dep in claims[cid].depends_on:
+                if broken(dep):
+                    causes.append(self._direct_cause(dep))
+                    continue
+                via = (dep,) if dep in stale else tuple(sorted(active_with_ref(dep)))
+                if via and all(v in stale for v in via):
+                    causes.append(StaleCause(dependency=dep, via=via))
+            out[cid] = tuple(causes)
+        return MappingProxyType(out)
+
+    def _direct_cause(self, dep: bytes) -> StaleCause:
+        ix = self._ix
+        if dep in ix.claims or dep in ix.ret_by_id:
+            gone = (dep,) if dep in ix.claims else ()
+        else:
+            gone = tuple(sorted(c for c in ix.by_ref().get(dep, ()) if c in ix.killed))
+        superseded: set[bytes] = set()
+        current: set[bytes] = set()
+        rets = set(ix.ret_by_id.get(dep, ())) | set(ix.ret_by_ref.get(dep, ()))
+        for cid in gone:
+            rets.update(ix.killed.get(cid, ()))
+            c = ix.claims[cid]
+            current.update(ix.members.get((c.namespace, c.subject, c.predicate, c.scope), ()))
+        for rid in rets:
+            s = ix.retractions[rid].superseded_by
+            if s is not None:
+                superseded.add(s)
+        return StaleCause(
+            dependency=dep,
+            retracted=gone,
+            superseded_by=tuple(sorted(superseded)),
+            current=tuple(sorted(current)),
+        )
+
+    # --- digest ----------------------------------------------------------------------------------
+
+    def digest(self) -> bytes:
+        """A canonical hash of the whole materialized state (equal states, equal digests)."""
+        return self._digest
+
+    @cached_property
+    def _digest(self) -> bytes:
+        ix = self._ix
+        h = blake3.blake3(DIGEST_DOMAIN)
+        h.update(self.registry.fingerprint)
+
+        def section(name: str, items: list[object]) -> None:
+            h.update(encode_value([name, len(items)]))
+            for item in items:
+                h.update(encode_value(item))
+
+        section("claims", list(self._active_ids))
+        section("retracted", [[c, sorted(ks)] for c, ks in sorted(ix.killed.items())])
+        section("retractions", sorted(ix.retractions))
+        section(
+            "conflicts",
+            [
+                [c.locus, c.conflict_id, [[g.normal_key, list(g.claim_ids)] for g in c.groups]]
+                for c in self.conflicts
+            ],
+        )
+        section(
+            "stale",
+            [
+                [cid, [[s.dependency, list(s.retracted), list(s.superseded_by), list(s.current),
+                        list(s.via)] for s in causes]]
+                for cid, causes in self.stale.items()
+            ],
+        )
+        section("decisions", [d.op_id for d in self.decisions])
+        section("evidence", sorted(ix.evidence))
+        return h.digest()
+
+    def __repr__(self) -> str:
+        ix = self._ix
+        return (
+            f"State({len(ix.claims)} claims, {len(ix.claims) - len(ix.killed)} active,"
+            f" {len(ix.conflicted)} conflicts)"
+        )

@@ -1,0 +1,186 @@
+"""The writer: makes well-formed ops with correct lamport clocks and re-assertion markers.
+
+Invariant: every op a Writer makes has ``lamport`` one more than the highest lamport the writer
+has made or observed, and a claim it makes lists in ``reasserts`` every ref retraction it has
+observed for that claim's ref, so a deliberate re-assertion escapes an old correction while a
+stale replica's copy cannot (SEMANTICS §4). Reading the clock happens here, at the edge; the
+ops themselves only carry ``wall_ms`` as information.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from registry import DEFAULT_REGISTRY, Registry
+from registry.value import Value
+from statefuse.error import OpRuleError
+from statefuse.op import (
+    Author,
+    ClaimAdded,
+    ClaimRetracted,
+    DecisionAdded,
+    EvidenceAdded,
+    Layer,
+    Op,
+    _author,
+    as_ops,
+    claim_ref_for,
+)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Writer:
+    """Creates ops for one author. Not thread-safe; use one writer per thread or lock around it."""
+
+    __slots__ = ("_clock", "_lamport", "_ref_retractions", "author", "registry")
+
+    def __init__(
+        self,
+        author: Author,
+        *,
+        registry: Registry = DEFAULT_REGISTRY,
+        clock: Callable[[], int] = _wall_ms,
+    ) -> None:
+        self.author = _author("author", author)
+        if not isinstance(registry, Registry):
+            raise OpRuleError("registry", "registry-type", f"expected Registry, got {registry!r}")
+        self.registry = registry
+        self._clock = clock
+        self._lamport = 0
+        self._ref_retractions: dict[bytes, set[bytes]] = {}
+
+    @property
+    def lamport(self) -> int:
+        """The highest lamport this writer has made or observed."""
+        return self._lamport
+
+    def observe(self, ops: Iterable[Op]) -> None:
+        """Advance the clock past ``ops`` and remember the ref retractions among them."""
+        for op in as_ops(ops):
+            self._note(op)
+
+    def _note(self, op: Op) -> None:
+        if op.lamport > self._lamport:
+            self._lamport = op.lamport
+        if type(op) is ClaimRetracted and op.target_claim_ref is not None:
+            self._ref_retractions.setdefault(op.target_claim_ref, set()).add(op.op_id)
+
+    def _tick(self) -> tuple[int, int]:
+        return self._lamport + 1, self._clock()
+
+    def evidence(self, source: str, content: Value = None) -> EvidenceAdded:
+        """Record evidence; cite it from claims by ``evidence_id``."""
+        lamport, wall = self._tick()
+        op = EvidenceAdded(self.author, lamport, wall, source, content)
+        self._note(op)
+        return op
+
+    def claim(
+        self,
+        namespace: str,
+        subject: str,
+        predicate: str,
+        value: Value,
+        *,
+        scope: str = "global",
+        confidence: float = 1.0,
+        evidence: Sequence[bytes] = (),
+        provenance: str = "",
+        authority: str = "",
+        layer: Layer | str = Layer.FACT,
+        visibility: Sequence[str] = (),
+        constraint: str = "",
+        depends_on: Sequence[bytes] = (),
+        expires: int | None = None,
+        kind: str = "fact",
+    ) -> ClaimAdded:
+        """Assert ``value`` for (namespace, subject, predicate) in ``scope``.
+
+        Raises OpRuleError / ValueRuleError / ValueTypeError naming the bad field, and
+        NormalizationError when the predicate's contract cannot normalize ``value``.
+        """
+        for name, v in (("namespace", namespace), ("subject", subject), ("predicate", predicate),
+                        ("scope", scope)):
+            if type(v) is not str:
+                raise OpRuleError(name, "str", f"expected str, got {type(v).__name__}")
+        contract = self.registry.contract_for(namespace, predicate)
+        if contract.normalizer != "exact":
+            self.registry.normal_form(contract, value)
+        ref = claim_ref_for(self.registry, namespace, subject, predicate, scope, value)
+        lamport, wall = self._tick()
+        op = ClaimAdded(
+            self.author,
+            lamport,
+            wall,
+            namespace,
+            subject,
+            predicate,
+            value,
+            claim_ref=ref,
+            scope=scope,
+            confidence=confidence,
+            evidence=tuple(evidence),
+            provenance=provenance,
+            authority=authority,
+            layer=layer,  # type: ignore[arg-type]
+            visibility=tuple(visibility),
+            constraint=constraint,
+            depends_on=tuple(depends_on),
+            expires=expires,
+            kind=kind,
+            reasserts=tuple(self._ref_retractions.get(ref, ())),
+        )
+        self._note(op)
+        return op
+
+    def retract(
+        self,
+        *,
+        claim_id: bytes | None = None,
+        claim_ref: bytes | None = None,
+        reason: str = "",
+        superseded_by: bytes | None = None,
+    ) -> ClaimRetracted:
+        """Retract one claim (``claim_id``), every claim with a ref (``claim_ref``), or both."""
+        lamport, wall = self._tick()
+        op = ClaimRetracted(
+            self.author,
+            lamport,
+            wall,
+            target_claim_id=claim_id,
+            target_claim_ref=claim_ref,
+            reason=reason,
+            superseded_by=superseded_by,
+        )
+        self._note(op)
+        return op
+
+    def decide(
+        self,
+        *,
+        locus: bytes,
+        conflict_id: bytes,
+        selected_claim_id: bytes,
+        scope: str = "global",
+        reason: str = "",
+        payload: Value = None,
+    ) -> DecisionAdded:
+        """Record a planner's choice among the candidates of one conflict snapshot."""
+        lamport, wall = self._tick()
+        op = DecisionAdded(
+            self.author,
+            lamport,
+            wall,
+            locus=locus,
+            conflict_id=conflict_id,
+            selected_claim_id=selected_claim_id,
+            scope=scope,
+            reason=reason,
+            payload=payload,
+        )
+        self._note(op)
+        return op
