@@ -141,7 +141,7 @@ class Index:
         by_ref = self.ret_by_ref.get(c.claim_ref)
         if by_ref:
             reasserts = c.reasserts
-            killers = killers + tuple(r for r in by_ref if r not in reasserts)
+            killers = killers + tuple(r for r in by_ref if r not in reasserts and r not in killers)
         if killers:
             self.killed[cid] = killers
             return True
@@ -237,9 +237,9 @@ def build(ops: Iterable[Op], registry: Registry) -> Index:
         k = get_id(cid)
         r = get_ref(c.claim_ref)
         if r:
+            k = k or ()
             reasserts = c.reasserts
-            r = tuple(x for x in r if x not in reasserts)
-            k = (k or ()) + r
+            k = k + tuple(x for x in r if x not in reasserts and x not in k)
         if k:
             killed[cid] = k
             continue
