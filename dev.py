@@ -30,8 +30,6 @@ def _python() -> Path:
 
 def _ensure_venv() -> None:
     """Create the venv and (re)install when pyproject.toml changed since the last install."""
-    if sys.version_info < (3, 10):
-        sys.exit("Error: StateFuse needs Python 3.10 or newer")
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     if STAMP.exists() and STAMP.read_text() == wanted and _python().exists():
         return
@@ -40,14 +38,25 @@ def _ensure_venv() -> None:
         venv.EnvBuilder(with_pip=True).create(VENV)
     print("installing statefuse and its test tools into .venv ...", file=sys.stderr)
     subprocess.run(
-        [str(_python()), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "-e", f"{ROOT}[test,lint]"],
+        [
+            str(_python()),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-e",
+            f"{ROOT}[test,lint]",
+        ],
         check=True,
     )
     STAMP.write_text(wanted)
 
 
 def main(argv: list[str]) -> int:
+    if sys.version_info < (3, 10):  # noqa: UP036 - must run, and explain, on an old Python
+        print("Error: StateFuse needs Python 3.10 or newer", file=sys.stderr)
+        return 1
     if not argv or argv[0] not in {"demo", "test", "lint", "bench"}:
         print(__doc__)
         return 2
@@ -60,8 +69,10 @@ def main(argv: list[str]) -> int:
         return subprocess.call([py, "-m", "pytest", *rest], cwd=ROOT)
     if cmd == "bench":
         return subprocess.call([py, "-m", "benchmarks", *rest], cwd=ROOT)
-    rc = subprocess.call([py, "-m", "ruff", "check", "registry", "statefuse", "sync", "tests",
-                          "benchmarks"], cwd=ROOT)
+    rc = subprocess.call(
+        [py, "-m", "ruff", "check", "registry", "statefuse", "sync", "tests", "benchmarks"],
+        cwd=ROOT,
+    )
     return rc or subprocess.call([py, "-m", "mypy"], cwd=ROOT)
 
 

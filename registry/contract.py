@@ -48,16 +48,24 @@ class PredicateContract:
     def __post_init__(self) -> None:
         if not isinstance(self.predicate, str) or not self.predicate:
             raise ContractError("predicate", "non-empty-str", "predicate must be a non-empty str")
-        if self.namespace is not None and (not isinstance(self.namespace, str) or not self.namespace):
-            raise ContractError("namespace", "non-empty-str", "namespace must be None or a non-empty str")
+        if self.namespace is not None and (
+            not isinstance(self.namespace, str) or not self.namespace
+        ):
+            raise ContractError(
+                "namespace", "non-empty-str", "namespace must be None or a non-empty str"
+            )
         if not isinstance(self.cardinality, Cardinality):
-            raise ContractError("cardinality", "enum", f"expected Cardinality, got {self.cardinality!r}")
+            raise ContractError(
+                "cardinality", "enum", f"expected Cardinality, got {self.cardinality!r}"
+            )
         if not isinstance(self.policy, Policy):
             raise ContractError("policy", "enum", f"expected Policy, got {self.policy!r}")
         if not isinstance(self.normalizer, str) or not self.normalizer:
             raise ContractError("normalizer", "non-empty-str", "normalizer must be a name")
         if not isinstance(self.ref_uses_normal_form, bool):
-            raise ContractError("ref_uses_normal_form", "bool", "ref_uses_normal_form must be a bool")
+            raise ContractError(
+                "ref_uses_normal_form", "bool", "ref_uses_normal_form must be a bool"
+            )
 
     @property
     def functional(self) -> bool:

@@ -50,12 +50,15 @@ class Registry:
         by_key: dict[tuple[str | None, str], PredicateContract] = {}
         for contract in (*contracts, default):
             if not isinstance(contract, PredicateContract):
-                raise ContractError("contracts", "type", f"expected PredicateContract, got {contract!r}")
+                raise ContractError(
+                    "contracts", "type", f"expected PredicateContract, got {contract!r}"
+                )
             if contract.normalizer not in self._normalizers:
                 raise ContractError(
                     "normalizer",
                     "known-normalizer",
-                    f"contract for {contract.predicate!r} names unknown normalizer {contract.normalizer!r}",
+                    f"contract for {contract.predicate!r} names unknown normalizer"
+                    f" {contract.normalizer!r}",
                 )
             if contract is default:
                 continue
@@ -77,7 +80,7 @@ class Registry:
             "v": 1,
             "default": default.declaration(),
             "contracts": [c.declaration() for c in self._contracts],
-            "custom_normalizers": sorted(custom),
+            "custom_normalizers": list[Value](sorted(custom)),
         }
         self._fingerprint = blake3.blake3(FINGERPRINT_DOMAIN + encode_value(declaration)).digest()
 
@@ -139,7 +142,8 @@ class Registry:
         return hash(self._fingerprint)
 
     def __repr__(self) -> str:
-        return f"Registry({len(self._contracts)} contracts, fingerprint={self._fingerprint.hex()[:16]})"
+        fp = self._fingerprint.hex()[:16]
+        return f"Registry({len(self._contracts)} contracts, fingerprint={fp})"
 
 
 DEFAULT_REGISTRY = Registry()

@@ -20,7 +20,7 @@ import msgpack
 
 from registry.error import EncodingError, InputError, ValueRuleError, ValueTypeError
 
-Value = Union[None, bool, int, float, str, bytes, list["Value"], dict[str, "Value"]]
+Value = Union[None, bool, int, float, str, bytes, list["Value"], dict[str, "Value"]]  # noqa: UP007
 
 #: Deepest nesting of lists/maps inside one value (the top level counts as depth 1).
 MAX_DEPTH = 32
@@ -34,6 +34,7 @@ MAX_ENCODED_BYTES = 4 << 20
 INT_MIN = -(1 << 63)
 INT_MAX = (1 << 63) - 1
 
+
 def canonical_value(value: object, field: str = "value") -> Value:
     """Validate ``value`` and return a fresh copy whose maps are in canonical key order.
 
@@ -43,47 +44,49 @@ def canonical_value(value: object, field: str = "value") -> Value:
     return _canon(value, field, 1)
 
 
-def _canon(value: object, field: str, depth: int) -> Value:
+def _canon(value: Any, field: str, depth: int) -> Value:
     t = type(value)
     if t is str:
-        if len(value) > MAX_STRING_BYTES // 4 and len(value.encode("utf-8", "surrogatepass")) > MAX_STRING_BYTES:  # type: ignore[attr-defined]
-            raise ValueRuleError(field, "max-string-bytes", f"string longer than {MAX_STRING_BYTES} bytes")
-        try:
-            value.encode("utf-8")  # type: ignore[attr-defined]
-        except UnicodeEncodeError:
-            raise ValueRuleError(field, "utf8", "string is not valid UTF-8 (lone surrogate)") from None
-        return value  # type: ignore[return-value]
+        if len(value) > MAX_STRING_BYTES // 4 and len(_utf8(value, field)) > MAX_STRING_BYTES:
+            raise ValueRuleError(
+                field, "max-string-bytes", f"string longer than {MAX_STRING_BYTES} bytes"
+            )
+        _utf8(value, field)
+        out: Value = value
+        return out
     if t is bool or value is None:
-        return value  # type: ignore[return-value]
+        return value  # type: ignore[no-any-return]
     if t is int:
-        if not INT_MIN <= value <= INT_MAX:  # type: ignore[operator]
+        if not INT_MIN <= value <= INT_MAX:
             raise ValueRuleError(field, "int64", f"integer {value} outside signed 64-bit range")
-        return value  # type: ignore[return-value]
+        return value  # type: ignore[no-any-return]
     if t is float:
-        if not math.isfinite(value):  # type: ignore[arg-type]
+        if not math.isfinite(value):
             raise ValueRuleError(field, "finite-float", f"float {value!r} is not finite")
-        return value  # type: ignore[return-value]
+        return value  # type: ignore[no-any-return]
     if t is bytes:
-        if len(value) > MAX_STRING_BYTES:  # type: ignore[arg-type]
+        if len(value) > MAX_STRING_BYTES:
             raise ValueRuleError(field, "max-string-bytes", f"bytes longer than {MAX_STRING_BYTES}")
-        return value  # type: ignore[return-value]
+        return value  # type: ignore[no-any-return]
     if t is list or t is dict:
         if depth > MAX_DEPTH:
             raise ValueRuleError(field, "max-depth", f"nesting deeper than {MAX_DEPTH}")
-        if len(value) > MAX_CONTAINER_ITEMS:  # type: ignore[arg-type]
+        if len(value) > MAX_CONTAINER_ITEMS:
             raise ValueRuleError(
-                field, "max-container-items", f"container with more than {MAX_CONTAINER_ITEMS} items"
+                field,
+                "max-container-items",
+                f"container with more than {MAX_CONTAINER_ITEMS} items",
             )
         if t is list:
-            return [_canon(v, f"{field}[{i}]", depth + 1) for i, v in enumerate(value)]  # type: ignore[arg-type]
-        items = []
-        for k, v in value.items():  # type: ignore[attr-defined]
+            return [_canon(v, f"{field}[{i}]", depth + 1) for i, v in enumerate(value)]
+        items: list[tuple[bytes, str, Any]] = []
+        for k, v in value.items():
             if type(k) is not str:
                 raise ValueTypeError(
                     field, "str-map-keys", f"map key {k!r} is a {type(k).__name__}, not str"
                 )
-            items.append((_canon(k, f"{field}.<key>", depth), k, v))
-        items.sort(key=lambda kv: kv[1].encode("utf-8"))
+            items.append((_utf8(k, f"{field}.<key>"), k, v))
+        items.sort(key=lambda kv: kv[0])
         return {k: _canon(v, f"{field}.{k}", depth + 1) for _, k, v in items}
     raise ValueTypeError(
         field,
@@ -93,8 +96,17 @@ def _canon(value: object, field: str, depth: int) -> Value:
     )
 
 
+def _utf8(value: str, field: str) -> bytes:
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueRuleError(field, "utf8", "string is not valid UTF-8 (lone surrogate)") from None
+
+
 def _pack(value: Any) -> bytes:
-    packed: bytes = msgpack.packb(value, use_bin_type=True, use_single_float=False, strict_types=True)
+    packed: bytes = msgpack.packb(
+        value, use_bin_type=True, use_single_float=False, strict_types=True
+    )
     return packed
 
 
@@ -107,7 +119,9 @@ def encode_canonical(value: Value, field: str = "value") -> bytes:
     """Encode a value already returned by `canonical_value` (skips validation)."""
     data = _pack(value)
     if len(data) > MAX_ENCODED_BYTES:
-        raise ValueRuleError(field, "max-encoded-bytes", f"encoding longer than {MAX_ENCODED_BYTES} bytes")
+        raise ValueRuleError(
+            field, "max-encoded-bytes", f"encoding longer than {MAX_ENCODED_BYTES} bytes"
+        )
     return data
 
 
@@ -125,7 +139,9 @@ def decode_value(data: bytes, field: str = "value") -> Value:
         raise ValueTypeError(field, "bytes-input", f"expected bytes, got {type(data).__name__}")
     data = bytes(data)
     if len(data) > MAX_ENCODED_BYTES:
-        raise EncodingError(field, "max-encoded-bytes", f"{len(data)} bytes exceeds {MAX_ENCODED_BYTES}")
+        raise EncodingError(
+            field, "max-encoded-bytes", f"{len(data)} bytes exceeds {MAX_ENCODED_BYTES}"
+        )
     if not data:
         raise EncodingError(field, "truncated", "empty input")
     try:
@@ -153,7 +169,9 @@ def decode_value(data: bytes, field: str = "value") -> Value:
     except InputError as exc:
         raise EncodingError(exc.field, exc.rule, exc.message) from None
     if encode_canonical(canon, field) != data:
-        raise EncodingError(field, "canonical", "bytes are valid msgpack but not the canonical encoding")
+        raise EncodingError(
+            field, "canonical", "bytes are valid msgpack but not the canonical encoding"
+        )
     return canon
 
 

@@ -42,7 +42,10 @@ def run(out: Callable[[str], object] = print) -> State:
         out(f"     {_show(c)}")
 
     out("2. planner forks two research branches, A and B")
-    a, b = Writer("research-a", registry=DEMO_REGISTRY), Writer("research-b", registry=DEMO_REGISTRY)
+    a, b = (
+        Writer("research-a", registry=DEMO_REGISTRY),
+        Writer("research-b", registry=DEMO_REGISTRY),
+    )
     a.observe(base)
     b.observe(base)
     branch_a, branch_b = OpSet(base), OpSet(base)
@@ -50,7 +53,9 @@ def run(out: Callable[[str], object] = print) -> State:
     wrong = a.claim("vendor", "acme", "price", "USD 1,200", provenance="old quote")
     fixed = a.claim("vendor", "acme", "price", "$1,150.00", provenance="signed quote")
     branch_a.update([wrong, fixed])
-    branch_a.add(a.retract(claim_id=wrong.claim_id, reason="quote expired", superseded_by=fixed.claim_id))
+    branch_a.add(
+        a.retract(claim_id=wrong.claim_id, reason="quote expired", superseded_by=fixed.claim_id)
+    )
     branch_a.add(a.claim("project", "launch", "owner", "dana smith"))
     out("   A: price 'USD 1,200', then corrects itself to '$1,150.00' (exact retraction)")
     out("   A: owner 'dana smith' (agrees with 'Dana  Smith' under the text contract)")
@@ -68,7 +73,10 @@ def run(out: Callable[[str], object] = print) -> State:
     out(f"4. conflicts kept, not overwritten: {len(state.conflicts)}")
     for conflict in state.conflicts:
         ns, subj, pred = conflict.key
-        out(f"     {ns}/{subj}.{pred} [{conflict.scope}] conflict {conflict.conflict_id.hex()[:10]}:")
+        out(
+            f"     {ns}/{subj}.{pred} [{conflict.scope}]"
+            f" conflict {conflict.conflict_id.hex()[:10]}:"
+        )
         for group in conflict.groups:
             values = {repr(state.claims[cid].value) for cid in group.claim_ids}
             out(f"       - {', '.join(sorted(values))}  ({len(group.claim_ids)} claim(s))")

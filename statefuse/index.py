@@ -155,9 +155,12 @@ class Index:
             self.members[lk] = (cid,)
             return
         self.members[lk] = (*current, cid)
-        if lk not in self.conflicted and self.functional(c.namespace, c.predicate):
-            if self.gkey(current[0]) != self.gkey(cid):
-                self.conflicted.add(lk)
+        if (
+            lk not in self.conflicted
+            and self.functional(c.namespace, c.predicate)
+            and self.gkey(current[0]) != self.gkey(cid)
+        ):
+            self.conflicted.add(lk)
 
     def _deactivate(self, cid: bytes) -> None:
         c = self.claims[cid]
@@ -221,11 +224,11 @@ def build(ops: Iterable[Op], registry: Registry) -> Index:
 
     by_id: dict[bytes, list[bytes]] = {}
     by_ref: dict[bytes, list[bytes]] = {}
-    for rid, r in retractions.items():
-        if r.target_claim_id is not None:
-            by_id.setdefault(r.target_claim_id, []).append(rid)
-        if r.target_claim_ref is not None:
-            by_ref.setdefault(r.target_claim_ref, []).append(rid)
+    for rid, ret in retractions.items():
+        if ret.target_claim_id is not None:
+            by_id.setdefault(ret.target_claim_id, []).append(rid)
+        if ret.target_claim_ref is not None:
+            by_ref.setdefault(ret.target_claim_ref, []).append(rid)
     ix.ret_by_id = {k: tuple(v) for k, v in by_id.items()}
     ix.ret_by_ref = {k: tuple(v) for k, v in by_ref.items()}
 

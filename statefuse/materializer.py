@@ -19,7 +19,9 @@ from statefuse.state import State
 
 def _check_registry(registry: object) -> Registry:
     if not isinstance(registry, Registry):
-        raise OpRuleError("registry", "registry-type", f"expected Registry, got {type(registry).__name__}")
+        raise OpRuleError(
+            "registry", "registry-type", f"expected Registry, got {type(registry).__name__}"
+        )
     return registry
 
 

@@ -38,7 +38,7 @@ MAX_LIST_ITEMS = 1024
 
 CLAIM_REF_DOMAIN = b"statefuse/claim_ref/v1"
 
-Author = Union[str, bytes]
+Author = Union[str, bytes]  # noqa: UP007 - a runtime alias on Python 3.10
 
 _SCOPE_RE = re.compile(r"\A(?:global|hypothetical|draft|(?:task|session):[^\s].{0,1023})\Z", re.S)
 
@@ -55,7 +55,10 @@ class Layer(Enum):
 def compute_claim_ref(
     namespace: str, subject: str, predicate: str, scope: str, ref_value: Value
 ) -> bytes:
-    """``blake3("statefuse/claim_ref/v1" ‖ canonical([namespace, subject, predicate, scope, ref_value]))``."""
+    """The semantic handle of a claim (SEMANTICS §2)::
+
+    blake3("statefuse/claim_ref/v1" ‖ canonical([namespace, subject, predicate, scope, ref_value]))
+    """
     body = encode_value([namespace, subject, predicate, scope, ref_value], "claim_ref")
     return blake3.blake3(CLAIM_REF_DOMAIN + body).digest()
 
@@ -246,7 +249,7 @@ class _OpBase:
         return packed
 
     def recompute_id(self) -> bytes:
-        """blake3 of the op's current content (differs from ``op_id`` only if it was tampered with)."""
+        """blake3 of the op's current content (differs from ``op_id`` only after tampering)."""
         return blake3.blake3(self.encode()).digest()
 
     def __eq__(self, other: object) -> bool:
@@ -355,7 +358,8 @@ class ClaimAdded(_OpBase):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ClaimRetracted(_OpBase):
-    """Withdraws one claim (``target_claim_id``) and/or every claim with a ref (``target_claim_ref``).
+    """Withdraws one claim (``target_claim_id``) and/or every claim with a ref
+    (``target_claim_ref``).
 
     ``superseded_by`` names the claim that replaces the target; it is metadata for rendering and
     repair and never changes which claims are active.
@@ -427,7 +431,7 @@ class DecisionAdded(_OpBase):
         self._validate_and_seal()
 
 
-Op = Union[EvidenceAdded, ClaimAdded, ClaimRetracted, DecisionAdded]
+Op = Union[EvidenceAdded, ClaimAdded, ClaimRetracted, DecisionAdded]  # noqa: UP007
 OP_TYPES: dict[str, type[Op]] = {
     t.KIND: t for t in (EvidenceAdded, ClaimAdded, ClaimRetracted, DecisionAdded)
 }
@@ -455,14 +459,19 @@ def decode_op(data: bytes) -> Op:
         missing = sorted(expected - set(raw))
         extra = sorted(set(raw) - expected)
         raise EncodingError(
-            "op", "op-fields", f"{kind} fields differ from schema: missing {missing}, extra {extra}"
+            "op",
+            "op-fields",
+            f"{kind!r} fields differ from schema: missing {missing}, extra {extra!r}",
         )
+    fields: dict[str, Any] = dict(raw)
     for name, check in cls._SCHEMA:
-        if check in (_ids, _roles) and type(raw[name]) is list:
-            raw[name] = tuple(raw[name])
-    op = cls(**raw)
+        if check in (_ids, _roles) and type(fields[name]) is list:
+            fields[name] = tuple(fields[name])
+    op = cls(**fields)
     if op.encode() != bytes(data):
-        raise EncodingError("op", "canonical", "op fields are not in canonical form (order/duplicates)")
+        raise EncodingError(
+            "op", "canonical", "op fields are not in canonical form (order/duplicates)"
+        )
     return op
 
 

@@ -9,7 +9,7 @@ before writing to it again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
@@ -197,9 +197,12 @@ class State:
         """The applicable decision for ``conflict`` with the highest (lamport, op_id), if any."""
         best: DecisionAdded | None = None
         for d in self.decisions:
-            if d.locus == conflict.locus and self.decision_applies(d):
-                if best is None or (d.lamport, d.op_id) > (best.lamport, best.op_id):
-                    best = d
+            if (
+                d.locus == conflict.locus
+                and self.decision_applies(d)
+                and (best is None or (d.lamport, d.op_id) > (best.lamport, best.op_id))
+            ):
+                best = d
         return best
 
     @cached_property
@@ -277,6 +280,7 @@ class State:
 
     def _direct_cause(self, dep: bytes) -> StaleCause:
         ix = self._ix
+        gone: tuple[bytes, ...]
         if dep in ix.claims or dep in ix.ret_by_id:
             gone = (dep,) if dep in ix.claims else ()
         else:
@@ -311,7 +315,7 @@ class State:
         h = blake3.blake3(DIGEST_DOMAIN)
         h.update(self.registry.fingerprint)
 
-        def section(name: str, items: list[object]) -> None:
+        def section(name: str, items: Sequence[object]) -> None:
             h.update(encode_value([name, len(items)]))
             for item in items:
                 h.update(encode_value(item))
@@ -329,8 +333,19 @@ class State:
         section(
             "stale",
             [
-                [cid, [[s.dependency, list(s.retracted), list(s.superseded_by), list(s.current),
-                        list(s.via)] for s in causes]]
+                [
+                    cid,
+                    [
+                        [
+                            s.dependency,
+                            list(s.retracted),
+                            list(s.superseded_by),
+                            list(s.current),
+                            list(s.via),
+                        ]
+                        for s in causes
+                    ],
+                ]
                 for cid, causes in self.stale.items()
             ],
         )

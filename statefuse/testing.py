@@ -11,10 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import strategies as st
 
-from registry import DEFAULT_REGISTRY, Cardinality, NormalizationError, PredicateContract, Registry, Value
+from registry import (
+    DEFAULT_REGISTRY,
+    Cardinality,
+    NormalizationError,
+    PredicateContract,
+    Registry,
+    Value,
+)
 from statefuse.materializer import materialize
 from statefuse.op import ClaimAdded, Op
 from statefuse.state import State
@@ -56,7 +64,7 @@ FOREIGN_WRITER = WRITERS - 1
 _small = st.integers(min_value=0, max_value=40)
 _writer = st.integers(min_value=0, max_value=WRITERS - 1)
 
-Step = tuple[object, ...]
+Step = tuple[Any, ...]
 
 
 def steps() -> st.SearchStrategy[Step]:
@@ -76,14 +84,20 @@ def steps() -> st.SearchStrategy[Step]:
     by_kind: dict[str, st.SearchStrategy[Step]] = {
         "claim": claim,
         "retract": st.tuples(
-            st.just("retract"), _writer, _small, st.sampled_from(("id", "ref", "both")), st.booleans()
+            st.just("retract"),
+            _writer,
+            _small,
+            st.sampled_from(("id", "ref", "both")),
+            st.booleans(),
         ),
         "reassert": st.tuples(st.just("reassert"), _writer, _small),
         "sync": st.tuples(st.just("sync"), _writer, _writer),
         "evidence": st.tuples(st.just("evidence"), _writer),
         "decide": st.tuples(st.just("decide"), _writer, _small, _small),
     }
-    weighted = ("claim",) * 5 + ("retract",) * 2 + ("sync",) * 2 + ("reassert", "decide", "evidence")
+    weighted = (
+        ("claim",) * 5 + ("retract",) * 2 + ("sync",) * 2 + ("reassert", "decide", "evidence")
+    )
     return st.sampled_from(weighted).flatmap(lambda kind: by_kind[kind])
 
 
@@ -127,26 +141,26 @@ def run_program(program: Sequence[Step], registry: Registry = TEST_REGISTRY) -> 
         p.known_ids.add(op.op_id)
 
     for step in program:
-        kind, w = step[0], players[step[1]]  # type: ignore[index]
+        kind, w = step[0], players[step[1]]
         claims = w.claims()
         if kind == "claim":
             _, _, k, v, s, deps = step
-            ns, subj, pred = KEYS[k]  # type: ignore[index]
+            ns, subj, pred = KEYS[k]
             values = VALUES.get(pred, VALUES["note"])
-            value = values[v % len(values)]  # type: ignore[operator]
+            value = values[v % len(values)]
             dep_ids = []
-            for i, by_ref in deps:  # type: ignore[attr-defined]
+            for i, by_ref in deps:
                 if claims:
                     d = claims[i % len(claims)]
                     dep_ids.append(d.claim_ref if by_ref else d.claim_id)
             try:
-                emit(w, w.writer.claim(ns, subj, pred, value, scope=SCOPES[s], depends_on=dep_ids))  # type: ignore[index]
+                emit(w, w.writer.claim(ns, subj, pred, value, scope=SCOPES[s], depends_on=dep_ids))
             except NormalizationError:
                 continue  # this writer's registry declines the value: the step does nothing
         elif kind == "retract" and claims:
             _, _, i, mode, supersede = step
-            target = claims[i % len(claims)]  # type: ignore[operator]
-            sup = claims[(i + 1) % len(claims)].claim_id if supersede else None  # type: ignore[operator]
+            target = claims[i % len(claims)]
+            sup = claims[(i + 1) % len(claims)].claim_id if supersede else None
             emit(
                 w,
                 w.writer.retract(
@@ -157,20 +171,20 @@ def run_program(program: Sequence[Step], registry: Registry = TEST_REGISTRY) -> 
                 ),
             )
         elif kind == "reassert" and claims:
-            t = claims[step[2] % len(claims)]  # type: ignore[operator]
+            t = claims[step[2] % len(claims)]
             try:
                 emit(w, w.writer.claim(t.namespace, t.subject, t.predicate, t.value, scope=t.scope))
             except NormalizationError:
                 continue
         elif kind == "sync":
-            w.learn(players[step[2]].known)  # type: ignore[index]
+            w.learn(players[step[2]].known)
         elif kind == "evidence":
             emit(w, w.writer.evidence("test", len(written)))
         elif kind == "decide":
             conflicts = materialize(w.known, registry=registry).conflicts
             if conflicts:
-                c = conflicts[step[2] % len(conflicts)]  # type: ignore[operator]
-                pick = c.candidates[step[3] % len(c.candidates)]  # type: ignore[operator]
+                c = conflicts[step[2] % len(conflicts)]
+                pick = c.candidates[step[3] % len(c.candidates)]
                 emit(
                     w,
                     w.writer.decide(
@@ -189,7 +203,9 @@ def state_summary(state: State) -> dict[str, object]:
     """Everything a State answers, as plain sorted data (for readable equality failures)."""
     return {
         "active": [c.claim_id.hex() for c in state.active_claims()],
-        "retracted": {c.hex(): sorted(r.op_id.hex() for r in rs) for c, rs in state.retracted.items()},
+        "retracted": {
+            c.hex(): sorted(r.op_id.hex() for r in rs) for c, rs in state.retracted.items()
+        },
         "conflicts": [
             (c.locus.hex(), c.conflict_id.hex(), [[x.hex() for x in g.claim_ids] for g in c.groups])
             for c in state.conflicts
@@ -202,7 +218,7 @@ def state_summary(state: State) -> dict[str, object]:
 
 
 def assert_same_state(a: State, b: State) -> None:
-    """Fail with a readable diff unless ``a`` and ``b`` answer everything alike (and digest alike)."""
+    """Fail with a readable diff unless ``a`` and ``b`` answer everything alike, digest included."""
     sa, sb = state_summary(a), state_summary(b)
     for k in sa:
         assert sa[k] == sb[k], f"states differ in {k}: {sa[k]!r} != {sb[k]!r}"

@@ -103,8 +103,12 @@ class Writer:
         Raises OpRuleError / ValueRuleError / ValueTypeError naming the bad field, and
         NormalizationError when the predicate's contract cannot normalize ``value``.
         """
-        for name, v in (("namespace", namespace), ("subject", subject), ("predicate", predicate),
-                        ("scope", scope)):
+        for name, v in (
+            ("namespace", namespace),
+            ("subject", subject),
+            ("predicate", predicate),
+            ("scope", scope),
+        ):
             if type(v) is not str:
                 raise OpRuleError(name, "str", f"expected str, got {type(v).__name__}")
         contract = self.registry.contract_for(namespace, predicate)

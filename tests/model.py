@@ -87,12 +87,10 @@ def model(ops: list[Op], registry: Registry) -> ModelState:
             if c.claim_id not in active or c.claim_id in stale:
                 continue
             for dep in c.depends_on:
-                holders = [x.claim_id for x in claims if x.claim_ref == dep and x.claim_id in active]
-                if (
-                    broken(dep)
-                    or dep in stale
-                    or (holders and all(h in stale for h in holders))
-                ):
+                holders = [
+                    x.claim_id for x in claims if x.claim_ref == dep and x.claim_id in active
+                ]
+                if broken(dep) or dep in stale or (holders and all(h in stale for h in holders)):
                     stale.add(c.claim_id)
                     changed = True
                     break

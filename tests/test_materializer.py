@@ -78,7 +78,11 @@ def test_superseded_by_is_metadata_and_never_changes_activity():
 
 def test_one_one_point_zero_and_true_are_different_values_that_conflict():
     a, b, c = writers("a", "b", "c")
-    ops = [a.claim("p", "x", "flag", 1), b.claim("p", "x", "flag", 1.0), c.claim("p", "x", "flag", True)]
+    ops = [
+        a.claim("p", "x", "flag", 1),
+        b.claim("p", "x", "flag", 1.0),
+        c.claim("p", "x", "flag", True),
+    ]
     (conflict,) = materialize(ops, registry=REG).conflicts
     assert len(conflict.groups) == 3
 
@@ -172,8 +176,12 @@ def test_a_decision_applies_only_while_its_candidate_set_is_current():
     red, blue = a.claim("p", "x", "color", "red"), b.claim("p", "x", "color", "blue")
     m = Materializer([red, blue], registry=REG)
     (conflict,) = m.state().conflicts
-    d = planner.decide(locus=conflict.locus, conflict_id=conflict.conflict_id,
-                       selected_claim_id=red.claim_id, reason="vendor confirmed")
+    d = planner.decide(
+        locus=conflict.locus,
+        conflict_id=conflict.conflict_id,
+        selected_claim_id=red.claim_id,
+        reason="vendor confirmed",
+    )
     m.apply(d)
     assert m.state().decision_for(m.state().conflicts[0]) == d
     assert m.state().stale_decisions == ()
@@ -187,11 +195,13 @@ def test_among_applicable_decisions_the_highest_lamport_wins():
     a, b, p1, p2 = writers("a", "b", "p1", "p2")
     red, blue = a.claim("p", "x", "color", "red"), b.claim("p", "x", "color", "blue")
     (conflict,) = materialize([red, blue], registry=REG).conflicts
-    early = p1.decide(locus=conflict.locus, conflict_id=conflict.conflict_id,
-                      selected_claim_id=red.claim_id)
+    early = p1.decide(
+        locus=conflict.locus, conflict_id=conflict.conflict_id, selected_claim_id=red.claim_id
+    )
     p2.observe([early])
-    late = p2.decide(locus=conflict.locus, conflict_id=conflict.conflict_id,
-                     selected_claim_id=blue.claim_id)
+    late = p2.decide(
+        locus=conflict.locus, conflict_id=conflict.conflict_id, selected_claim_id=blue.claim_id
+    )
     state = materialize([red, blue, late, early], registry=REG)
     assert state.decision_for(state.conflicts[0]) == late
 

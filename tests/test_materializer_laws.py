@@ -28,7 +28,7 @@ def test_materialized_state_is_invariant_to_delivery_order_and_duplicates(ops, d
 @given(op_lists(), st.data())
 def test_partition_then_merge_in_any_order_gives_the_same_state(ops, data):
     parts = data.draw(st.lists(st.integers(0, 3), min_size=len(ops), max_size=len(ops)))
-    replicas = [OpSet([op for op, p in zip(ops, parts) if p == r]) for r in range(4)]
+    replicas = [OpSet([op for op, p in zip(ops, parts, strict=False) if p == r]) for r in range(4)]
     order = data.draw(st.permutations(replicas))
     merged = OpSet()
     for r in order:
@@ -80,7 +80,7 @@ def test_activity_matches_the_reference_model(ops):
 @given(op_lists())
 def test_exactly_one_conflict_set_per_functional_key_and_scope_with_several_normal_forms(ops):
     state, ref = _mat(ops), model(ops, TEST_REGISTRY)
-    got = {(c.key + (c.scope,)): c for c in state.conflicts}
+    got = {((*c.key, c.scope)): c for c in state.conflicts}
     assert len(got) == len(state.conflicts)
     assert set(got) == set(ref.conflicts)
     for lk, conflict in got.items():
@@ -182,7 +182,9 @@ def test_digest_is_equal_in_processes_with_different_hash_seeds(ops):
 def test_digest_of_a_long_program_is_equal_across_hash_seeds():
     program = [("claim", i % 3, i % 5, i % 7, i % 3, [(i // 2, i % 2 == 0)]) for i in range(60)]
     program += [("sync", i % 3, (i + 1) % 3) for i in range(3)]
-    program += [("retract", i % 3, i * 7, ("id", "ref", "both")[i % 3], i % 2 == 0) for i in range(12)]
+    program += [
+        ("retract", i % 3, i * 7, ("id", "ref", "both")[i % 3], i % 2 == 0) for i in range(12)
+    ]
     ops = run_program(program)
     assert len(ops) > 60
     digests = {_digest_in_subprocess(ops, seed) for seed in ("0", "1", "2", "random")}
