@@ -80,5 +80,7 @@ def run(out: Callable[[str], object] = print) -> State:
         for group in conflict.groups:
             values = {repr(state.claims[cid].value) for cid in group.claim_ids}
             out(f"       - {', '.join(sorted(values))}  ({len(group.claim_ids)} claim(s))")
-    out(f"5. state digest {state.digest().hex()[:16]} (equal for any merge order)")
+    other_way = materialize(branch_b | branch_a, registry=DEMO_REGISTRY)
+    same = "same" if other_way.digest() == state.digest() else "DIFFERENT"
+    out(f"5. state digest {state.digest().hex()[:16]}; merging B into A instead: {same} digest")
     return state
