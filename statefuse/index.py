@@ -5,7 +5,8 @@ holds exactly what SEMANTICS §4–§5 say for the set of ops applied, whatever 
 
 - ``killed[c]``: the retractions that retract claim ``c`` (exact target, or ref target not in
   ``c.reasserts``); a claim is active iff it is not in ``killed``.
-- ``members[locus_key]``: the active claims of one (namespace, subject, predicate, scope).
+- ``members[locus_key]``: the active claims of one (namespace, subject, predicate, scope): the
+  claim id itself when there is one (most keys; saves a container per key), else a tuple.
 - ``conflicted``: the locus keys of functional predicates whose active claims have more than one
   normal form.
 
@@ -16,6 +17,7 @@ Every value stored in the dicts is immutable (tuples, bytes, ops), so a snapshot
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import attrgetter
 
 from registry import Registry
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Op
@@ -49,7 +51,7 @@ class Index:
         self.ret_by_id: dict[bytes, tuple[bytes, ...]] = {}
         self.ret_by_ref: dict[bytes, tuple[bytes, ...]] = {}
         self.killed: dict[bytes, tuple[bytes, ...]] = {}
-        self.members: dict[LocusKey, tuple[bytes, ...]] = {}
+        self.members: dict[LocusKey, bytes | tuple[bytes, ...]] = {}
         self.conflicted: set[LocusKey] = set()
         self.gkeys: dict[bytes, bytes] = {}
         self._functional: dict[tuple[str, str], bool] = {}
@@ -74,6 +76,13 @@ class Index:
         return out
 
     # --- derived helpers -------------------------------------------------------------------------
+
+    def members_at(self, lk: LocusKey) -> tuple[bytes, ...]:
+        """The active claim ids at one locus key (empty if none)."""
+        m = self.members.get(lk)
+        if m is None:
+            return ()
+        return (m,) if type(m) is bytes else m  # type: ignore[return-value]
 
     def functional(self, namespace: str, predicate: str) -> bool:
         f = self._functional.get((namespace, predicate))
@@ -150,9 +159,9 @@ class Index:
 
     def _activate(self, cid: bytes, c: ClaimAdded) -> None:
         lk = (c.namespace, c.subject, c.predicate, c.scope)
-        current = self.members.get(lk)
-        if current is None:
-            self.members[lk] = (cid,)
+        current = self.members_at(lk)
+        if not current:
+            self.members[lk] = cid
             return
         self.members[lk] = (*current, cid)
         if (
@@ -165,9 +174,11 @@ class Index:
     def _deactivate(self, cid: bytes) -> None:
         c = self.claims[cid]
         lk = (c.namespace, c.subject, c.predicate, c.scope)
-        rest = tuple(m for m in self.members[lk] if m != cid)
-        if rest:
+        rest = tuple(m for m in self.members_at(lk) if m != cid)
+        if len(rest) > 1:
             self.members[lk] = rest
+        elif rest:
+            self.members[lk] = rest[0]
         else:
             del self.members[lk]
         if lk in self.conflicted and not self.has_conflict(rest):
@@ -203,24 +214,28 @@ class Index:
 def build(ops: Iterable[Op], registry: Registry) -> Index:
     """The index of a whole op-set, built in bulk (same result as applying ops one by one).
 
-    Two passes: retractions first, so every claim is judged once against the complete set of
-    retractions, then claims; group keys are computed only for loci with several active claims.
+    Retractions are indexed first, so every claim is judged once against all of them; group
+    keys (normalizer calls) are computed only for loci with several active claims. This is the
+    hot path of a full materialize, hence the local-variable style.
     """
     ix = Index(registry)
-    claims = ix.claims
-    retractions = ix.retractions
+    buckets: dict[type, list[Op]] = {
+        ClaimAdded: [],
+        ClaimRetracted: [],
+        EvidenceAdded: [],
+        DecisionAdded: [],
+    }
     for op in ops:
-        t = type(op)
-        if t is ClaimAdded:
-            claims[op.op_id] = op  # type: ignore[assignment]
-        elif t is ClaimRetracted:
-            retractions[op.op_id] = op  # type: ignore[assignment]
-        elif t is EvidenceAdded:
-            ix.evidence[op.op_id] = op  # type: ignore[assignment]
-        elif t is DecisionAdded:
-            ix.decisions[op.op_id] = op  # type: ignore[assignment]
-        else:
+        bucket = buckets.get(type(op))
+        if bucket is None:
             raise TypeError(f"not an op: {type(op).__name__}")
+        bucket.append(op)
+    claims: dict[bytes, ClaimAdded] = {c.op_id: c for c in buckets[ClaimAdded]}  # type: ignore[misc]
+    retractions: dict[bytes, ClaimRetracted] = {r.op_id: r for r in buckets[ClaimRetracted]}  # type: ignore[misc]
+    ix.claims = claims
+    ix.retractions = retractions
+    ix.evidence = {e.op_id: e for e in buckets[EvidenceAdded]}  # type: ignore[misc]
+    ix.decisions = {d.op_id: d for d in buckets[DecisionAdded]}  # type: ignore[misc]
 
     by_id: dict[bytes, list[bytes]] = {}
     by_ref: dict[bytes, list[bytes]] = {}
@@ -229,31 +244,36 @@ def build(ops: Iterable[Op], registry: Registry) -> Index:
             by_id.setdefault(ret.target_claim_id, []).append(rid)
         if ret.target_claim_ref is not None:
             by_ref.setdefault(ret.target_claim_ref, []).append(rid)
-    ix.ret_by_id = {k: tuple(v) for k, v in by_id.items()}
-    ix.ret_by_ref = {k: tuple(v) for k, v in by_ref.items()}
+    ret_by_id = ix.ret_by_id = {k: tuple(v) for k, v in by_id.items()}
+    ret_by_ref = ix.ret_by_ref = {k: tuple(v) for k, v in by_ref.items()}
 
     killed = ix.killed
-    members: dict[LocusKey, list[bytes]] = {}
-    get_id = ix.ret_by_id.get
-    get_ref = ix.ret_by_ref.get
+    members: dict[LocusKey, bytes | tuple[bytes, ...]] = {}
+    multi: dict[LocusKey, list[bytes]] = {}
+    locus_key = attrgetter("namespace", "subject", "predicate", "scope")
     for cid, c in claims.items():
-        k = get_id(cid)
-        r = get_ref(c.claim_ref)
-        if r:
-            k = k or ()
+        if cid in ret_by_id or c.claim_ref in ret_by_ref:
+            k = ret_by_id.get(cid, ())
             reasserts = c.reasserts
-            k = k + tuple(x for x in r if x not in reasserts and x not in k)
-        if k:
-            killed[cid] = k
-            continue
-        lk = (c.namespace, c.subject, c.predicate, c.scope)
-        m = members.get(lk)
-        if m is None:
-            members[lk] = [cid]
+            k = k + tuple(
+                x for x in ret_by_ref.get(c.claim_ref, ()) if x not in reasserts and x not in k
+            )
+            if k:
+                killed[cid] = k
+                continue
+        lk = locus_key(c)
+        first = members.get(lk)
+        if first is None:
+            members[lk] = cid
         else:
-            m.append(cid)
-    ix.members = {lk: tuple(m) for lk, m in members.items()}
-    for lk, m in members.items():
-        if len(m) > 1 and ix.functional(lk[0], lk[2]) and ix.has_conflict(m):
+            more = multi.get(lk)
+            if more is None:
+                multi[lk] = [first, cid]  # type: ignore[list-item]
+            else:
+                more.append(cid)
+    for lk, ids in multi.items():
+        members[lk] = tuple(ids)
+        if ix.functional(lk[0], lk[2]) and ix.has_conflict(ids):
             ix.conflicted.add(lk)
+    ix.members = members
     return ix

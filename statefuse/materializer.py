@@ -34,7 +34,7 @@ def materialize(ops: OpSet | Iterable[Op], *, registry: Registry = DEFAULT_REGIS
     registry = _check_registry(registry)
     if not isinstance(ops, OpSet):
         ops = OpSet(ops)
-    return State(build(ops, registry))
+    return State(build(ops.unordered(), registry))
 
 
 class Materializer:
@@ -50,7 +50,9 @@ class Materializer:
         self, ops: OpSet | Iterable[Op] = (), *, registry: Registry = DEFAULT_REGISTRY
     ) -> None:
         registry = _check_registry(registry)
-        self._ix: Index = build(ops if isinstance(ops, OpSet) else OpSet(ops), registry)
+        self._ix: Index = build(
+            (ops if isinstance(ops, OpSet) else OpSet(ops)).unordered(), registry
+        )
         self._shared = False
         self._state: State | None = None
 

@@ -85,6 +85,10 @@ class OpSet:
         self.update(other)
         return self
 
+    def unordered(self) -> Iterable[Op]:
+        """The ops in no particular order: for bulk consumers whose result ignores order."""
+        return self._ops.values()
+
     def get(self, op_id: bytes) -> Op | None:
         return self._ops.get(op_id)
 

@@ -124,7 +124,7 @@ class State:
     ) -> list[ClaimAdded]:
         """Active claims of one key and scope, sorted by claim_id."""
         claims = self._ix.claims
-        ids = self._ix.members.get((namespace, subject, predicate, scope), ())
+        ids = self._ix.members_at((namespace, subject, predicate, scope))
         return [claims[c] for c in sorted(ids)]
 
     @cached_property
@@ -153,7 +153,7 @@ class State:
 
     def _conflict(self, lk: LocusKey) -> ConflictSet:
         ix = self._ix
-        ids = tuple(sorted(ix.members[lk]))
+        ids = tuple(sorted(ix.members_at(lk)))
         groups: dict[bytes, list[bytes]] = {}
         for cid in ids:
             groups.setdefault(ix.gkey(cid), []).append(cid)
@@ -291,7 +291,7 @@ class State:
         for cid in gone:
             rets.update(ix.killed.get(cid, ()))
             c = ix.claims[cid]
-            current.update(ix.members.get((c.namespace, c.subject, c.predicate, c.scope), ()))
+            current.update(ix.members_at((c.namespace, c.subject, c.predicate, c.scope)))
         for rid in rets:
             s = ix.retractions[rid].superseded_by
             if s is not None:
