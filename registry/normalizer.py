@@ -112,6 +112,8 @@ _DECIMAL = re.compile(
     """,
     re.VERBOSE,
 )
+#: Ints this large are out of range; checked before ``str()`` so huge ints are never rendered.
+_INT_LIMIT = 10 ** (MAX_NUMBER_EXPONENT + 1)
 #: Exponent digits beyond this many are out of range whatever the significand.
 _MAX_EXPONENT_DIGITS = 9
 
@@ -145,6 +147,8 @@ def _parse_decimal(source: str) -> str:
         raise _NotANumber("not a decimal number")
     whole = (match["grouped"] or match["plain"] or "").replace(",", "").replace("_", "")
     frac = (match["frac"] or "").replace("_", "")
+    if not (whole + frac).strip("0"):
+        return "0"
     exp_text = (match["exp"] or "0").lstrip("+-").lstrip("0") or "0"
     if len(exp_text) > _MAX_EXPONENT_DIGITS:
         raise _NotANumber(f"magnitude outside 10**±{MAX_NUMBER_EXPONENT}")
@@ -155,7 +159,7 @@ def _parse_decimal(source: str) -> str:
 def _number_form(value: Value) -> str:
     """The number normal form of an int, finite float or decimal string; raises _NotANumber."""
     if type(value) is int:
-        if abs(value) >= 10 ** (MAX_NUMBER_EXPONENT + 1):
+        if abs(value) >= _INT_LIMIT:
             raise _NotANumber(f"magnitude outside 10**±{MAX_NUMBER_EXPONENT}")
         return _render_decimal(value < 0, str(abs(value)), 0)
     if type(value) is float:
@@ -285,8 +289,9 @@ def datetime(value: Value) -> str:
         utc = _parse_datetime_utc(value.strip())
     except _NotADate as exc:
         raise _reject("datetime", str(exc), value) from None
+    # Formatted by hand: strftime("%Y") drops the leading zeros of years before 1000 on glibc.
     fraction = f".{utc.microsecond:06d}" if utc.microsecond else ""
-    return f"{utc:%Y-%m-%dT%H:%M:%S}{fraction}Z"
+    return f"{utc.date().isoformat()}T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}{fraction}Z"
 
 
 # --- money ----------------------------------------------------------------------------------

@@ -44,6 +44,10 @@ class Registry:
                 )
             if not isinstance(name, str) or not name:
                 raise ContractError("normalizers", "non-empty-str", f"bad normalizer name {name!r}")
+            if not callable(custom[name]):
+                raise ContractError(
+                    "normalizers", "callable", f"normalizer {name!r} is not callable"
+                )
         self._normalizers: Mapping[str, Normalizer] = MappingProxyType(
             {**BUILTIN_NORMALIZERS, **custom}
         )
@@ -89,12 +93,23 @@ class Registry:
         return self._contracts
 
     @property
+    def default(self) -> PredicateContract:
+        """The contract of predicates no declared contract matches."""
+        return self._default
+
+    @property
     def fingerprint(self) -> bytes:
         """blake3 of the canonical declaration; equal registries have equal fingerprints."""
         return self._fingerprint
 
     def normalizer(self, name: str) -> Normalizer:
-        return self._normalizers[name]
+        """The normalizer registered as ``name``; raises ContractError if there is none."""
+        try:
+            return self._normalizers[name]
+        except KeyError:
+            raise ContractError(
+                "normalizer", "known-normalizer", f"no normalizer named {name!r}"
+            ) from None
 
     def contract_for(self, namespace: str, predicate: str) -> PredicateContract:
         """The contract for ``predicate`` in ``namespace`` (namespace-specific first)."""

@@ -9,6 +9,8 @@
     │   ├── EncodingError (ValueError)      bytes that are not the canonical encoding
     │   ├── NormalizationError (ValueError) a contract's normalizer declines a value
     │   ├── ContractError (ValueError)      a bad predicate contract or registry
+    │   │   └── NormalizerContractError     a custom normalizer breaks the normalizer contract
+    │   │                                   (registry.checker; not pure, so not re-exported here)
     │   └── OpRuleError (ValueError)        an op field breaks the op schema
     └── OpIdMismatch (ValueError)       an op whose recomputed id differs from the one it claims
 
