@@ -35,13 +35,13 @@ INT_MIN = -(1 << 63)
 INT_MAX = (1 << 63) - 1
 
 
-def canonical_value(value: object, field: str = "value") -> Value:
+def canonical_value(value: object, field: str = "value", *, depth: int = 1) -> Value:
     """Validate ``value`` and return a fresh copy whose maps are in canonical key order.
 
     Raises ValueTypeError for types outside the model and ValueRuleError for out-of-range
     numbers, non-finite floats, over-deep nesting and oversized containers or strings.
     """
-    return _canon(value, field, 1)
+    return _canon(value, field, depth)
 
 
 def _canon(value: Any, field: str, depth: int) -> Value:
@@ -68,6 +68,8 @@ def _canon(value: Any, field: str, depth: int) -> Value:
         if len(value) > MAX_STRING_BYTES:
             raise ValueRuleError(field, "max-string-bytes", f"bytes longer than {MAX_STRING_BYTES}")
         return value  # type: ignore[no-any-return]
+    if isinstance(value, (msgpack.Timestamp, msgpack.ExtType)):
+        raise ValueTypeError(field, "no-ext-types", "msgpack extension types are not values")
     if t is list or t is dict:
         if depth > MAX_DEPTH:
             raise ValueRuleError(field, "max-depth", f"nesting deeper than {MAX_DEPTH}")
@@ -125,8 +127,15 @@ def encode_canonical(value: Value, field: str = "value") -> bytes:
     return data
 
 
+class _ExtFound(Exception):
+    """Raised inside msgpack's ext hook; mapped to EncodingError with the caller's field."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
 def _reject_ext(code: int, data: bytes) -> Any:
-    raise EncodingError("bytes", "no-ext-types", f"msgpack extension type {code} is not allowed")
+    raise _ExtFound(code)
 
 
 def decode_value(data: bytes, field: str = "value") -> Value:
@@ -155,10 +164,11 @@ def decode_value(data: bytes, field: str = "value") -> Value:
             max_bin_len=MAX_STRING_BYTES,
             max_array_len=MAX_CONTAINER_ITEMS,
             max_map_len=MAX_CONTAINER_ITEMS,
-            max_ext_len=0,
         )
-    except EncodingError:
-        raise
+    except _ExtFound as exc:
+        raise EncodingError(
+            field, "no-ext-types", f"msgpack extension type {exc.code} is not allowed"
+        ) from None
     except msgpack.ExtraData:
         raise EncodingError(field, "trailing-bytes", "bytes left over after one value") from None
     except (ValueError, msgpack.UnpackException, TypeError, RecursionError) as exc:

@@ -22,7 +22,14 @@ import blake3
 import msgpack
 
 from registry import Registry
-from registry.value import INT_MAX, Value, canonical_value, decode_value, encode_value
+from registry.value import (
+    INT_MAX,
+    MAX_ENCODED_BYTES,
+    Value,
+    canonical_value,
+    decode_value,
+    encode_value,
+)
 from statefuse.error import EncodingError, OpRuleError
 
 #: Version of the op encoding; stored in every op as ``"v"``.
@@ -206,7 +213,8 @@ def _confidence(name: str, v: object) -> float:
 
 
 def _value(name: str, v: object) -> Value:
-    return canonical_value(v, name)
+    # Depth 2: a value sits one level inside the op's own map, and the decoder counts from there.
+    return canonical_value(v, name, depth=2)
 
 
 def _opt_name(name: str, v: object) -> str:
@@ -227,7 +235,12 @@ class _OpBase:
     def _validate_and_seal(self) -> None:
         for name, check in self._SCHEMA:
             object.__setattr__(self, name, check(name, getattr(self, name)))
-        object.__setattr__(self, "op_id", blake3.blake3(self.encode()).digest())
+        data = self.encode()
+        if len(data) > MAX_ENCODED_BYTES:
+            raise OpRuleError(
+                "op", "max-encoded-bytes", f"op encodes to more than {MAX_ENCODED_BYTES} bytes"
+            )
+        object.__setattr__(self, "op_id", blake3.blake3(data).digest())
 
     def to_value(self) -> dict[str, Value]:
         """The op as a plain value map (the thing that is canonically encoded)."""
@@ -448,7 +461,7 @@ def decode_op(data: bytes) -> Op:
     if type(raw) is not dict:
         raise EncodingError("op", "op-is-map", f"an op is a map, got {type(raw).__name__}")
     version = raw.pop("v", None)
-    if version != OP_FORMAT_VERSION:
+    if type(version) is not int or version != OP_FORMAT_VERSION:
         raise EncodingError("op.v", "op-version", f"unsupported op format version {version!r}")
     kind = raw.pop("op", None)
     cls = OP_TYPES.get(kind) if isinstance(kind, str) else None

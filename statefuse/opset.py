@@ -20,7 +20,10 @@ def verify_op(op: object, where: str = "op") -> Op:
     """
     if not isinstance(op, _OpBase):
         raise OpRuleError(where, "op-type", f"expected an op, got {type(op).__name__}")
-    actual = op.recompute_id()
+    try:
+        actual = op.recompute_id()
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise OpRuleError(where, "op-encodable", f"op content cannot be encoded: {exc}") from None
     if actual != op.op_id:
         raise OpIdMismatch(op.op_id, actual)
     return op  # type: ignore[return-value]

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from registry import DEFAULT_REGISTRY, Registry
-from registry.value import Value
+from registry.value import Value, canonical_value
 from statefuse.error import OpRuleError
 from statefuse.op import (
     Author,
@@ -24,6 +24,8 @@ from statefuse.op import (
     Layer,
     Op,
     _author,
+    _name,
+    _scope,
     as_ops,
     claim_ref_for,
 )
@@ -103,14 +105,9 @@ class Writer:
         Raises OpRuleError / ValueRuleError / ValueTypeError naming the bad field, and
         NormalizationError when the predicate's contract cannot normalize ``value``.
         """
-        for name, v in (
-            ("namespace", namespace),
-            ("subject", subject),
-            ("predicate", predicate),
-            ("scope", scope),
-        ):
-            if type(v) is not str:
-                raise OpRuleError(name, "str", f"expected str, got {type(v).__name__}")
+        namespace, subject = _name("namespace", namespace), _name("subject", subject)
+        predicate, scope = _name("predicate", predicate), _scope("scope", scope)
+        value = canonical_value(value, "value", depth=2)
         contract = self.registry.contract_for(namespace, predicate)
         if contract.normalizer != "exact":
             self.registry.normal_form(contract, value)
