@@ -176,6 +176,31 @@ def _ids(name: str, v: object) -> tuple[bytes, ...]:
     return _sorted_unique(name, v, _id)
 
 
+#: Distinct labels kept for sharing (see `_label`); past this many, new labels are not shared.
+MAX_SHARED_LABELS = 65_536
+_shared_labels: dict[str, str] = {}
+
+
+def _label(name: str, v: object) -> str:
+    """A name from a small vocabulary (namespace, predicate, scope, kind...), shared, so that a
+    million decoded claims hold one string object per distinct name instead of a copy each.
+    Sharing equal immutable strings changes no result; the table is bounded."""
+    return _share(_name(name, v))
+
+
+def _share(s: str) -> str:
+    shared = _shared_labels.get(s)
+    if shared is not None:
+        return shared
+    if len(_shared_labels) < MAX_SHARED_LABELS:
+        _shared_labels[s] = s
+    return s
+
+
+def _opt_label(name: str, v: object) -> str:
+    return "" if v == "" else _label(name, v)
+
+
 def _roles(name: str, v: object) -> tuple[str, ...]:
     return _sorted_unique(name, v, _name)
 
@@ -189,7 +214,7 @@ def _scope(name: str, v: object) -> str:
             "scope-format",
             f"{v!r} is not one of global, hypothetical, draft, task:<id>, session:<id>",
         )
-    return v
+    return _share(v)
 
 
 def _layer(name: str, v: object) -> Layer:
@@ -338,22 +363,22 @@ class ClaimAdded(_OpBase):
         ("author", _author),
         ("lamport", _lamport),
         ("wall_ms", _ms),
-        ("namespace", _name),
+        ("namespace", _label),
         ("subject", _name),
-        ("predicate", _name),
+        ("predicate", _label),
         ("value", _value),
         ("claim_ref", _id),
         ("scope", _scope),
         ("confidence", _confidence),
         ("evidence", _ids),
         ("provenance", _text),
-        ("authority", _opt_name),
+        ("authority", _opt_label),
         ("layer", _layer),
         ("visibility", _roles),
-        ("constraint", _opt_name),
+        ("constraint", _opt_label),
         ("depends_on", _ids),
         ("expires", _opt_ms),
-        ("kind", _name),
+        ("kind", _label),
         ("reasserts", _ids),
     )
 
