@@ -1,0 +1,125 @@
+"""Rendering results: the text table, the JSON document and the machine description in it.
+
+Invariant: the table and the JSON show the same rows; the JSON adds every raw sample, the run's
+options, the workload statistics and enough about the machine and checkout to compare runs.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from benchmarks.materialize import Row, Unit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip()
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def load_average() -> list[float] | None:
+    """1, 5 and 15 minute load averages (other work on the machine makes timings noisy)."""
+    getloadavg = getattr(os, "getloadavg", None)
+    return None if getloadavg is None else [round(x, 2) for x in getloadavg()]
+
+
+def machine_info() -> dict[str, object]:
+    """Python, platform, CPUs and the checkout (commit, uncommitted changes) of this run."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(affinity(0)) if affinity is not None else None,
+        "packages": {p: _version(p) for p in ("msgpack", "blake3")},
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": None if status is None else bool(status),
+        "load_average": load_average(),
+        "utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _seconds(s: float) -> str:
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} us"
+    if s < 1:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s:.2f} s"
+
+
+def _bytes(b: float) -> str:
+    if b < 10_000:
+        return f"{b:.0f} B"
+    if b < 10_000_000:
+        return f"{b / 1e3:.0f} kB"
+    return f"{b / 1e6:.0f} MB"
+
+
+def _cells(row: Row) -> tuple[str, str, str]:
+    if row.unit is Unit.BYTES:
+        return _bytes(row.median), "", f"{row.per_op:.0f} B"
+    per_op = f"{row.per_op * 1e6:.2f} us" if row.per_op < 1e-3 else _seconds(row.per_op)
+    return _seconds(row.median), _seconds(row.min), per_op
+
+
+_NAME_WIDTH = 60
+_HEADER = (
+    f"{'measurement':<{_NAME_WIDTH}} {'ops':>9}  {'median':>9}  {'min':>9}  {'per op':>10}"
+    f"  {'target':<13} verdict"
+)
+
+
+def format_table(rows: list[Row], title: str) -> str:
+    """The result table: a title, then one block of rows per section."""
+    lines = [title, "", _HEADER, "-" * len(_HEADER)]
+    section = None
+    for row in rows:
+        if row.section != section:
+            if section is not None:
+                lines.append("")
+            section = row.section
+            lines.append(f"[{section}]")
+        median, low, per_op = _cells(row)
+        met = row.met
+        verdict = "" if met is None else ("ok" if met else "MISS")
+        target = row.target.text if row.target else ""
+        name = f"  {row.name}"
+        lines.append(
+            f"{name:<{_NAME_WIDTH}} {row.ops:>9,}  {median:>9}  {low:>9}  {per_op:>10}"
+            f"  {target:<13} {verdict}".rstrip()
+        )
+        if row.note:
+            lines.append(f"      ({row.note})")
+    return "\n".join(lines)
