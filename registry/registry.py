@@ -141,14 +141,20 @@ class Registry:
 
         Total on purpose (the materializer must accept whatever a peer wrote): a value the
         normalizer rejects is keyed by its exact bytes in a separate tag space, so it can only
-        agree with values that are byte-identical to it.
+        agree with values that are byte-identical to it. Raises ValueRuleError /
+        ValueTypeError if ``value`` is not a StateFuse value.
         """
+        return self.canonical_group_key(contract, canonical_value(value))
+
+    def canonical_group_key(self, contract: PredicateContract, value: Value) -> bytes:
+        """`group_key` for a value that is canonical already (taken from a built op), which
+        skips validating it again: the materializer's hot path."""
         if contract.normalizer == "exact":
-            return b"=" + encode_value(value)
+            return b"=" + encode_canonical(value)
         try:
             return b"~" + encode_canonical(self.normal_form(contract, value))
         except InputError:
-            return b"=" + encode_value(value)
+            return b"=" + encode_canonical(value)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Registry) and other._fingerprint == self._fingerprint

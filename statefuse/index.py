@@ -29,6 +29,7 @@ class Index:
     __slots__ = (
         "_by_ref",
         "_functional",
+        "_gmemo",
         "claims",
         "conflicted",
         "decisions",
@@ -55,6 +56,7 @@ class Index:
         self.conflicted: set[LocusKey] = set()
         self.gkeys: dict[bytes, bytes] = {}
         self._functional: dict[tuple[str, str], bool] = {}
+        self._gmemo: dict[tuple[str, type, object], bytes] = {}
         self._by_ref: dict[bytes, tuple[bytes, ...]] | None = None
 
     def copy(self) -> Index:
@@ -72,6 +74,7 @@ class Index:
         out.conflicted = self.conflicted.copy()
         out.gkeys = self.gkeys  # pure cache of claim -> group key
         out._functional = self._functional  # pure cache of the registry
+        out._gmemo = self._gmemo  # pure cache of the registry
         out._by_ref = None if self._by_ref is None else self._by_ref.copy()
         return out
 
@@ -97,17 +100,40 @@ class Index:
         if g is None:
             c = self.claims[cid]
             contract = self.registry.contract_for(c.namespace, c.predicate)
-            g = self.registry.group_key(contract, c.value)
+            value = c.value
+            t = type(value)
+            # For str, int and bytes, equal values of one type have equal canonical bytes, so
+            # the group key is a function of (normalizer, type, value): compute it once per
+            # distinct value. Not for float (0.0 == -0.0) or containers (1 == 1.0 == True).
+            if t is str or t is int or t is bytes:
+                memo_key = (contract.normalizer, t, value)
+                g = self._gmemo.get(memo_key)
+                if g is None:
+                    g = self._gmemo[memo_key] = self.registry.canonical_group_key(contract, value)
+            else:
+                g = self.registry.canonical_group_key(contract, value)
             self.gkeys[cid] = g
         return g
 
     def by_ref(self) -> dict[bytes, tuple[bytes, ...]]:
         """claim_ref -> ids of every claim carrying it (built on first use, then maintained)."""
         if self._by_ref is None:
-            acc: dict[bytes, list[bytes]] = {}
+            # Most refs have one claim: no list per ref (a million small lists cost a second
+            # of allocation and garbage collection at 1M claims), tuples only for shared refs.
+            out: dict[bytes, tuple[bytes, ...]] = {}
+            shared: dict[bytes, list[bytes]] = {}
             for cid, c in self.claims.items():
-                acc.setdefault(c.claim_ref, []).append(cid)
-            self._by_ref = {r: tuple(v) for r, v in acc.items()}
+                ref = c.claim_ref
+                first = out.get(ref)
+                if first is None:
+                    out[ref] = (cid,)
+                elif len(first) == 1 and ref not in shared:
+                    shared[ref] = [first[0], cid]
+                else:
+                    shared[ref].append(cid)
+            for ref, ids in shared.items():
+                out[ref] = tuple(ids)
+            self._by_ref = out
         return self._by_ref
 
     def has_conflict(self, members: Iterable[bytes]) -> bool:
@@ -211,31 +237,24 @@ class Index:
         return True
 
 
-def build(ops: Iterable[Op], registry: Registry) -> Index:
-    """The index of a whole op-set, built in bulk (same result as applying ops one by one).
+def build(
+    claims: dict[bytes, ClaimAdded],
+    retractions: dict[bytes, ClaimRetracted],
+    evidence: dict[bytes, EvidenceAdded],
+    decisions: dict[bytes, DecisionAdded],
+    registry: Registry,
+) -> Index:
+    """The index of ops already split by type; the index takes ownership of the four dicts.
 
     Retractions are indexed first, so every claim is judged once against all of them; group
     keys (normalizer calls) are computed only for loci with several active claims. This is the
     hot path of a full materialize, hence the local-variable style.
     """
     ix = Index(registry)
-    buckets: dict[type, list[Op]] = {
-        ClaimAdded: [],
-        ClaimRetracted: [],
-        EvidenceAdded: [],
-        DecisionAdded: [],
-    }
-    for op in ops:
-        bucket = buckets.get(type(op))
-        if bucket is None:
-            raise TypeError(f"not an op: {type(op).__name__}")
-        bucket.append(op)
-    claims: dict[bytes, ClaimAdded] = {c.op_id: c for c in buckets[ClaimAdded]}  # type: ignore[misc]
-    retractions: dict[bytes, ClaimRetracted] = {r.op_id: r for r in buckets[ClaimRetracted]}  # type: ignore[misc]
     ix.claims = claims
     ix.retractions = retractions
-    ix.evidence = {e.op_id: e for e in buckets[EvidenceAdded]}  # type: ignore[misc]
-    ix.decisions = {d.op_id: d for d in buckets[DecisionAdded]}  # type: ignore[misc]
+    ix.evidence = evidence
+    ix.decisions = decisions
 
     by_id: dict[bytes, list[bytes]] = {}
     by_ref: dict[bytes, list[bytes]] = {}

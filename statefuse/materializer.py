@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from registry import DEFAULT_REGISTRY, Registry
 from statefuse.error import OpRuleError
 from statefuse.index import Index, build
-from statefuse.op import Op
+from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Op
 from statefuse.opset import OpSet
 from statefuse.state import State
 
@@ -34,7 +34,18 @@ def materialize(ops: OpSet | Iterable[Op], *, registry: Registry = DEFAULT_REGIS
     registry = _check_registry(registry)
     if not isinstance(ops, OpSet):
         ops = OpSet(ops)
-    return State(build(ops.unordered(), registry))
+    return State(_build(ops, registry))
+
+
+def _build(ops: OpSet, registry: Registry) -> Index:
+    # One C-level copy per op type: the index owns its dicts, the OpSet keeps growing.
+    return build(
+        ops.of_kind(ClaimAdded).copy(),  # type: ignore[attr-defined]
+        ops.of_kind(ClaimRetracted).copy(),  # type: ignore[attr-defined]
+        ops.of_kind(EvidenceAdded).copy(),  # type: ignore[attr-defined]
+        ops.of_kind(DecisionAdded).copy(),  # type: ignore[attr-defined]
+        registry,
+    )
 
 
 class Materializer:
@@ -50,9 +61,7 @@ class Materializer:
         self, ops: OpSet | Iterable[Op] = (), *, registry: Registry = DEFAULT_REGISTRY
     ) -> None:
         registry = _check_registry(registry)
-        self._ix: Index = build(
-            (ops if isinstance(ops, OpSet) else OpSet(ops)).unordered(), registry
-        )
+        self._ix: Index = _build(ops if isinstance(ops, OpSet) else OpSet(ops), registry)
         self._shared = False
         self._state: State | None = None
 

@@ -249,6 +249,18 @@ def _opt_name(name: str, v: object) -> str:
 # --- the op types ---------------------------------------------------------------------------------
 
 
+_ORDERS: dict[type, tuple[str, ...]] = {}
+
+
+def _encoding_order(cls: type[_OpBase]) -> tuple[str, ...]:
+    """The op's map keys in canonical order (by UTF-8 bytes), computed once per op type."""
+    order = _ORDERS.get(cls)
+    if order is None:
+        names = ["op", "v", *(name for name, _ in cls._SCHEMA)]
+        order = _ORDERS[cls] = tuple(sorted(names, key=lambda n: n.encode("utf-8")))
+    return order
+
+
 class _OpBase:
     """Shared behaviour: validation from ``_SCHEMA``, canonical encoding, id, equality by id."""
 
@@ -269,15 +281,20 @@ class _OpBase:
 
     def to_value(self) -> dict[str, Value]:
         """The op as a plain value map (the thing that is canonically encoded)."""
-        out: dict[str, Value] = {"op": self.KIND, "v": OP_FORMAT_VERSION}
-        for name, _ in self._SCHEMA:
-            v = getattr(self, name)
-            if isinstance(v, tuple):
-                v = list(v)
-            elif isinstance(v, Layer):
-                v = v.value
-            out[name] = v
-        return dict(sorted(out.items(), key=lambda kv: kv[0].encode("utf-8")))
+        out: dict[str, Value] = {}
+        for name in _encoding_order(type(self)):
+            if name == "op":
+                v: object = self.KIND
+            elif name == "v":
+                v = OP_FORMAT_VERSION
+            else:
+                v = getattr(self, name)
+                if isinstance(v, tuple):
+                    v = list(v)
+                elif isinstance(v, Layer):
+                    v = v.value
+            out[name] = v  # type: ignore[assignment]
+        return out
 
     def encode(self) -> bytes:
         """The canonical bytes of this op; ``op_id`` is their blake3."""
