@@ -12,7 +12,16 @@
     │   │   └── NormalizerContractError     a custom normalizer breaks the normalizer contract
     │   │                                   (registry.checker; not pure, so not re-exported here)
     │   └── OpRuleError (ValueError)        an op field breaks the op schema
-    └── OpIdMismatch (ValueError)       an op whose recomputed id differs from the one it claims
+    ├── OpIdMismatch (ValueError)       an op whose recomputed id differs from the one it claims
+    │
+    │   defined in ``sync`` (the merge boundary; ``statefuse`` cannot import it):
+    ├── InputError
+    │   ├── PublicKeyError (ValueError)     a degenerate, small-order or malformed author key
+    │   ├── SignatureError (ValueError)     a signature or message of the wrong type or length
+    │   ├── SigningKeyError (ValueError)    a bad private seed
+    │   └── KeyFileError (ValueError)       a key file that is missing, malformed or too open
+    └── VerificationError (ValueError)  bytes that are not a valid signed change; carries the
+                                        QuarantineReason the change log records
 
 The bottom of the tree lives in ``registry.error`` (``registry`` is the bottom layer and imports
 nothing of ours); this module re-exports it so users import every error from ``statefuse``.

@@ -1,6 +1,53 @@
-"""The merge boundary: keys, signed changes, trust, verification and quarantine, sync.
+"""The merge boundary: keys, signed changes, verification, quarantine and the change log.
 
-Empty until the signed-changes work lands; the package exists so the distribution layout is final.
+Only `verify_change` turns outside bytes into a `VerifiedChange`; a `ChangeLog` accepts, parks
+(pending a missing predecessor) or quarantines every change it receives, and never drops one.
 """
 
-__all__: list[str] = []
+from sync.change import (
+    CHANGE_FORMAT_VERSION,
+    MAX_CHANGE_BYTES,
+    MAX_OPS_PER_CHANGE,
+    SIGNATURE_DOMAIN,
+    UnverifiedChange,
+    VerifiedChange,
+    sign_change,
+)
+from sync.changelog import ChangeLog, Equivocation, Receipt, Status
+from sync.key import (
+    KeyFileError,
+    PublicKey,
+    PublicKeyError,
+    SignatureError,
+    SigningKey,
+    SigningKeyError,
+    verify_signature,
+)
+from sync.quarantine import Quarantine, QuarantineEntry
+from sync.verify import QuarantineReason, VerificationError, verify_change
+
+__all__ = [
+    "CHANGE_FORMAT_VERSION",
+    "MAX_CHANGE_BYTES",
+    "MAX_OPS_PER_CHANGE",
+    "SIGNATURE_DOMAIN",
+    "ChangeLog",
+    "Equivocation",
+    "KeyFileError",
+    "PublicKey",
+    "PublicKeyError",
+    "Quarantine",
+    "QuarantineEntry",
+    "QuarantineReason",
+    "Receipt",
+    "SignatureError",
+    "SigningKey",
+    "SigningKeyError",
+    "Status",
+    "UnverifiedChange",
+    "VerificationError",
+    "VerifiedChange",
+    "sign_change",
+    "verify_change",
+    "verify_signature",
+]

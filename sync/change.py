@@ -1,0 +1,141 @@
+"""Changes: the unit of authorship, signing and sync (SEMANTICS §8).
+
+A change is one author's batch of ops in one shared memory (``space``), numbered ``seq`` from 1
+per author and linked to the author's previous change by ``prev`` (its change id), so an author's
+changes form a hash-chained feed. ``change_id`` is blake3 of the change's canonical encoding; the
+author signs ``SIGNATURE_DOMAIN ‖ change_id`` with Ed25519. The signature is not part of the id,
+so a change has one id however it travels.
+
+Invariant: a `VerifiedChange` exists only if `sync.verify.verify_change` accepted its bytes;
+everything received from outside is an `UnverifiedChange` (just bytes) until then.
+
+Wire format (version 1), canonical msgpack::
+
+    signed change = {"change": <change bytes>, "sig": <64 bytes>, "v": 1}
+    change        = {"author": <32 bytes>, "ops": [[op_id, op bytes], ...],
+                     "prev": <32 bytes> | nil, "registry": <32 bytes>, "seq": int >= 1,
+                     "space": str, "v": 1}
+
+Ops travel as their canonical bytes next to the id the author claims for them; the verifier
+recomputes every id from the bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import blake3
+
+from registry.value import Value, encode_value
+from statefuse.op import Op
+from sync.key import SigningKey
+
+#: Version of the change and signed-change encodings.
+CHANGE_FORMAT_VERSION = 1
+#: What an author's signature covers, before the change id (domain separation: a signature made
+#: for a change can never be mistaken for a signature over anything else).
+SIGNATURE_DOMAIN = b"statefuse/change-signature/v1:"
+#: Most ops in one change.
+MAX_OPS_PER_CHANGE = 10_000
+#: Longest signed change accepted, in bytes.
+MAX_CHANGE_BYTES = 16 << 20
+#: Longest space name, in characters.
+MAX_SPACE_CHARS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class UnverifiedChange:
+    """Bytes that claim to be a signed change: what arrives from a peer, a bundle or a store."""
+
+    data: bytes
+
+    @property
+    def key(self) -> bytes:
+        """blake3 of the bytes: how quarantine names this exact copy (never by a claimed id)."""
+        return blake3.blake3(self.data).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedChange:
+    """A change whose bytes, ids, author, signature and limits were checked.
+
+    Build one only through `sync.verify.verify_change` (or `sign_change` for your own ops).
+    """
+
+    space: str
+    author: bytes
+    seq: int
+    prev: bytes | None
+    registry: bytes
+    ops: tuple[Op, ...]
+    change_id: bytes
+    signature: bytes
+    data: bytes = field(repr=False)
+
+    def __hash__(self) -> int:
+        return hash(self.change_id)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, VerifiedChange):
+            return NotImplemented
+        return self.change_id == other.change_id and self.signature == other.signature
+
+
+def change_body(
+    *,
+    space: str,
+    author: bytes,
+    seq: int,
+    prev: bytes | None,
+    registry: bytes,
+    ops: Sequence[Op],
+) -> bytes:
+    """The canonical bytes of a change (what ``change_id`` hashes)."""
+    body: dict[str, Value] = {
+        "author": author,
+        "ops": [[op.op_id, op.encode()] for op in ops],
+        "prev": prev,
+        "registry": registry,
+        "seq": seq,
+        "space": space,
+        "v": CHANGE_FORMAT_VERSION,
+    }
+    return encode_value(body, "change")
+
+
+def change_id_of(body: bytes) -> bytes:
+    return blake3.blake3(body).digest()
+
+
+def signed_message(change_id: bytes) -> bytes:
+    """The exact bytes an author signs for a change."""
+    return SIGNATURE_DOMAIN + change_id
+
+
+def wire(body: bytes, signature: bytes) -> bytes:
+    """The signed-change bytes that travel and are stored."""
+    return encode_value({"change": body, "sig": signature, "v": CHANGE_FORMAT_VERSION}, "signed")
+
+
+def sign_change(
+    key: SigningKey,
+    *,
+    space: str,
+    seq: int,
+    prev: bytes | None,
+    registry: bytes,
+    ops: Sequence[Op],
+) -> VerifiedChange:
+    """Sign a batch of one's own ops as one change and check it like any received change.
+
+    Raises VerificationError (with the reason) if the result would not verify, e.g. an op by
+    another author, a broken seq/prev pair or too many ops — the same rules peers apply.
+    """
+    from sync.verify import verify_change
+
+    body = change_body(
+        space=space, author=key.author, seq=seq, prev=prev, registry=registry, ops=ops
+    )
+    signature = key.sign(signed_message(change_id_of(body)))
+    return verify_change(UnverifiedChange(wire(body, signature)), space=space)

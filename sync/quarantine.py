@@ -1,0 +1,69 @@
+"""Quarantine: where refused bytes are kept, with the reason, for audit (never dropped).
+
+Invariant: entries are keyed by blake3 of the exact bytes, never by an id the bytes claim, so a
+forged or corrupted copy seen first can never shadow or block the genuine change that arrives
+later. The store only grows; seeing the same bytes again updates ``last_seen_ms`` and ``count``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import blake3
+
+from sync.verify import QuarantineReason
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineEntry:
+    """Refused bytes, why they were refused, and when they were seen."""
+
+    key: bytes
+    data: bytes
+    reason: QuarantineReason
+    message: str
+    first_seen_ms: int
+    last_seen_ms: int
+    count: int = 1
+
+
+class Quarantine:
+    """An append-only, in-memory quarantine (the store keeps it durable in a later layer)."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[bytes, QuarantineEntry] = {}
+
+    def add(
+        self, data: bytes, reason: QuarantineReason, message: str, *, seen_ms: int
+    ) -> QuarantineEntry:
+        """Record ``data`` as refused; returns the (possibly updated) entry."""
+        key = blake3.blake3(data).digest()
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = QuarantineEntry(key, data, reason, message, seen_ms, seen_ms)
+        else:
+            entry = replace(
+                entry, last_seen_ms=max(entry.last_seen_ms, seen_ms), count=entry.count + 1
+            )
+        self._entries[key] = entry
+        return entry
+
+    def get(self, key: bytes) -> QuarantineEntry | None:
+        return self._entries.get(key)
+
+    def __contains__(self, data: object) -> bool:
+        return isinstance(data, bytes) and blake3.blake3(data).digest() in self._entries
+
+    def __iter__(self) -> Iterator[QuarantineEntry]:
+        """Entries sorted by key (deterministic)."""
+        return iter([self._entries[k] for k in sorted(self._entries)])
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def verdicts(self) -> dict[bytes, QuarantineReason]:
+        """key -> reason, for comparing replicas."""
+        return {k: e.reason for k, e in sorted(self._entries.items())}
