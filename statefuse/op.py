@@ -490,6 +490,20 @@ Op = Union[EvidenceAdded, ClaimAdded, ClaimRetracted, DecisionAdded]  # noqa: UP
 OP_TYPES: dict[str, type[Op]] = {
     t.KIND: t for t in (EvidenceAdded, ClaimAdded, ClaimRetracted, DecisionAdded)
 }
+#: Op types other layers add (the trust ops of ``sync``), decoded like the core ones. The
+#: materializer never sees them: the layer that registers a type filters its ops out first.
+_EXTRA_OP_TYPES: dict[str, type[_OpBase]] = {}
+
+
+def register_op_type(cls: type[_OpBase]) -> None:
+    """Let `decode_op` decode ``cls`` (an `_OpBase` dataclass with a unique ``KIND``).
+
+    Raises OpRuleError if the kind is taken by another type.
+    """
+    taken = OP_TYPES.get(cls.KIND) or _EXTRA_OP_TYPES.get(cls.KIND)
+    if taken is not None and taken is not cls:
+        raise OpRuleError("KIND", "unique-op-kind", f"op kind {cls.KIND!r} is already taken")
+    _EXTRA_OP_TYPES[cls.KIND] = cls
 
 
 def decode_op(data: bytes) -> Op:
@@ -506,7 +520,9 @@ def decode_op(data: bytes) -> Op:
     if type(version) is not int or version != OP_FORMAT_VERSION:
         raise EncodingError("op.v", "op-version", f"unsupported op format version {version!r}")
     kind = raw.pop("op", None)
-    cls = OP_TYPES.get(kind) if isinstance(kind, str) else None
+    cls: type[_OpBase] | None = None
+    if isinstance(kind, str):
+        cls = OP_TYPES.get(kind) or _EXTRA_OP_TYPES.get(kind)
     if cls is None:
         raise EncodingError("op.op", "op-type", f"unknown op type {kind!r}")
     expected = {name for name, _ in cls._SCHEMA}
@@ -527,7 +543,7 @@ def decode_op(data: bytes) -> Op:
         raise EncodingError(
             "op", "canonical", "op fields are not in canonical form (order/duplicates)"
         )
-    return op
+    return op  # type: ignore[return-value]  # or an op of a registered extra type
 
 
 def as_ops(items: Iterable[object]) -> list[Op]:

@@ -13,7 +13,7 @@ from sync.change import (
     VerifiedChange,
     sign_change,
 )
-from sync.changelog import ChangeLog, Equivocation, Receipt, Status
+from sync.changelog import ChangeLog, Equivocation, Ignored, Receipt, Status, TrustConfigError
 from sync.key import (
     KeyFileError,
     PublicKey,
@@ -24,6 +24,16 @@ from sync.key import (
     verify_signature,
 )
 from sync.quarantine import Quarantine, QuarantineEntry
+from sync.trust import (
+    AuthorAdmitted,
+    AuthorRevoked,
+    RolesGranted,
+    RolesWithdrawn,
+    TrustMode,
+    TrustState,
+    TrustWriter,
+    trust_state,
+)
 from sync.verify import QuarantineReason, VerificationError, verify_change
 
 __all__ = [
@@ -31,8 +41,11 @@ __all__ = [
     "MAX_CHANGE_BYTES",
     "MAX_OPS_PER_CHANGE",
     "SIGNATURE_DOMAIN",
+    "AuthorAdmitted",
+    "AuthorRevoked",
     "ChangeLog",
     "Equivocation",
+    "Ignored",
     "KeyFileError",
     "PublicKey",
     "PublicKeyError",
@@ -40,14 +53,21 @@ __all__ = [
     "QuarantineEntry",
     "QuarantineReason",
     "Receipt",
+    "RolesGranted",
+    "RolesWithdrawn",
     "SignatureError",
     "SigningKey",
     "SigningKeyError",
     "Status",
+    "TrustConfigError",
+    "TrustMode",
+    "TrustState",
+    "TrustWriter",
     "UnverifiedChange",
     "VerificationError",
     "VerifiedChange",
     "sign_change",
+    "trust_state",
     "verify_change",
     "verify_signature",
 ]

@@ -7,6 +7,10 @@ the pending area and is admitted the moment the predecessor is; a link that cont
 predecessor is quarantined as a broken chain. Two different accepted changes with the same author
 and seq are an *equivocation*: both are kept as proof, and the author's ops from that seq on are
 left out of the op-set that is materialized.
+
+Trust (`sync.trust`) is applied the same way, as a pure function of the accepted set: changes by
+authors a closed space has not admitted, or after a revocation's cutoff, stay in the log (so a
+later admission or an audit can see them) but do not count; `ChangeLog.verdicts` says why.
 """
 
 from __future__ import annotations
@@ -16,12 +20,26 @@ from dataclasses import dataclass
 from enum import Enum
 
 from registry import DEFAULT_REGISTRY, Registry
+from registry.error import InputError
 from statefuse.materializer import materialize
 from statefuse.opset import OpSet
 from statefuse.state import State
 from sync.change import UnverifiedChange, VerifiedChange
 from sync.quarantine import Quarantine
+from sync.trust import TRUST_OP_TYPES, TrustMode, TrustState, trust_state
 from sync.verify import QuarantineReason, VerificationError, verify_change
+
+
+class TrustConfigError(InputError, ValueError):
+    """A change log configured against the trust rules (e.g. closed mode without a root)."""
+
+
+class Ignored(Enum):
+    """Why an accepted (verified, kept) change does not count in the materialized memory."""
+
+    EQUIVOCATION = "equivocation"
+    UNKNOWN_AUTHOR = "unknown-author"
+    REVOKED = "revoked"
 
 
 class Status(Enum):
@@ -57,10 +75,16 @@ class Equivocation:
 class ChangeLog:
     """Verified changes of one space, with pending and quarantine areas."""
 
-    __slots__ = ("_accepted", "_by_seq", "_pending", "quarantine", "space")
+    __slots__ = ("_accepted", "_by_seq", "_pending", "mode", "quarantine", "root", "space")
 
-    def __init__(self, space: str) -> None:
+    def __init__(
+        self, space: str, *, root: bytes | None = None, mode: TrustMode = TrustMode.OPEN
+    ) -> None:
+        if mode is TrustMode.CLOSED and root is None:
+            raise TrustConfigError("root", "closed-needs-root", "closed mode needs a root key")
         self.space = space
+        self.root = root
+        self.mode = mode
         self._accepted: dict[bytes, VerifiedChange] = {}
         self._by_seq: dict[tuple[bytes, int], list[bytes]] = {}
         self._pending: dict[bytes, dict[bytes, VerifiedChange]] = {}
@@ -155,17 +179,52 @@ class ChangeLog:
             if len(ids) > 1
         ]
 
-    def ops(self) -> OpSet:
-        """The ops that count: accepted changes, minus each equivocating author's changes from
-        the first equivocated seq on."""
+    def _equivocation_cutoffs(self) -> dict[bytes, int]:
         cutoff: dict[bytes, int] = {}
         for e in self.equivocations():
             cutoff[e.author] = min(cutoff.get(e.author, e.seq), e.seq)
+        return cutoff
+
+    def trust(self) -> TrustState:
+        """The trust decisions of the root's trust ops in its counted changes."""
+        root = self.root if self.root is not None else b""
+        equivocated = self._equivocation_cutoffs()
+        limit = equivocated.get(root)
+        trust_ops = [
+            op
+            for c in self._accepted.values()
+            if c.author == root and (limit is None or c.seq < limit)
+            for op in c.ops
+            if isinstance(op, TRUST_OP_TYPES)
+        ]
+        return trust_state(root, self.mode, trust_ops)
+
+    def verdicts(self) -> dict[bytes, Ignored]:
+        """change_id -> why an accepted change does not count (changes that count are absent).
+
+        A pure function of the accepted set, so replicas with the same changes agree."""
+        trust = self.trust()
+        equivocated = self._equivocation_cutoffs()
+        out: dict[bytes, Ignored] = {}
+        for cid in sorted(self._accepted):
+            c = self._accepted[cid]
+            limit = equivocated.get(c.author)
+            if limit is not None and c.seq >= limit:
+                out[cid] = Ignored.EQUIVOCATION
+            elif not trust.may_write(c.author):
+                out[cid] = Ignored.UNKNOWN_AUTHOR
+            elif not trust.counts(c.author, c.seq, cid):
+                out[cid] = Ignored.REVOKED
+        return out
+
+    def ops(self) -> OpSet:
+        """The memory ops that count: accepted changes minus those in `verdicts` (equivocation,
+        unknown author in closed mode, revoked). Trust ops are not memory ops: see `trust`."""
+        ignored = self.verdicts()
         out = OpSet()
-        for c in self._accepted.values():
-            limit = cutoff.get(c.author)
-            if limit is None or c.seq < limit:
-                out.update(c.ops)
+        for cid, c in self._accepted.items():
+            if cid not in ignored:
+                out.update(op for op in c.ops if not isinstance(op, TRUST_OP_TYPES))
         return out
 
     def materialize(self, *, registry: Registry = DEFAULT_REGISTRY) -> State:

@@ -1,0 +1,290 @@
+"""Trust as data: who may write to a space, decided by ops signed by the space's root key.
+
+Trust ops travel inside changes like any other op. Only the root author's trust ops count;
+anyone else's are kept but ignored (and reported). The trust state is a pure function of the set
+of root trust ops, so every replica that holds the same changes reaches the same decisions,
+whatever order they arrived in:
+
+- ``AuthorAdmitted``: the author may write (in closed mode) and holds the given roles.
+- ``AuthorRevoked``: the author's changes after ``through_seq`` are ignored, whatever they
+  claim; if ``through_change`` is given, the author's change at ``through_seq`` must be that
+  one. Several revocations of one author: the earliest cutoff wins. Revocation is final: a
+  revoked author needs a new key.
+- ``RolesGranted`` / ``RolesWithdrawn``: per (author, role), the op with the highest
+  (lamport, op_id) decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+from statefuse.error import OpRuleError
+from statefuse.op import (
+    _author,
+    _id,
+    _lamport,
+    _ms,
+    _OpBase,
+    _opt_id,
+    _roles,
+    _text,
+    register_op_type,
+)
+from sync.key import PublicKey
+
+
+class TrustMode(Enum):
+    """``open``: any author with a valid signature may write (the single-user default).
+    ``closed``: only the root and admitted authors may write."""
+
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+def _subject(name: str, v: object) -> bytes:
+    """An author key that may be admitted: raises PublicKeyError (rule ``small-order``,
+    ``not-on-curve``...) for a degenerate key, which could otherwise sign anything."""
+    return PublicKey(v).author  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AuthorAdmitted(_OpBase):
+    """The root admits ``subject`` as a writer with ``roles``."""
+
+    KIND: ClassVar[str] = "AuthorAdmitted"
+    author: bytes
+    lamport: int
+    wall_ms: int
+    subject: bytes
+    roles: tuple[str, ...] = ()
+    op_id: bytes = field(init=False, repr=False)
+
+    _SCHEMA: ClassVar[tuple[tuple[str, Any], ...]] = (
+        ("author", _author),
+        ("lamport", _lamport),
+        ("wall_ms", _ms),
+        ("subject", _subject),
+        ("roles", _roles),
+    )
+
+    def __post_init__(self) -> None:
+        self._validate_and_seal()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AuthorRevoked(_OpBase):
+    """The root revokes ``subject``: its changes after ``through_seq`` no longer count."""
+
+    KIND: ClassVar[str] = "AuthorRevoked"
+    author: bytes
+    lamport: int
+    wall_ms: int
+    subject: bytes
+    through_seq: int
+    through_change: bytes | None = None
+    reason: str = ""
+    op_id: bytes = field(init=False, repr=False)
+
+    _SCHEMA: ClassVar[tuple[tuple[str, Any], ...]] = (
+        ("author", _author),
+        ("lamport", _lamport),
+        ("wall_ms", _ms),
+        ("subject", _subject),
+        ("through_seq", _ms),
+        ("through_change", _opt_id),
+        ("reason", _text),
+    )
+
+    def __post_init__(self) -> None:
+        if self.through_change is not None and self.through_seq == 0:
+            raise OpRuleError(
+                "through_change", "revocation-cutoff", "seq 0 keeps no change to name"
+            )
+        self._validate_and_seal()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RolesGranted(_OpBase):
+    """The root grants ``roles`` to ``subject``."""
+
+    KIND: ClassVar[str] = "RolesGranted"
+    author: bytes
+    lamport: int
+    wall_ms: int
+    subject: bytes
+    roles: tuple[str, ...]
+    op_id: bytes = field(init=False, repr=False)
+
+    _SCHEMA: ClassVar[tuple[tuple[str, Any], ...]] = (
+        ("author", _author),
+        ("lamport", _lamport),
+        ("wall_ms", _ms),
+        ("subject", _subject),
+        ("roles", _roles),
+    )
+
+    def __post_init__(self) -> None:
+        self._validate_and_seal()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RolesWithdrawn(_OpBase):
+    """The root withdraws ``roles`` from ``subject``."""
+
+    KIND: ClassVar[str] = "RolesWithdrawn"
+    author: bytes
+    lamport: int
+    wall_ms: int
+    subject: bytes
+    roles: tuple[str, ...]
+    op_id: bytes = field(init=False, repr=False)
+
+    _SCHEMA: ClassVar[tuple[tuple[str, Any], ...]] = (
+        ("author", _author),
+        ("lamport", _lamport),
+        ("wall_ms", _ms),
+        ("subject", _subject),
+        ("roles", _roles),
+    )
+
+    def __post_init__(self) -> None:
+        self._validate_and_seal()
+
+
+TRUST_OP_TYPES: tuple[type[_OpBase], ...] = (
+    AuthorAdmitted,
+    AuthorRevoked,
+    RolesGranted,
+    RolesWithdrawn,
+)
+for _t in TRUST_OP_TYPES:
+    register_op_type(_t)
+
+TrustOp = AuthorAdmitted | AuthorRevoked | RolesGranted | RolesWithdrawn
+
+
+@dataclass(frozen=True, slots=True)
+class Cutoff:
+    """The last change of a revoked author that still counts."""
+
+    through_seq: int
+    through_change: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class TrustState:
+    """What the root's trust ops decide (a pure function of them; see the module docstring)."""
+
+    root: bytes
+    mode: TrustMode
+    admitted: frozenset[bytes]
+    cutoffs: dict[bytes, Cutoff]
+    roles: dict[bytes, frozenset[str]]
+
+    def may_write(self, author: bytes) -> bool:
+        return self.mode is TrustMode.OPEN or author == self.root or author in self.admitted
+
+    def counts(self, author: bytes, seq: int, change_id: bytes) -> bool:
+        """Whether the author's change ``seq`` / ``change_id`` survives revocation."""
+        cut = self.cutoffs.get(author)
+        if cut is None or seq < cut.through_seq:
+            return True
+        if seq > cut.through_seq:
+            return False
+        return cut.through_change is None or cut.through_change == change_id
+
+
+def trust_state(root: bytes, mode: TrustMode, ops: Iterable[_OpBase]) -> TrustState:
+    """The trust decisions of the root's trust ops among ``ops`` (others are ignored)."""
+    admitted: set[bytes] = set()
+    cutoffs: dict[bytes, Cutoff] = {}
+    latest: dict[tuple[bytes, str], tuple[int, bytes, bool]] = {}
+    for op in ops:
+        if op.author != root:  # type: ignore[attr-defined]
+            continue
+        if isinstance(op, AuthorAdmitted):
+            admitted.add(op.subject)
+            for role in op.roles:
+                _vote(latest, op.subject, role, op, grant=True)
+        elif isinstance(op, AuthorRevoked):
+            if op.subject == root:
+                continue
+            new = Cutoff(op.through_seq, op.through_change)
+            old = cutoffs.get(op.subject)
+            if old is None or (new.through_seq, new.through_change or b"") < (
+                old.through_seq,
+                old.through_change or b"",
+            ):
+                cutoffs[op.subject] = new
+        elif isinstance(op, (RolesGranted, RolesWithdrawn)):
+            for role in op.roles:
+                _vote(latest, op.subject, role, op, grant=isinstance(op, RolesGranted))
+    roles: dict[bytes, set[str]] = {}
+    for (subject, role), (_, _, granted) in sorted(latest.items()):
+        if granted:
+            roles.setdefault(subject, set()).add(role)
+    return TrustState(
+        root=root,
+        mode=mode,
+        admitted=frozenset(admitted),
+        cutoffs=cutoffs,
+        roles={k: frozenset(v) for k, v in sorted(roles.items())},
+    )
+
+
+def _vote(
+    latest: dict[tuple[bytes, str], tuple[int, bytes, bool]],
+    subject: bytes,
+    role: str,
+    op: _OpBase,
+    *,
+    grant: bool,
+) -> None:
+    stamp = (op.lamport, op.op_id, grant)  # type: ignore[attr-defined]
+    current = latest.get((subject, role))
+    if current is None or stamp[:2] > current[:2]:
+        latest[(subject, role)] = stamp
+
+
+class TrustWriter:
+    """Makes trust ops for the root key, with its own lamport clock."""
+
+    __slots__ = ("_lamport", "root")
+
+    def __init__(self, root: bytes) -> None:
+        self.root = root
+        self._lamport = 0
+
+    def _tick(self) -> int:
+        self._lamport += 1
+        return self._lamport
+
+    def admit(self, author: bytes, roles: Iterable[str] = ()) -> AuthorAdmitted:
+        return AuthorAdmitted(self.root, self._tick(), 0, author, tuple(roles))
+
+    def revoke(
+        self,
+        author: bytes,
+        *,
+        through_seq: int,
+        through_change: bytes | None = None,
+        reason: str = "",
+    ) -> AuthorRevoked:
+        return AuthorRevoked(
+            self.root,
+            self._tick(),
+            0,
+            _id("subject", author),
+            through_seq,
+            through_change,
+            reason,
+        )
+
+    def grant(self, author: bytes, roles: Iterable[str]) -> RolesGranted:
+        return RolesGranted(self.root, self._tick(), 0, author, tuple(roles))
+
+    def withdraw(self, author: bytes, roles: Iterable[str]) -> RolesWithdrawn:
+        return RolesWithdrawn(self.root, self._tick(), 0, author, tuple(roles))
