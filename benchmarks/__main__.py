@@ -15,6 +15,7 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
+from benchmarks import reconcile
 from benchmarks.materialize import (
     Row,
     bench_codecs,
@@ -77,6 +78,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--seed", type=int, default=DEFAULT_SEED, help=f"workload seed (default {DEFAULT_SEED})"
+    )
+    parser.add_argument(
+        "--reconcile", action="store_true", help="run only the set-reconciliation benchmarks"
     )
     parser.add_argument("--json", type=Path, default=None, help="write the JSON result here")
     parser.add_argument(
@@ -176,6 +180,8 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, object]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.reconcile:
+        return reconcile.main(args)
     machine = machine_info()
     rows, info = run(args)
     title = (

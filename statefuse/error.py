@@ -19,7 +19,10 @@
     │   ├── PublicKeyError (ValueError)     a degenerate, small-order or malformed author key
     │   ├── SignatureError (ValueError)     a signature or message of the wrong type or length
     │   ├── SigningKeyError (ValueError)    a bad private seed
-    │   └── KeyFileError (ValueError)       a key file that is missing, malformed or too open
+    │   ├── KeyFileError (ValueError)       a key file that is missing, malformed or too open
+    │   ├── ChangeInputError (TypeError)    something that is not bytes handed over as a change
+    │   ├── TrustConfigError (ValueError)   a change log set up against the trust rules
+    │   └── ReconcileError (ValueError)     a malformed or hostile reconciliation message
     └── VerificationError (ValueError)  bytes that are not a valid signed change; carries the
                                         QuarantineReason the change log records
 

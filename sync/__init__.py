@@ -1,4 +1,5 @@
-"""The merge boundary: keys, signed changes, verification, quarantine and the change log.
+"""The merge boundary: keys, signed changes, verification, quarantine, trust, the change log
+and set reconciliation.
 
 Only `verify_change` turns outside bytes into a `VerifiedChange`; a `ChangeLog` accepts, parks
 (pending a missing predecessor) or quarantines every change it receives, and never drops one.
@@ -24,6 +25,18 @@ from sync.key import (
     verify_signature,
 )
 from sync.quarantine import Quarantine, QuarantineEntry
+from sync.reconcile import (
+    MAX_EXCHANGE_MESSAGES,
+    MAX_LIST_IDS,
+    MAX_MESSAGE_BYTES,
+    MAX_RANGES_PER_MESSAGE,
+    ReconcileConfig,
+    ReconcileError,
+    Reconciler,
+    ReconcileResult,
+    Reply,
+    reconcile_in_memory,
+)
 from sync.trust import (
     AuthorAdmitted,
     AuthorRevoked,
@@ -39,7 +52,11 @@ from sync.verify import QuarantineReason, VerificationError, verify_change
 __all__ = [
     "CHANGE_FORMAT_VERSION",
     "MAX_CHANGE_BYTES",
+    "MAX_EXCHANGE_MESSAGES",
+    "MAX_LIST_IDS",
+    "MAX_MESSAGE_BYTES",
     "MAX_OPS_PER_CHANGE",
+    "MAX_RANGES_PER_MESSAGE",
     "SIGNATURE_DOMAIN",
     "AuthorAdmitted",
     "AuthorRevoked",
@@ -53,6 +70,11 @@ __all__ = [
     "QuarantineEntry",
     "QuarantineReason",
     "Receipt",
+    "ReconcileConfig",
+    "ReconcileError",
+    "ReconcileResult",
+    "Reconciler",
+    "Reply",
     "RolesGranted",
     "RolesWithdrawn",
     "SignatureError",
@@ -66,6 +88,7 @@ __all__ = [
     "UnverifiedChange",
     "VerificationError",
     "VerifiedChange",
+    "reconcile_in_memory",
     "sign_change",
     "trust_state",
     "verify_change",

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 import blake3
 
-from registry.value import Value, encode_value
+from registry.error import InputError
+from registry.value import MAX_STRING_BYTES, Value, encode_value
 from statefuse.op import Op
 from sync.key import SigningKey
 
@@ -36,19 +37,38 @@ CHANGE_FORMAT_VERSION = 1
 #: What an author's signature covers, before the change id (domain separation: a signature made
 #: for a change can never be mistaken for a signature over anything else).
 SIGNATURE_DOMAIN = b"statefuse/change-signature/v1:"
-#: Most ops in one change.
-MAX_OPS_PER_CHANGE = 10_000
-#: Longest signed change accepted, in bytes.
-MAX_CHANGE_BYTES = 16 << 20
+#: Most ops in one change (below the decoder's container limit, so the verifier, not the decoder,
+#: names this rule).
+MAX_OPS_PER_CHANGE = 4096
+#: Longest signed change accepted, in bytes: the change body travels as one bytes value, which
+#: the canonical decoder caps at MAX_STRING_BYTES.
+MAX_CHANGE_BYTES = MAX_STRING_BYTES
 #: Longest space name, in characters.
 MAX_SPACE_CHARS = 256
 
 
+class ChangeInputError(InputError, TypeError):
+    """Something that is not bytes handed over as a change."""
+
+
 @dataclass(frozen=True, slots=True)
 class UnverifiedChange:
-    """Bytes that claim to be a signed change: what arrives from a peer, a bundle or a store."""
+    """Bytes that claim to be a signed change: what arrives from a peer, a bundle or a store.
+
+    Any bytes-like input is copied to immutable ``bytes``, so what is verified (and possibly
+    quarantined) can never change behind the verifier's back. Raises ChangeInputError for input
+    that is not bytes-like.
+    """
 
     data: bytes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, (bytes, bytearray, memoryview)):
+            raise ChangeInputError(
+                "change", "bytes-like", f"a change is bytes, got {type(self.data).__name__}"
+            )
+        if type(self.data) is not bytes:
+            object.__setattr__(self, "data", bytes(self.data))
 
     @property
     def key(self) -> bytes:
@@ -132,8 +152,16 @@ def sign_change(
     Raises VerificationError (with the reason) if the result would not verify, e.g. an op by
     another author, a broken seq/prev pair or too many ops — the same rules peers apply.
     """
-    from sync.verify import verify_change
+    from sync.verify import QuarantineReason, VerificationError, verify_change
 
+    if len(ops) > MAX_OPS_PER_CHANGE:
+        raise VerificationError(
+            QuarantineReason.TOO_MANY_OPS, f"{len(ops)} ops exceeds {MAX_OPS_PER_CHANGE}"
+        )
+    if sum(len(op.encode()) for op in ops) > MAX_CHANGE_BYTES:
+        raise VerificationError(
+            QuarantineReason.OVERSIZED, f"the ops encode to more than {MAX_CHANGE_BYTES} bytes"
+        )
     body = change_body(
         space=space, author=key.author, seq=seq, prev=prev, registry=registry, ops=ops
     )

@@ -92,10 +92,15 @@ class ChangeLog:
 
     # --- receiving -------------------------------------------------------------------------------
 
-    def receive(self, change: UnverifiedChange | bytes, *, seen_ms: int) -> Receipt:
-        """Verify one change and accept, park or quarantine it. Never raises for bad bytes."""
-        if isinstance(change, bytes):
-            change = UnverifiedChange(change)
+    def receive(
+        self, change: UnverifiedChange | bytes | bytearray | memoryview, *, seen_ms: int
+    ) -> Receipt:
+        """Verify one change and accept, park or quarantine it.
+
+        Never raises for bad bytes; raises ChangeInputError for input that is not bytes-like.
+        """
+        if not isinstance(change, UnverifiedChange):
+            change = UnverifiedChange(change)  # type: ignore[arg-type]  # copied to bytes
         try:
             verified = verify_change(change, space=self.space)
         except VerificationError as exc:

@@ -33,7 +33,7 @@ from statefuse.op import (
     _text,
     register_op_type,
 )
-from sync.key import PublicKey
+from sync.key import PublicKey, PublicKeyError
 
 
 class TrustMode(Enum):
@@ -47,7 +47,10 @@ class TrustMode(Enum):
 def _subject(name: str, v: object) -> bytes:
     """An author key that may be admitted: raises PublicKeyError (rule ``small-order``,
     ``not-on-curve``...) for a degenerate key, which could otherwise sign anything."""
-    return PublicKey(v).author  # type: ignore[arg-type]
+    try:
+        return PublicKey(v).author  # type: ignore[arg-type]
+    except PublicKeyError as exc:
+        raise PublicKeyError(name, exc.rule, exc.message) from None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
