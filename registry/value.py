@@ -144,6 +144,26 @@ def decode_value(data: bytes, field: str = "value") -> Value:
     Rejects trailing bytes, truncation, extension types, non-str map keys, integers outside
     int64, non-finite floats, over-deep or oversized data, and any non-canonical form.
     """
+    value = unpack_strict(data, field)
+    try:
+        canon = canonical_value(value, field)
+    except InputError as exc:
+        raise EncodingError(exc.field, exc.rule, exc.message) from None
+    if encode_canonical(canon, field) != data:
+        raise EncodingError(
+            field, "canonical", "bytes are valid msgpack but not the canonical encoding"
+        )
+    return canon
+
+
+def unpack_strict(data: bytes, field: str = "value") -> Any:
+    """The msgpack half of `decode_value`: one bounded msgpack object, no extension types, no
+    trailing bytes. It does NOT check the value model or canonical form: a caller that uses it
+    must re-encode what it built and compare (as `statefuse.op.decode_op` does through the id).
+
+    Raises EncodingError (rules ``max-encoded-bytes``, ``truncated``, ``no-ext-types``,
+    ``trailing-bytes``, ``msgpack``) and ValueTypeError for input that is not bytes.
+    """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueTypeError(field, "bytes-input", f"expected bytes, got {type(data).__name__}")
     data = bytes(data)
@@ -174,15 +194,7 @@ def decode_value(data: bytes, field: str = "value") -> Value:
     except (ValueError, msgpack.UnpackException, TypeError, RecursionError) as exc:
         detail = str(exc) or type(exc).__name__
         raise EncodingError(field, "msgpack", f"not valid msgpack ({detail})") from None
-    try:
-        canon = canonical_value(value, field)
-    except InputError as exc:
-        raise EncodingError(exc.field, exc.rule, exc.message) from None
-    if encode_canonical(canon, field) != data:
-        raise EncodingError(
-            field, "canonical", "bytes are valid msgpack but not the canonical encoding"
-        )
-    return canon
+    return value
 
 
 def same_value(a: object, b: object) -> bool:
