@@ -15,7 +15,7 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks import reconcile
+from benchmarks import ingest, reconcile
 from benchmarks.materialize import (
     Row,
     bench_codecs,
@@ -81,6 +81,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--reconcile", action="store_true", help="run only the set-reconciliation benchmarks"
+    )
+    parser.add_argument(
+        "--ingest", action="store_true", help="run only the verified-ingest benchmarks"
     )
     parser.add_argument("--json", type=Path, default=None, help="write the JSON result here")
     parser.add_argument(
@@ -182,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.reconcile:
         return reconcile.main(args)
+    if args.ingest:
+        return ingest.main(args)
     machine = machine_info()
     rows, info = run(args)
     title = (
