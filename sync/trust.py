@@ -54,10 +54,10 @@ def _subject(name: str, v: object) -> bytes:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class AuthorAdmitted(_OpBase):
-    """The root admits ``subject`` as a writer with ``roles``."""
+class _SubjectRoles(_OpBase):
+    """The shape shared by the ops that give or take roles: who, and which roles."""
 
-    KIND: ClassVar[str] = "AuthorAdmitted"
+    KIND: ClassVar[str] = ""
     author: bytes
     lamport: int
     wall_ms: int
@@ -75,6 +75,27 @@ class AuthorAdmitted(_OpBase):
 
     def __post_init__(self) -> None:
         self._validate_and_seal()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AuthorAdmitted(_SubjectRoles):
+    """The root admits ``subject`` as a writer with ``roles``."""
+
+    KIND: ClassVar[str] = "AuthorAdmitted"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RolesGranted(_SubjectRoles):
+    """The root grants ``roles`` to ``subject``."""
+
+    KIND: ClassVar[str] = "RolesGranted"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RolesWithdrawn(_SubjectRoles):
+    """The root withdraws ``roles`` from ``subject``."""
+
+    KIND: ClassVar[str] = "RolesWithdrawn"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -106,54 +127,6 @@ class AuthorRevoked(_OpBase):
             raise OpRuleError(
                 "through_change", "revocation-cutoff", "seq 0 keeps no change to name"
             )
-        self._validate_and_seal()
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class RolesGranted(_OpBase):
-    """The root grants ``roles`` to ``subject``."""
-
-    KIND: ClassVar[str] = "RolesGranted"
-    author: bytes
-    lamport: int
-    wall_ms: int
-    subject: bytes
-    roles: tuple[str, ...]
-    op_id: bytes = field(init=False, repr=False)
-
-    _SCHEMA: ClassVar[tuple[tuple[str, Any], ...]] = (
-        ("author", _author),
-        ("lamport", _lamport),
-        ("wall_ms", _ms),
-        ("subject", _subject),
-        ("roles", _roles),
-    )
-
-    def __post_init__(self) -> None:
-        self._validate_and_seal()
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class RolesWithdrawn(_OpBase):
-    """The root withdraws ``roles`` from ``subject``."""
-
-    KIND: ClassVar[str] = "RolesWithdrawn"
-    author: bytes
-    lamport: int
-    wall_ms: int
-    subject: bytes
-    roles: tuple[str, ...]
-    op_id: bytes = field(init=False, repr=False)
-
-    _SCHEMA: ClassVar[tuple[tuple[str, Any], ...]] = (
-        ("author", _author),
-        ("lamport", _lamport),
-        ("wall_ms", _ms),
-        ("subject", _subject),
-        ("roles", _roles),
-    )
-
-    def __post_init__(self) -> None:
         self._validate_and_seal()
 
 
