@@ -13,9 +13,10 @@ while StateFuse keeps them apart.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from operator import attrgetter
 from typing import Any, ClassVar, Union
 
 import blake3
@@ -161,6 +162,8 @@ def _opt_id(name: str, v: object) -> bytes | None:
 
 
 def _sorted_unique(name: str, v: object, item: Any) -> tuple[Any, ...]:
+    if (type(v) is tuple or type(v) is list) and not v:
+        return ()
     if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple, set, frozenset)):
         raise _err(name, "list", f"expected a list, got {type(v).__name__}")
     if len(v) > MAX_LIST_ITEMS:
@@ -262,17 +265,40 @@ def _encoding_order(cls: type[_OpBase]) -> tuple[str, ...]:
     return order
 
 
+def _encoder(cls: type[_OpBase]) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
+    """The op's map keys in canonical order and a getter of its values in that order."""
+    enc = _ENCODERS.get(cls)
+    if enc is None:
+        order = _encoding_order(cls)
+        names = ("KIND" if n == "op" else "FORMAT_VERSION" if n == "v" else n for n in order)
+        enc = _ENCODERS[cls] = (order, attrgetter(*names))
+    return enc
+
+
+_ENCODERS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
+
+
+def _plain(obj: object) -> object:
+    if isinstance(obj, Layer):
+        return obj.value
+    raise TypeError(f"{type(obj).__name__} is not encodable")
+
+
 class _OpBase:
     """Shared behaviour: validation from ``_SCHEMA``, canonical encoding, id, equality by id."""
 
     __slots__ = ()
     KIND: ClassVar[str]
+    FORMAT_VERSION: ClassVar[int] = OP_FORMAT_VERSION
     _SCHEMA: ClassVar[tuple[tuple[str, Any], ...]]
     op_id: bytes
 
     def _validate_and_seal(self) -> None:
         for name, check in self._SCHEMA:
-            object.__setattr__(self, name, check(name, getattr(self, name)))
+            old = getattr(self, name)
+            new = check(name, old)
+            if new is not old:
+                object.__setattr__(self, name, new)
         data = self.encode()
         if len(data) > MAX_ENCODED_BYTES:
             raise OpRuleError(
@@ -298,9 +324,19 @@ class _OpBase:
         return out
 
     def encode(self) -> bytes:
-        """The canonical bytes of this op; ``op_id`` is their blake3."""
+        """The canonical bytes of this op; ``op_id`` is their blake3.
+
+        The same bytes as canonically encoding `to_value`, built faster (this runs for every op
+        written and every op received): one C-level attribute fetch in canonical key order;
+        tuples pack as arrays and a Layer as its value. Fields hold exact, validated types, so
+        msgpack's non-strict mode cannot change their meaning.
+        """
+        order, fetch = _encoder(type(self))
         packed: bytes = msgpack.packb(
-            self.to_value(), use_bin_type=True, use_single_float=False, strict_types=True
+            dict(zip(order, fetch(self), strict=True)),
+            use_bin_type=True,
+            use_single_float=False,
+            default=_plain,
         )
         return packed
 
