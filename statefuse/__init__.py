@@ -25,6 +25,7 @@ from statefuse.error import (
     ValueRuleError,
     ValueTypeError,
 )
+from statefuse.judge import CallableResolver, judge_payload
 from statefuse.materializer import Materializer, materialize
 from statefuse.op import (
     ClaimAdded,
@@ -38,6 +39,20 @@ from statefuse.op import (
     decode_op,
 )
 from statefuse.opset import OpSet
+from statefuse.resolver import (
+    Abstain,
+    AbstainAll,
+    AuthorityRank,
+    Chain,
+    Conservative,
+    LatestWins,
+    Resolver,
+    ResolverConfigError,
+    ResolverInput,
+    ResolverInputError,
+    Select,
+    run_resolver,
+)
 from statefuse.state import CandidateGroup, ConflictSet, StaleCause, State, conflict_id_of, locus_of
 from statefuse.writer import Writer
 
@@ -45,16 +60,23 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_REGISTRY",
+    "Abstain",
+    "AbstainAll",
+    "AuthorityRank",
+    "CallableResolver",
     "CandidateGroup",
     "Cardinality",
+    "Chain",
     "ClaimAdded",
     "ClaimRetracted",
     "ConflictSet",
+    "Conservative",
     "ContractError",
     "DecisionAdded",
     "EncodingError",
     "EvidenceAdded",
     "InputError",
+    "LatestWins",
     "Layer",
     "Materializer",
     "NormalizationError",
@@ -65,6 +87,11 @@ __all__ = [
     "Policy",
     "PredicateContract",
     "Registry",
+    "Resolver",
+    "ResolverConfigError",
+    "ResolverInput",
+    "ResolverInputError",
+    "Select",
     "StaleCause",
     "State",
     "StateFuseError",
@@ -79,6 +106,8 @@ __all__ = [
     "decode_op",
     "decode_value",
     "encode_value",
+    "judge_payload",
     "locus_of",
     "materialize",
+    "run_resolver",
 ]

@@ -8,6 +8,8 @@
     │   ├── ValueTypeError (TypeError)      a type StateFuse does not store
     │   ├── EncodingError (ValueError)      bytes that are not the canonical encoding
     │   ├── NormalizationError (ValueError) a contract's normalizer declines a value
+    │   ├── ResolverConfigError (ValueError) a resolver built with bad options
+    │   ├── ResolverInputError (ValueError)  a resolver input that is not a conflict's candidates
     │   ├── ContractError (ValueError)      a bad predicate contract or registry
     │   │   └── NormalizerContractError     a custom normalizer breaks the normalizer contract
     │   │                                   (registry.checker; not pure, so not re-exported here)

@@ -32,6 +32,7 @@ PURE_CORE = (
     "statefuse.op",
     "statefuse.opset",
     "statefuse.error",
+    "statefuse.resolver",
     "registry.value",
     "registry.contract",
     "registry.normalizer",

@@ -1,0 +1,463 @@
+"""Bounded resolvers: choose one shown candidate of a conflict, or abstain (SEMANTICS §7.4).
+
+Invariant: a resolver can only select a candidate it was shown, or abstain; it can never change
+memory. It receives an immutable `ResolverInput` (a frozen `ConflictSet` and the frozen
+`ClaimAdded` ops the lens may see) and returns a value, `Select(claim_id, reason)` or
+`Abstain(reason)`; it has no handle on the op-set, the writer or the state, so the worst it can
+do is choose badly among what it was shown. Every caller goes through `run_resolver`, which turns
+anything else (an exception, a wrong type, an id that was not shown, such as a hidden or
+retracted claim) into `Abstain` with the error recorded. A bad resolver therefore leaves a
+conflict surfaced with all its candidates, never resolved to something it was not offered:
+failing closed keeps a planner from acting on a choice nobody could check.
+
+The built-ins (`AbstainAll`, `LatestWins`, `AuthorityRank`, `Conservative`, `Chain`) are pure:
+their answer depends only on the set of shown candidates and the conflict's groups, never on the
+order they are given in or on the hash seed. `statefuse.judge.CallableResolver` (its own module:
+it starts threads, which the pure core must not) hands a conflict to an outside judge.
+
+Errors: the constructors raise `ResolverConfigError` (an `InputError` and `ValueError`) naming
+the bad argument; `ResolverInput` raises `ResolverInputError` likewise. Resolving never raises.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Protocol
+
+from registry.error import InputError
+from statefuse.op import ClaimAdded
+from statefuse.state import ConflictSet
+
+#: Longest error text kept from a failing resolver (a hostile one may raise a huge message).
+MAX_ERROR_CHARS = 500
+#: Format tag of the payload `CallableResolver` hands to its judge.
+
+
+class ResolverConfigError(InputError, ValueError):
+    """A resolver built with a bad argument (``field`` names it, ``rule`` says which rule)."""
+
+
+class ResolverInputError(InputError, ValueError):
+    """A `ResolverInput` whose candidates do not belong to its conflict."""
+
+
+@dataclass(frozen=True, slots=True)
+class Select:
+    """Choose the shown candidate ``claim_id``; ``reason`` says why (for the View's explanation)."""
+
+    claim_id: bytes
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Abstain:
+    """Choose nothing: the conflict stays unresolved and is surfaced with all its candidates.
+
+    ``error`` is set when the abstention is a failure (the resolver raised, timed out or answered
+    something malformed), and says what went wrong.
+    """
+
+    reason: str
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResolverInput:
+    """What a resolver is shown: one conflict, its visible candidates, and the lens.
+
+    ``candidates`` are the claims of ``conflict`` the lens may see (the projection drops hidden,
+    out-of-scope and expired ones); the constructor sorts them by claim_id, so callers may pass
+    any order. ``groups`` is derived: the conflict's candidate groups restricted to the shown
+    candidates, as tuples of claims sorted by claim_id, the groups sorted by normal form (groups
+    with no shown claim are dropped, so a hidden claim's agreement never counts). ``lens`` is
+    opaque here; resolvers that need it know its type.
+
+    Raises ResolverInputError if ``conflict`` is not a ConflictSet, ``candidates`` is not a
+    sequence, or a candidate is not a ClaimAdded, appears twice, is not a candidate of
+    ``conflict`` or belongs to none of its groups.
+    """
+
+    conflict: ConflictSet
+    candidates: tuple[ClaimAdded, ...]
+    lens: object | None = None
+    groups: tuple[tuple[ClaimAdded, ...], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.conflict, ConflictSet):
+            raise ResolverInputError(
+                "conflict", "conflict-type", f"expected ConflictSet, got {type(self.conflict)}"
+            )
+        if isinstance(self.candidates, (str, bytes)) or not isinstance(self.candidates, Sequence):
+            raise ResolverInputError(
+                "candidates", "sequence", f"expected a tuple of claims, got {type(self.candidates)}"
+            )
+        shown: dict[bytes, ClaimAdded] = {}
+        for i, c in enumerate(self.candidates):
+            if not isinstance(c, ClaimAdded):
+                raise ResolverInputError(
+                    f"candidates[{i}]", "claim-type", f"expected ClaimAdded, got {type(c)}"
+                )
+            if c.claim_id in shown:
+                raise ResolverInputError(
+                    f"candidates[{i}]", "unique", f"claim {c.claim_id.hex()} is listed twice"
+                )
+            shown[c.claim_id] = c
+        group_of: dict[bytes, bytes] = {}
+        for g in self.conflict.groups:
+            for cid in g.claim_ids:
+                group_of[cid] = g.normal_key
+        members: dict[bytes, list[ClaimAdded]] = {}
+        in_conflict = frozenset(self.conflict.candidates)
+        for cid in sorted(shown):
+            if cid not in in_conflict or cid not in group_of:
+                raise ResolverInputError(
+                    "candidates",
+                    "candidate-of-conflict",
+                    f"claim {cid.hex()} is not a grouped candidate of the conflict",
+                )
+            members.setdefault(group_of[cid], []).append(shown[cid])
+        object.__setattr__(self, "candidates", tuple(shown[cid] for cid in sorted(shown)))
+        object.__setattr__(self, "groups", tuple(tuple(members[k]) for k in sorted(members)))
+
+
+class Resolver(Protocol):
+    """Chooses one shown candidate of a conflict, or abstains. Call it through `run_resolver`."""
+
+    def resolve(self, inp: ResolverInput) -> Select | Abstain: ...
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:
+        text = f"{type(exc).__name__}: <unprintable>"
+    return text[:MAX_ERROR_CHARS]
+
+
+def _failed(resolver: object, error: str) -> Abstain:
+    return Abstain(
+        reason=f"{type(resolver).__name__} failed; conflict surfaced",
+        error=error[:MAX_ERROR_CHARS],
+    )
+
+
+def run_resolver(resolver: Resolver, inp: ResolverInput) -> Select | Abstain:
+    """Ask ``resolver`` about ``inp``, failing closed; never raises an `Exception`.
+
+    Returns a fresh `Select` of a shown candidate, or an `Abstain`. Becomes ``Abstain(error=...)``:
+    an exception from the resolver, an answer that is not exactly a Select or Abstain (subclasses
+    included, so a hostile object cannot smuggle behaviour downstream), a claim_id that is not
+    bytes or not among ``inp.candidates``, and a reason or error of the wrong type. Does not bound
+    time: wrap a resolver that may hang in `CallableResolver`. ``KeyboardInterrupt`` and
+    ``SystemExit`` propagate, so a user can still stop the process.
+    """
+    try:
+        answer: object = resolver.resolve(inp)
+    except Exception as exc:
+        return _failed(resolver, f"raised {_describe(exc)}")
+    if isinstance(answer, (Select, Abstain)) and type(answer) not in (Select, Abstain):
+        return _failed(
+            resolver, f"answered {type(answer).__name__}, a subclass of Select or Abstain"
+        )
+    if isinstance(answer, Select):
+        cid, reason = answer.claim_id, answer.reason
+        if type(cid) is not bytes:
+            return _failed(resolver, f"selected a claim_id of type {type(cid).__name__}")
+        if type(reason) is not str:
+            return _failed(resolver, f"gave a reason of type {type(reason).__name__}")
+        if not any(c.claim_id == cid for c in inp.candidates):
+            return _failed(resolver, f"selected {cid.hex()[:64]}, which is not a shown candidate")
+        return Select(cid, reason)
+    if isinstance(answer, Abstain):
+        reason, error = answer.reason, answer.error
+        if type(reason) is not str:
+            return _failed(resolver, f"gave a reason of type {type(reason).__name__}")
+        if error is not None and type(error) is not str:
+            return _failed(resolver, f"gave an error of type {type(error).__name__}")
+        return Abstain(reason, error)
+    return _failed(resolver, f"answered {type(answer).__name__}, expected Select or Abstain")
+
+
+# --- helpers shared by the built-ins --------------------------------------------------------------
+
+
+def _check_order(name: str, order: object, *, allow_empty: bool) -> tuple[str, ...]:
+    if isinstance(order, (str, bytes)) or not isinstance(order, Sequence):
+        raise ResolverConfigError(
+            name, "sequence-of-str", f"expected a sequence of authority labels, got {order!r}"
+        )
+    if not order and not allow_empty:
+        raise ResolverConfigError(name, "non-empty", "list at least one authority label")
+    seen: set[str] = set()
+    for i, label in enumerate(order):
+        if type(label) is not str or not label:
+            raise ResolverConfigError(
+                f"{name}[{i}]", "non-empty-str", f"expected a non-empty str, got {label!r}"
+            )
+        if label in seen:
+            raise ResolverConfigError(f"{name}[{i}]", "unique", f"{label!r} is listed twice")
+        seen.add(label)
+    return tuple(order)
+
+
+def _authority_scores(order: tuple[str, ...]) -> dict[str, int]:
+    """Label -> score, higher is better; unknown labels score 0, below every listed one."""
+    return {label: len(order) - i for i, label in enumerate(order)}
+
+
+def _pick(claims: Sequence[ClaimAdded]) -> ClaimAdded:
+    """The deterministic representative: highest (confidence, lamport, claim_id)."""
+    return max(claims, key=lambda c: (c.confidence, c.lamport, c.claim_id))
+
+
+def _no_candidates(name: str) -> Abstain:
+    return Abstain(f"{name}: no candidates shown")
+
+
+# --- built-ins ------------------------------------------------------------------------------------
+
+
+class AbstainAll:
+    """Always abstains: every conflict is surfaced with all its candidates."""
+
+    __slots__ = ()
+
+    def resolve(self, inp: ResolverInput) -> Select | Abstain:
+        return Abstain("surface: every conflict is shown to the reader")
+
+    def __repr__(self) -> str:
+        return "AbstainAll()"
+
+
+class LatestWins:
+    """Selects the candidate with the highest ``(lamport, claim_id)``: the "collapsed" policy.
+
+    Last-writer-wins by logical clock, ties broken by claim_id; it discards the disagreement, so
+    use it for comparison and for predicates whose newest value is by definition the true one.
+    """
+
+    __slots__ = ()
+
+    def resolve(self, inp: ResolverInput) -> Select | Abstain:
+        if not inp.candidates:
+            return _no_candidates("latest")
+        best = max(inp.candidates, key=lambda c: (c.lamport, c.claim_id))
+        return Select(best.claim_id, f"latest: highest lamport ({best.lamport})")
+
+    def __repr__(self) -> str:
+        return "LatestWins()"
+
+
+class AuthorityRank:
+    """Selects the candidate whose authority label ranks best in ``order`` (highest first).
+
+    Labels not in ``order`` (including ``""``) rank below every listed one, and tie with each
+    other. If the best-ranked claims belong to more than one candidate group, the conflict is a
+    tie between equally authoritative sources and it abstains. Otherwise it selects the
+    best-ranked claim of that group with the highest (confidence, lamport, claim_id).
+
+    Raises ResolverConfigError if ``order`` is not a non-empty sequence of distinct non-empty strs.
+    """
+
+    __slots__ = ("_scores", "order")
+
+    def __init__(self, order: Sequence[str]) -> None:
+        self.order = _check_order("order", order, allow_empty=False)
+        self._scores = _authority_scores(self.order)
+
+    def resolve(self, inp: ResolverInput) -> Select | Abstain:
+        if not inp.candidates:
+            return _no_candidates("authority")
+        scores = self._scores
+        top = max(scores.get(c.authority, 0) for c in inp.candidates)
+        label = self.order[len(self.order) - top] if top else "unranked"
+        top_groups = [
+            [c for c in g if scores.get(c.authority, 0) == top]
+            for g in inp.groups
+            if any(scores.get(c.authority, 0) == top for c in g)
+        ]
+        if len(top_groups) > 1:
+            return Abstain(
+                f"authority: {len(top_groups)} disagreeing groups tie at the top rank ({label})"
+            )
+        best = _pick(top_groups[0])
+        return Select(best.claim_id, f"authority: highest-ranked source ({label})")
+
+    def __repr__(self) -> str:
+        return f"AuthorityRank({list(self.order)!r})"
+
+
+def _dec(x: float) -> Decimal:
+    # The shortest decimal that round-trips, i.e. what was written: 0.7 - 0.5 meets a 0.2 margin.
+    return Decimal(repr(x))
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupScore:
+    claims: tuple[ClaimAdded, ...]
+    corroboration: int
+    confidence: Decimal
+    authority: int
+
+    def rank(self) -> tuple[int, Decimal, int]:
+        return (self.corroboration, self.confidence, self.authority)
+
+
+class Conservative:
+    """Selects only when one candidate group clearly dominates every other; else abstains.
+
+    The rule, over the groups of shown candidates (claims whose values share a normal form):
+
+    - Each group G is scored on three dimensions: ``corroboration(G)`` = the number of distinct
+      authors of its claims; ``confidence(G)`` = the highest confidence among its claims;
+      ``authority(G)`` = the best rank of its claims' authority labels in ``authority_order``
+      (highest first; unknown labels rank below every listed one).
+    - G *dominates* H iff ``corroboration(G) - corroboration(H) >= corroboration_margin``,
+      ``confidence(G) - confidence(H) >= confidence_margin`` and, only when ``authority_order``
+      is non-empty, G's authority rank is at least ``authority_margin`` places above H's; and G
+      is strictly better than H on at least one dimension. (Without an order there is no
+      authority information, so that dimension is not compared.) A margin of 0 means "not
+      worse"; the strictness clause keeps a symmetric conflict from being won even then.
+    - If exactly one group dominates every other group, select its claim with the highest
+      (confidence, lamport, claim_id); otherwise abstain, naming the closest rival. At most one
+      group can dominate all the others, and a single shown group wins unopposed.
+
+    Confidences and ``confidence_margin`` are compared as the shortest decimals that round-trip
+    (``Decimal(repr(x))``), so the result is exact and ``0.7`` leads ``0.5`` by ``0.2``.
+
+    Raises ResolverConfigError for a margin that is not a non-negative int
+    (``corroboration_margin``, ``authority_margin``) or a number in [0, 1]
+    (``confidence_margin``), and for a bad ``authority_order`` (distinct non-empty strs).
+    """
+
+    __slots__ = (
+        "_conf_margin",
+        "_scores",
+        "authority_margin",
+        "authority_order",
+        "confidence_margin",
+        "corroboration_margin",
+    )
+
+    def __init__(
+        self,
+        *,
+        corroboration_margin: int = 1,
+        confidence_margin: float = 0.2,
+        authority_order: Sequence[str] = (),
+        authority_margin: int = 1,
+    ) -> None:
+        for name, v in (
+            ("corroboration_margin", corroboration_margin),
+            ("authority_margin", authority_margin),
+        ):
+            if type(v) is not int or v < 0:
+                raise ResolverConfigError(
+                    name, "non-negative-int", f"expected an int >= 0, got {v!r}"
+                )
+        if (
+            type(confidence_margin) not in (int, float)
+            or not math.isfinite(confidence_margin)
+            or not 0 <= confidence_margin <= 1
+        ):
+            raise ResolverConfigError(
+                "confidence_margin", "unit-interval", f"expected 0..1, got {confidence_margin!r}"
+            )
+        self.corroboration_margin = corroboration_margin
+        self.confidence_margin = confidence_margin
+        self.authority_order = _check_order("authority_order", authority_order, allow_empty=True)
+        self.authority_margin = authority_margin
+        self._conf_margin = _dec(confidence_margin)
+        self._scores = _authority_scores(self.authority_order)
+
+    def _score(self, group: tuple[ClaimAdded, ...]) -> _GroupScore:
+        scores = self._scores
+        return _GroupScore(
+            claims=group,
+            corroboration=len({c.author for c in group}),
+            confidence=_dec(max(c.confidence for c in group)),
+            authority=max(scores.get(c.authority, 0) for c in group),
+        )
+
+    def _shortfall(self, g: _GroupScore, h: _GroupScore) -> str | None:
+        """Why ``g`` does not dominate ``h`` (None if it does)."""
+        if g.corroboration - h.corroboration < self.corroboration_margin:
+            return (
+                f"corroboration {g.corroboration} vs {h.corroboration}"
+                f" (margin {self.corroboration_margin})"
+            )
+        if g.confidence - h.confidence < self._conf_margin:
+            return f"confidence {g.confidence} vs {h.confidence} (margin {self._conf_margin})"
+        if self.authority_order and g.authority - h.authority < self.authority_margin:
+            return (
+                f"authority rank lead {g.authority - h.authority} (margin {self.authority_margin})"
+            )
+        if g.rank() == h.rank():
+            return "the groups are symmetric"
+        return None
+
+    def resolve(self, inp: ResolverInput) -> Select | Abstain:
+        if not inp.candidates:
+            return _no_candidates("conservative")
+        scored = [self._score(g) for g in inp.groups]
+        # A group that dominates all others is the strict maximum of (corr, conf, auth), and
+        # inp.groups has a fixed order, so the first maximum is a deterministic leader.
+        leader = max(scored, key=_GroupScore.rank)
+        for rival in scored:
+            if rival is leader:
+                continue
+            why = self._shortfall(leader, rival)
+            if why is not None:
+                return Abstain(f"conservative: no group clearly dominates ({why})")
+        best = _pick(leader.claims)
+        return Select(
+            best.claim_id,
+            f"conservative: the group of {leader.corroboration} author(s)"
+            f" (confidence {leader.confidence}) dominates {len(scored) - 1} other group(s)",
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Conservative(corroboration_margin={self.corroboration_margin!r},"
+            f" confidence_margin={self.confidence_margin!r},"
+            f" authority_order={list(self.authority_order)!r},"
+            f" authority_margin={self.authority_margin!r})"
+        )
+
+
+class Chain:
+    """Asks each resolver in turn (through `run_resolver`); the first that selects wins.
+
+    If all abstain, abstains with their reasons joined by ``"; "`` (and their errors, if any).
+    Raises ResolverConfigError if no resolver is given or one has no callable ``resolve``.
+    """
+
+    __slots__ = ("resolvers",)
+
+    def __init__(self, *resolvers: Resolver) -> None:
+        if not resolvers:
+            raise ResolverConfigError("resolvers", "non-empty", "give at least one resolver")
+        for i, r in enumerate(resolvers):
+            if not callable(getattr(r, "resolve", None)):
+                raise ResolverConfigError(
+                    f"resolvers[{i}]", "resolver", f"{r!r} has no resolve(inp) method"
+                )
+        self.resolvers: tuple[Resolver, ...] = resolvers
+
+    def resolve(self, inp: ResolverInput) -> Select | Abstain:
+        reasons: list[str] = []
+        errors: list[str] = []
+        for r in self.resolvers:
+            answer = run_resolver(r, inp)
+            if isinstance(answer, Select):
+                return answer
+            reasons.append(answer.reason)
+            if answer.error is not None:
+                errors.append(answer.error)
+        return Abstain("; ".join(reasons), "; ".join(errors) if errors else None)
+
+    def __repr__(self) -> str:
+        return f"Chain({', '.join(map(repr, self.resolvers))})"

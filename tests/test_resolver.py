@@ -1,0 +1,651 @@
+"""Bounded resolvers (SEMANTICS §7.4): select a shown candidate or abstain, and fail closed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from statefuse import ClaimAdded, PredicateContract, Registry, Writer, materialize
+from statefuse.judge import JUDGE_INPUT_FORMAT, CallableResolver, judge_payload
+from statefuse.resolver import (
+    Abstain,
+    AbstainAll,
+    AuthorityRank,
+    Chain,
+    Conservative,
+    LatestWins,
+    ResolverConfigError,
+    ResolverInput,
+    ResolverInputError,
+    Select,
+    run_resolver,
+)
+
+REG = Registry([PredicateContract("price", normalizer="number")])
+KEY = ("p", "x", "price")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def writers(*names: str) -> list[Writer]:
+    return [Writer(n, registry=REG, clock=lambda: 0) for n in names]
+
+
+def price(w: Writer, value: Any, *, confidence: float = 1.0, authority: str = "") -> ClaimAdded:
+    return w.claim(*KEY, value, confidence=confidence, authority=authority)
+
+
+def shown(ops: list[Any], *, hide: tuple[bytes, ...] = ()) -> ResolverInput:
+    """The input for the one conflict of ``ops``, with the claims in ``hide`` not shown."""
+    state = materialize(ops, registry=REG)
+    (conflict,) = state.conflicts
+    visible = tuple(state.claims[c] for c in conflict.candidates if c not in hide)
+    return ResolverInput(conflict, visible)
+
+
+def builtins() -> list[Any]:
+    return [
+        AbstainAll(),
+        LatestWins(),
+        AuthorityRank(["admin", "user"]),
+        Conservative(),
+        Conservative(corroboration_margin=0, confidence_margin=0, authority_margin=0),
+        Conservative(authority_order=["admin", "user", "bot"], authority_margin=0),
+        Chain(AuthorityRank(["admin"]), Conservative(), LatestWins()),
+    ]
+
+
+# --- random conflicts ----------------------------------------------------------------------------
+
+AUTHORS = ("ana", "bo", "cy", "di")
+#: Three normal forms (1000, 999, 500), so some candidates agree and some disagree.
+VALUES = (1000, "1,000", 999, "999.00", 500)
+CONFIDENCES = (0.1, 0.5, 0.7, 0.9, 1.0)
+AUTHORITIES = ("", "admin", "user", "bot")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    inp: ResolverInput
+    hidden: tuple[bytes, ...]
+    retracted: tuple[bytes, ...]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    steps = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, len(AUTHORS) - 1),
+                st.sampled_from(VALUES),
+                st.sampled_from(CONFIDENCES),
+                st.sampled_from(AUTHORITIES),
+                st.booleans(),
+            ),
+            min_size=2,
+            max_size=6,
+        )
+    )
+    ws = writers(*AUTHORS)
+    ops: list[Any] = []
+    for who, value, confidence, authority, catch_up in steps:
+        if catch_up:
+            ws[who].observe(ops)
+        ops.append(price(ws[who], value, confidence=confidence, authority=authority))
+    victim = draw(st.none() | st.integers(0, len(ops) - 1))
+    if victim is not None:
+        ops.append(ws[0].retract(claim_id=ops[victim].claim_id))
+    state = materialize(ops, registry=REG)
+    assume(state.conflicts)
+    (conflict,) = state.conflicts
+    ids = conflict.candidates
+    hidden = draw(st.sets(st.sampled_from(ids), max_size=len(ids) - 1))
+    visible = tuple(state.claims[c] for c in ids if c not in hidden)
+    return Scenario(ResolverInput(conflict, visible), tuple(sorted(hidden)), tuple(state.retracted))
+
+
+class Hostile:
+    """A resolver that misbehaves in one of many ways."""
+
+    def __init__(self, answer: Any = None, *, raises: BaseException | None = None) -> None:
+        self.answer, self.raises = answer, raises
+
+    def resolve(self, inp: ResolverInput) -> Any:
+        if self.raises is not None:
+            raise self.raises
+        return self.answer
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+class SneakySelect(Select):
+    __slots__ = ()
+
+
+def hostile_resolvers(s: Scenario, stranger: bytes) -> list[Any]:
+    some = s.inp.candidates[0].claim_id
+    not_shown = [stranger, *s.hidden, *s.retracted]
+    return [
+        *(Hostile(Select(cid, "trust me")) for cid in not_shown),
+        Hostile(Select(some.hex(), "a str id")),  # type: ignore[arg-type]
+        Hostile(Select(bytearray(some), "a bytearray id")),  # type: ignore[arg-type]
+        Hostile(Select(some, None)),  # type: ignore[arg-type]
+        Hostile(Select([some], "unhashable")),  # type: ignore[arg-type]
+        Hostile(SneakySelect(some, "a subclass")),
+        Hostile(Abstain(b"bytes reason")),  # type: ignore[arg-type]
+        Hostile(Abstain("fine", error=42)),  # type: ignore[arg-type]
+        Hostile(None),
+        Hostile(42),
+        Hostile("select it"),
+        Hostile({"select": some.hex()}),
+        Hostile(some),
+        Hostile(raises=ValueError("boom")),
+        Hostile(raises=Unprintable()),
+        Hostile(raises=RecursionError("x" * 10_000)),
+        object(),
+    ]
+
+
+@given(scenarios(), st.binary(min_size=32, max_size=32))
+def test_a_hostile_resolver_always_yields_abstain_with_an_error(s, stranger):
+    for resolver in hostile_resolvers(s, stranger):
+        answer = run_resolver(resolver, s.inp)
+        assert type(answer) is Abstain, resolver
+        assert answer.error, resolver
+        assert len(answer.error) <= 500
+
+
+@given(scenarios())
+def test_every_builtin_abstains_or_selects_a_shown_candidate(s):
+    ids = {c.claim_id for c in s.inp.candidates}
+    for resolver in builtins():
+        answer = resolver.resolve(s.inp)
+        assert run_resolver(resolver, s.inp) == answer
+        if type(answer) is Select:
+            assert answer.claim_id in ids
+        else:
+            assert type(answer) is Abstain and answer.error is None
+
+
+@given(scenarios(), st.data())
+def test_builtins_answer_the_same_whatever_the_order_of_candidates_and_groups(s, data):
+    conflict = s.inp.conflict
+    groups = data.draw(st.permutations(conflict.groups))
+    groups = [replace(g, claim_ids=tuple(data.draw(st.permutations(g.claim_ids)))) for g in groups]
+    shuffled = ResolverInput(
+        replace(conflict, groups=tuple(groups)), tuple(data.draw(st.permutations(s.inp.candidates)))
+    )
+    for resolver in builtins():
+        assert resolver.resolve(shuffled) == resolver.resolve(s.inp)
+
+
+_SEED_SCRIPT = """
+from tests.test_resolver import builtins, fixed_conflict
+inp = fixed_conflict()
+print([repr(r.resolve(inp)) for r in builtins()])
+"""
+
+
+def fixed_conflict() -> ResolverInput:
+    a, b, c, d = writers("ana", "bo", "cy", "di")
+    return shown(
+        [
+            price(a, 1000, confidence=0.9, authority="user"),
+            price(b, "1,000", confidence=0.8, authority="bot"),
+            price(c, 999, confidence=0.5, authority="admin"),
+            price(d, 500, confidence=0.1),
+        ]
+    )
+
+
+def test_builtins_answer_the_same_under_different_hash_seeds():
+    here = str([repr(r.resolve(fixed_conflict())) for r in builtins()])
+    for seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", _SEED_SCRIPT],
+            capture_output=True,
+            text=True,
+            env={"PYTHONHASHSEED": seed, "PATH": ""},
+            cwd=ROOT,
+            check=True,
+            timeout=60,
+        )
+        assert out.stdout.strip() == here
+
+
+# --- ResolverInput and run_resolver --------------------------------------------------------------
+
+
+def test_resolver_input_sorts_candidates_and_groups_only_the_shown_ones():
+    a, b, c = writers("a", "b", "c")
+    agree1, agree2, other = price(a, 1000), price(b, "1,000"), price(c, 999)
+    inp = shown([agree1, agree2, other], hide=(agree2.claim_id,))
+    assert [x.claim_id for x in inp.candidates] == sorted([agree1.claim_id, other.claim_id])
+    assert sorted(len(g) for g in inp.groups) == [1, 1]
+    backwards = ResolverInput(inp.conflict, tuple(reversed(inp.candidates)))
+    assert backwards.candidates == inp.candidates and backwards.groups == inp.groups
+
+
+def test_resolver_input_rejects_claims_that_are_not_candidates_of_the_conflict():
+    a, b = writers("a", "b")
+    x, y = price(a, 1000), price(b, 999)
+    gone = a.retract(claim_id=x.claim_id)
+    z = price(b, 500)
+    inp = shown([x, y, z, gone])
+    with pytest.raises(ResolverInputError) as err:
+        ResolverInput(inp.conflict, (*inp.candidates, x))
+    assert err.value.field == "candidates" and isinstance(err.value, ValueError)
+    with pytest.raises(ResolverInputError, match=r"candidates\[1\].*twice"):
+        ResolverInput(inp.conflict, (y, y))
+    with pytest.raises(ResolverInputError, match=r"candidates\[0\]"):
+        ResolverInput(inp.conflict, ("claim",))  # type: ignore[arg-type]
+    with pytest.raises(ResolverInputError, match="conflict"):
+        ResolverInput(None, ())  # type: ignore[arg-type]
+    with pytest.raises(ResolverInputError) as err:
+        ResolverInput(inp.conflict, None)  # type: ignore[arg-type]
+    assert err.value.rule == "sequence"
+
+
+def test_run_resolver_returns_a_fresh_select_of_a_shown_candidate():
+    inp = fixed_conflict()
+    pick = inp.candidates[-1].claim_id
+    answer = run_resolver(Hostile(Select(pick, "ok")), inp)
+    assert answer == Select(pick, "ok") and type(answer) is Select
+
+
+def test_run_resolver_records_which_resolver_failed_and_how():
+    inp = fixed_conflict()
+    answer = run_resolver(Hostile(raises=KeyError("k")), inp)
+    assert answer == Abstain("Hostile failed; conflict surfaced", "raised KeyError: 'k'")
+    sneaky = run_resolver(Hostile(SneakySelect(inp.candidates[0].claim_id, "")), inp)
+    assert sneaky.error == "answered SneakySelect, a subclass of Select or Abstain"
+    stranger = run_resolver(Hostile(Select(b"\x00" * 32, "")), inp)
+    assert stranger.error == f"selected {'00' * 32}, which is not a shown candidate"
+
+
+# --- LatestWins ----------------------------------------------------------------------------------
+
+
+def test_latest_wins_picks_the_highest_lamport():
+    a, b = writers("a", "b")
+    old = price(a, 1000)
+    b.observe([old])
+    new = price(b, 999)
+    assert new.lamport > old.lamport
+    answer = LatestWins().resolve(shown([old, new]))
+    assert answer == Select(new.claim_id, f"latest: highest lamport ({new.lamport})")
+
+
+def test_latest_wins_breaks_a_lamport_tie_by_the_highest_claim_id():
+    a, b = writers("a", "b")
+    x, y = price(a, 1000), price(b, 999)
+    assert x.lamport == y.lamport
+    answer = LatestWins().resolve(shown([x, y]))
+    assert isinstance(answer, Select) and answer.claim_id == max(x.claim_id, y.claim_id)
+
+
+# --- AuthorityRank -------------------------------------------------------------------------------
+
+
+def test_authority_rank_picks_the_higher_authority():
+    a, b = writers("a", "b")
+    user, admin = price(a, 1000, authority="user"), price(b, 999, authority="admin")
+    answer = AuthorityRank(["admin", "user"]).resolve(shown([user, admin]))
+    assert answer == Select(admin.claim_id, "authority: highest-ranked source (admin)")
+
+
+def test_authority_rank_abstains_when_disagreeing_groups_tie_at_the_top_rank():
+    a, b, c = writers("a", "b", "c")
+    ops = [price(a, 1000, authority="admin"), price(b, 999, authority="admin")]
+    ops.append(price(c, 500, authority="user"))
+    answer = AuthorityRank(["admin", "user"]).resolve(shown(ops))
+    assert answer == Abstain("authority: 2 disagreeing groups tie at the top rank (admin)")
+
+
+def test_authority_rank_selects_within_one_agreeing_group_at_the_top_rank():
+    a, b, c = writers("a", "b", "c")
+    weak = price(a, 1000, confidence=0.4, authority="admin")
+    strong = price(b, "1,000", confidence=0.9, authority="admin")
+    answer = AuthorityRank(["admin"]).resolve(shown([weak, strong, price(c, 999)]))
+    assert isinstance(answer, Select) and answer.claim_id == strong.claim_id
+
+
+def test_authority_rank_ranks_unknown_labels_below_every_listed_one():
+    a, b, c = writers("a", "b", "c")
+    intern, user = price(a, 1000, authority="intern"), price(b, 999, authority="user")
+    answer = AuthorityRank(["admin", "user"]).resolve(shown([intern, user]))
+    assert isinstance(answer, Select) and answer.claim_id == user.claim_id
+    nobody = shown([intern, price(c, 500)])
+    assert AuthorityRank(["admin"]).resolve(nobody) == Abstain(
+        "authority: 2 disagreeing groups tie at the top rank (unranked)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("order", "field", "rule"),
+    [
+        ([], "order", "non-empty"),
+        ("admin", "order", "sequence-of-str"),
+        ({"admin"}, "order", "sequence-of-str"),
+        (["admin", "admin"], "order[1]", "unique"),
+        (["admin", ""], "order[1]", "non-empty-str"),
+        (["admin", 1], "order[1]", "non-empty-str"),
+    ],
+)
+def test_authority_rank_rejects_a_bad_order_naming_the_argument(order, field, rule):
+    with pytest.raises(ResolverConfigError) as err:
+        AuthorityRank(order)
+    assert (err.value.field, err.value.rule) == (field, rule)
+    assert isinstance(err.value, ValueError)
+
+
+# --- Conservative --------------------------------------------------------------------------------
+
+
+def test_conservative_selects_three_confident_agreeing_authors_over_a_lone_doubter():
+    a, b, c, d = writers("a", "b", "c", "d")
+    agree = [price(a, 1000, confidence=0.8), price(b, "1,000", confidence=0.9)]
+    agree.append(price(c, 1000.0, confidence=0.85))
+    lone = price(d, 999, confidence=0.3)
+    answer = Conservative().resolve(shown([*agree, lone]))
+    assert answer == Select(
+        agree[1].claim_id,
+        "conservative: the group of 3 author(s) (confidence 0.9) dominates 1 other group(s)",
+    )
+
+
+def test_conservative_abstains_on_a_symmetric_one_against_one_conflict():
+    a, b = writers("a", "b")
+    inp = shown([price(a, 1000, confidence=0.9), price(b, 999, confidence=0.9)])
+    answer = Conservative().resolve(inp)
+    assert answer == Abstain(
+        "conservative: no group clearly dominates (corroboration 1 vs 1 (margin 1))"
+    )
+    zero = Conservative(corroboration_margin=0, confidence_margin=0, authority_margin=0)
+    assert zero.resolve(inp) == Abstain(
+        "conservative: no group clearly dominates (the groups are symmetric)"
+    )
+
+
+def two_against_one(*, strong: float = 0.9, weak: float = 0.3, auth=("user", "user")):
+    a, b, c = writers("a", "b", "c")
+    pair = [price(a, 1000, confidence=strong, authority=auth[0])]
+    pair.append(price(b, "1,000", confidence=strong, authority=auth[0]))
+    return shown([*pair, price(c, 999, confidence=weak, authority=auth[1])])
+
+
+def test_conservative_respects_the_corroboration_margin():
+    assert isinstance(Conservative().resolve(two_against_one()), Select)
+    assert isinstance(Conservative(corroboration_margin=2).resolve(two_against_one()), Abstain)
+
+
+def test_conservative_respects_the_confidence_margin_exactly_at_the_boundary():
+    inp = two_against_one(strong=0.7, weak=0.5)  # 0.7 - 0.5 < 0.2 in binary floating point
+    assert isinstance(Conservative(confidence_margin=0.2).resolve(inp), Select)
+    assert Conservative(confidence_margin=0.3).resolve(inp) == Abstain(
+        "conservative: no group clearly dominates (confidence 0.7 vs 0.5 (margin 0.3))"
+    )
+
+
+def test_conservative_respects_the_authority_margin_only_when_an_order_is_given():
+    order = ["admin", "user"]
+    same = two_against_one(auth=("user", "user"))
+    above = two_against_one(auth=("admin", "user"))
+    assert isinstance(Conservative().resolve(same), Select)
+    assert isinstance(Conservative(authority_order=order).resolve(same), Abstain)
+    assert isinstance(Conservative(authority_order=order, authority_margin=0).resolve(same), Select)
+    assert isinstance(Conservative(authority_order=order).resolve(above), Select)
+    assert isinstance(
+        Conservative(authority_order=order, authority_margin=2).resolve(above), Abstain
+    )
+    below = two_against_one(auth=("user", "admin"))
+    assert isinstance(
+        Conservative(authority_order=order, authority_margin=0).resolve(below), Abstain
+    )
+
+
+def test_conservative_counts_distinct_authors_not_claims():
+    a, b = writers("a", "b")
+    inp = shown([price(a, 1000), price(a, "1,000"), price(b, 999, confidence=0.5)])
+    assert isinstance(Conservative().resolve(inp), Abstain)
+
+
+def test_conservative_ignores_the_agreement_of_hidden_claims():
+    a, b, c, d = writers("a", "b", "c", "d")
+    agree = [price(a, 1000), price(b, "1,000"), price(c, 1000.0)]
+    inp = shown([*agree, price(d, 999, confidence=0.1)])
+    assert isinstance(Conservative().resolve(inp), Select)
+    hidden = (agree[1].claim_id, agree[2].claim_id)
+    thin = shown([*agree, price(d, 999, confidence=0.1)], hide=hidden)
+    assert isinstance(Conservative().resolve(thin), Abstain)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"corroboration_margin": -1}, "corroboration_margin"),
+        ({"corroboration_margin": True}, "corroboration_margin"),
+        ({"corroboration_margin": 1.5}, "corroboration_margin"),
+        ({"confidence_margin": 1.5}, "confidence_margin"),
+        ({"confidence_margin": float("nan")}, "confidence_margin"),
+        ({"confidence_margin": "0.2"}, "confidence_margin"),
+        ({"authority_margin": -1}, "authority_margin"),
+        ({"authority_order": ["a", "a"]}, "authority_order[1]"),
+        ({"authority_order": "admin"}, "authority_order"),
+    ],
+)
+def test_conservative_rejects_bad_margins_naming_the_argument(kwargs, field):
+    with pytest.raises(ResolverConfigError) as err:
+        Conservative(**kwargs)
+    assert err.value.field == field
+
+
+def test_conservative_options_are_keyword_only():
+    with pytest.raises(TypeError):
+        Conservative(1)  # type: ignore[misc]
+
+
+# --- Chain ---------------------------------------------------------------------------------------
+
+
+def test_chain_falls_through_to_the_first_resolver_that_selects():
+    inp = fixed_conflict()
+    chain = Chain(
+        AbstainAll(), Hostile(raises=ValueError("boom")), LatestWins(), AuthorityRank(["x"])
+    )
+    assert chain.resolve(inp) == LatestWins().resolve(inp)
+
+
+def test_chain_abstains_with_every_reason_and_error_when_all_abstain():
+    answer = Chain(AbstainAll(), Hostile(raises=ValueError("boom"))).resolve(fixed_conflict())
+    assert answer == Abstain(
+        "surface: every conflict is shown to the reader; Hostile failed; conflict surfaced",
+        "raised ValueError: boom",
+    )
+
+
+def test_chain_rejects_no_resolvers_and_things_that_cannot_resolve():
+    with pytest.raises(ResolverConfigError, match="resolvers"):
+        Chain()
+    with pytest.raises(ResolverConfigError) as err:
+        Chain(LatestWins(), object())  # type: ignore[arg-type]
+    assert err.value.field == "resolvers[1]"
+
+
+# --- CallableResolver ----------------------------------------------------------------------------
+
+
+def judge_of(answer: Any) -> CallableResolver:
+    return CallableResolver(lambda payload: answer, timeout_s=1.0)
+
+
+def test_a_good_judge_selects_from_structured_json_ready_input():
+    inp = fixed_conflict()
+    seen: list[dict[str, Any]] = []
+
+    def judge(payload: dict[str, Any]) -> dict[str, Any]:
+        seen.append(payload)
+        (pick,) = [c for c in payload["candidates"] if c["value"] == 999]
+        return {"select": pick["claim_id"], "reason": "the audited figure"}
+
+    answer = CallableResolver(judge).resolve(inp)
+    (pick,) = [c for c in inp.candidates if c.value == 999]
+    assert answer == Select(pick.claim_id, "judge: the audited figure")
+    (payload,) = seen
+    assert payload == judge_payload(inp)
+    assert payload["format"] == JUDGE_INPUT_FORMAT
+    assert payload["key"] == {"namespace": "p", "subject": "x", "predicate": "price"}
+    assert payload["scope"] == "global"
+    assert payload["conflict_id"] == inp.conflict.conflict_id.hex()
+    first = payload["candidates"][0]
+    assert set(first) == {
+        "claim_id",
+        "group",
+        "value",
+        "confidence",
+        "authority",
+        "author",
+        "lamport",
+        "provenance",
+    }
+    assert [c["claim_id"] for c in payload["candidates"]] == [
+        c.claim_id.hex() for c in inp.candidates
+    ]
+    assert len({c["group"] for c in payload["candidates"]}) == len(inp.groups) == 3
+
+
+def test_a_judge_may_abstain_without_an_error():
+    assert judge_of({"abstain": "not sure"}).resolve(fixed_conflict()) == Abstain("judge: not sure")
+
+
+def test_a_judge_sees_bytes_authors_and_values_as_hex_and_cannot_mutate_claims():
+    a, b = Writer(b"\x01\x02", clock=lambda: 0), Writer(b"\x03", clock=lambda: 0)
+    x, y = a.claim("p", "x", "blob", [b"\xff", 1]), b.claim("p", "x", "blob", [2])
+
+    def vandal(payload: dict[str, Any]) -> dict[str, Any]:
+        for c in payload["candidates"]:
+            c["value"].append("junk")
+        return {"abstain": "vandalised"}
+
+    state = materialize([x, y])
+    (conflict,) = state.conflicts
+    inp = ResolverInput(conflict, (x, y))
+    payload = judge_payload(inp)
+    mine = payload["candidates"][[c.claim_id for c in inp.candidates].index(x.claim_id)]
+    assert mine["author"] == "0102" and mine["value"] == [{"$bytes": "ff"}, 1]
+    before = state.digest()
+    CallableResolver(vandal).resolve(inp)
+    assert x.value == [b"\xff", 1] and y.value == [2] and state.digest() == before
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        ({"select": "ab" * 32, "reason": "?"}, "is not the id of a shown candidate"),
+        ({"select": "not hex"}, "'select' must be a claim_id in hex"),
+        ({"select": " ab"}, "'select' must be a claim_id in hex"),
+        ({"select": 7}, "'select' must be a claim_id in hex"),
+        ({"select": "ab", "reason": 3}, "'reason' must be a str"),
+        ({"select": "ab", "why": "x"}, "expected keys"),
+        ({"select": "ab", "abstain": "x"}, "expected keys"),
+        ({}, "expected keys"),
+        ({"abstain": None}, "'abstain' must be a str reason"),
+        ([("select", "ab")], "expected a dict, got list"),
+        ("ab" * 32, "expected a dict, got str"),
+        (None, "expected a dict, got NoneType"),
+    ],
+)
+def test_a_malformed_judge_answer_abstains_with_the_error_recorded(answer, error):
+    result = judge_of(answer).resolve(fixed_conflict())
+    assert isinstance(result, Abstain) and result.reason == "judge failed; conflict surfaced"
+    assert result.error is not None and error in result.error
+
+
+class Spiteful:
+    """A dict key that cannot be compared or printed."""
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("no comparing")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no printing")
+
+
+def test_a_judge_answer_with_spiteful_keys_still_fails_closed():
+    result = judge_of({Spiteful(): "x"}).resolve(fixed_conflict())
+    assert isinstance(result, Abstain) and result.error is not None
+    assert result.error.startswith("malformed answer: RuntimeError")
+
+
+def test_a_raising_judge_abstains_with_the_error_recorded():
+    def judge(payload: dict[str, Any]) -> dict[str, Any]:
+        raise ConnectionError("model unavailable")
+
+    result = CallableResolver(judge).resolve(fixed_conflict())
+    assert result == Abstain(
+        "judge failed; conflict surfaced", "judge raised ConnectionError: model unavailable"
+    )
+
+
+def hung_judge() -> tuple[CallableResolver, threading.Event]:
+    release = threading.Event()
+
+    def judge(payload: dict[str, Any]) -> dict[str, Any]:
+        release.wait(10)
+        return {"select": payload["candidates"][0]["claim_id"]}
+
+    return CallableResolver(judge, timeout_s=0.2), release
+
+
+def test_a_judge_past_its_time_limit_abstains_with_a_timeout_error():
+    judge, release = hung_judge()
+    start = time.monotonic()
+    result = judge.resolve(fixed_conflict())
+    release.set()
+    assert result == Abstain("judge failed; conflict surfaced", "timeout after 0.2s")
+    assert 0.2 <= time.monotonic() - start < 2
+
+
+def test_a_judge_works_and_times_out_when_called_off_the_main_thread():
+    inp = fixed_conflict()
+    hung, release = hung_judge()
+    good = judge_of({"select": inp.candidates[0].claim_id.hex()})
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        timed_out = pool.submit(hung.resolve, inp)
+        selected = pool.submit(run_resolver, good, inp)
+        assert timed_out.result(timeout=5) == Abstain(
+            "judge failed; conflict surfaced", "timeout after 0.2s"
+        )
+        assert selected.result(timeout=5) == Select(inp.candidates[0].claim_id, "judge: selected")
+    release.set()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"fn": "not callable"}, "fn"),
+        ({"fn": dict, "timeout_s": 0}, "timeout_s"),
+        ({"fn": dict, "timeout_s": -1.0}, "timeout_s"),
+        ({"fn": dict, "timeout_s": float("inf")}, "timeout_s"),
+        ({"fn": dict, "timeout_s": True}, "timeout_s"),
+    ],
+)
+def test_callable_resolver_rejects_a_bad_judge_or_time_limit(kwargs, field):
+    with pytest.raises(ResolverConfigError) as err:
+        CallableResolver(**kwargs)
+    assert err.value.field == field
