@@ -26,6 +26,7 @@ from statefuse.error import (
     ValueTypeError,
 )
 from statefuse.judge import CallableResolver, judge_payload
+from statefuse.lens import Include, Lens, LensError
 from statefuse.materializer import Materializer, materialize
 from statefuse.op import (
     ClaimAdded,
@@ -39,6 +40,7 @@ from statefuse.op import (
     decode_op,
 )
 from statefuse.opset import OpSet
+from statefuse.projection import DEFAULT_AUTHORITY_ORDER, ProjectionError, project
 from statefuse.resolver import (
     Abstain,
     AbstainAll,
@@ -54,11 +56,13 @@ from statefuse.resolver import (
     run_resolver,
 )
 from statefuse.state import CandidateGroup, ConflictSet, StaleCause, State, conflict_id_of, locus_of
+from statefuse.view import How, Selection, StaleNote, SurfacedConflict, View
 from statefuse.writer import Writer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_AUTHORITY_ORDER",
     "DEFAULT_REGISTRY",
     "Abstain",
     "AbstainAll",
@@ -75,9 +79,13 @@ __all__ = [
     "DecisionAdded",
     "EncodingError",
     "EvidenceAdded",
+    "How",
+    "Include",
     "InputError",
     "LatestWins",
     "Layer",
+    "Lens",
+    "LensError",
     "Materializer",
     "NormalizationError",
     "Op",
@@ -86,18 +94,23 @@ __all__ = [
     "OpSet",
     "Policy",
     "PredicateContract",
+    "ProjectionError",
     "Registry",
     "Resolver",
     "ResolverConfigError",
     "ResolverInput",
     "ResolverInputError",
     "Select",
+    "Selection",
     "StaleCause",
+    "StaleNote",
     "State",
     "StateFuseError",
+    "SurfacedConflict",
     "Value",
     "ValueRuleError",
     "ValueTypeError",
+    "View",
     "Writer",
     "__version__",
     "claim_ref_for",
@@ -109,5 +122,6 @@ __all__ = [
     "judge_payload",
     "locus_of",
     "materialize",
+    "project",
     "run_resolver",
 ]

@@ -8,6 +8,8 @@
     │   ├── ValueTypeError (TypeError)      a type StateFuse does not store
     │   ├── EncodingError (ValueError)      bytes that are not the canonical encoding
     │   ├── NormalizationError (ValueError) a contract's normalizer declines a value
+    │   ├── LensError (ValueError)           a lens built with a bad argument
+    │   ├── ProjectionError (TypeError)      project() given something that is not a State/Lens
     │   ├── ResolverConfigError (ValueError) a resolver built with bad options
     │   ├── ResolverInputError (ValueError)  a resolver input that is not a conflict's candidates
     │   ├── ContractError (ValueError)      a bad predicate contract or registry

@@ -1,0 +1,103 @@
+"""The lens: who is looking at memory, in which task and session, and when (SEMANTICS §7).
+
+Invariant: a Lens is an immutable value, validated when it is built, so a projection is a pure
+function of (state, lens, resolver) and can be replayed exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+from registry.error import InputError
+
+
+class LensError(InputError, ValueError):
+    """A lens built with a bad argument (named in ``field``)."""
+
+
+class Include(Enum):
+    """Speculative scopes a lens must ask for to see."""
+
+    HYPOTHETICAL = "hypothetical"
+    DRAFT = "draft"
+
+
+def _names(field: str, value: object) -> frozenset[str]:
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise LensError(field, "set-of-str", f"expected a collection of str, got {value!r}")
+    out = set()
+    for item in value:
+        if not isinstance(item, str) or not item:
+            raise LensError(field, "set-of-str", f"{item!r} is not a non-empty str")
+        out.add(item)
+    return frozenset(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Lens:
+    """What one viewer may see.
+
+    ``roles`` open claims whose ``visibility`` names one of them; ``task`` / ``session`` open
+    claims scoped ``task:<task>`` / ``session:<session>``; ``include`` opens hypothetical and
+    draft claims; ``now`` (ms since the epoch) hides claims that expired before it (``None``:
+    no expiry filtering); ``query`` is for ranking in context assembly. Raises LensError.
+    """
+
+    roles: frozenset[str] = frozenset()
+    task: str | None = None
+    session: str | None = None
+    include: frozenset[Include] = frozenset()
+    now: int | None = None
+    query: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "roles", _names("roles", self.roles))
+        for field in ("task", "session"):
+            v = getattr(self, field)
+            if v is not None and (not isinstance(v, str) or not v):
+                raise LensError(field, "non-empty-str", f"{field} must be a non-empty str or None")
+        if isinstance(self.include, (str, Include)) or not isinstance(self.include, Iterable):
+            raise LensError("include", "set-of-include", "include is a collection of Include")
+        try:
+            include = frozenset(Include(i) for i in self.include)
+        except ValueError:
+            raise LensError(
+                "include", "set-of-include", f"{self.include!r}: allowed are hypothetical, draft"
+            ) from None
+        object.__setattr__(self, "include", include)
+        if self.now is not None and (type(self.now) is not int or self.now < 0):
+            raise LensError("now", "ms", "now is ms since the epoch (a non-negative int) or None")
+        if not isinstance(self.query, str):
+            raise LensError("query", "str", "query must be a str")
+
+    def sees_scope(self, scope: str) -> bool:
+        if scope == "global":
+            return True
+        if scope.startswith("task:"):
+            return self.task is not None and scope == f"task:{self.task}"
+        if scope.startswith("session:"):
+            return self.session is not None and scope == f"session:{self.session}"
+        if scope == "hypothetical":
+            return Include.HYPOTHETICAL in self.include
+        if scope == "draft":
+            return Include.DRAFT in self.include
+        return False
+
+    def sees_roles(self, visibility: tuple[str, ...]) -> bool:
+        return not visibility or not self.roles.isdisjoint(visibility)
+
+
+def scope_rank(scope: str) -> int:
+    """How narrow a scope is: for one key, the narrowest visible scope shadows the wider ones
+    (session over task over global). Speculative scopes are narrowest — a viewer who asked to
+    see a draft or a hypothesis sees it in place of the fact it questions — and a hypothesis
+    is narrower than a draft."""
+    if scope == "global":
+        return 0
+    if scope.startswith("task:"):
+        return 1
+    if scope.startswith("session:"):
+        return 2
+    return 3 if scope == "draft" else 4
