@@ -29,6 +29,8 @@ from statefuse.op import (
     as_ops,
     claim_ref_for,
 )
+from statefuse.state import ConflictSet
+from statefuse.view import SurfacedConflict
 
 
 def _wall_ms() -> int:
@@ -80,6 +82,41 @@ class Writer:
         op = EvidenceAdded(self.author, lamport, wall, source, content)
         self._note(op)
         return op
+
+    def decide_on(
+        self,
+        conflict: ConflictSet | SurfacedConflict,
+        claim_id: bytes,
+        *,
+        scope: str = "global",
+        reason: str = "",
+        payload: Value = None,
+    ) -> DecisionAdded:
+        """Decide a conflict (from ``state.conflicts`` or ``view.surfaced_conflicts``) for one
+        of its candidates. The decision applies while that candidate set is current.
+
+        Raises OpRuleError if ``claim_id`` is not one of the conflict's candidates.
+        """
+        if isinstance(conflict, SurfacedConflict):
+            ids = tuple(c.claim_id for c in conflict.candidates)
+        elif isinstance(conflict, ConflictSet):
+            ids = conflict.candidates
+        else:
+            raise OpRuleError(
+                "conflict", "conflict-type", f"expected a conflict, got {type(conflict).__name__}"
+            )
+        if claim_id not in ids:
+            raise OpRuleError(
+                "claim_id", "candidate", "a decision selects one of the conflict's candidates"
+            )
+        return self.decide(
+            locus=conflict.locus,
+            conflict_id=conflict.conflict_id,
+            selected_claim_id=claim_id,
+            scope=scope,
+            reason=reason,
+            payload=payload,
+        )
 
     def claim(
         self,

@@ -283,3 +283,25 @@ def test_hidden_claims_never_appear_anywhere_in_a_view_or_its_json(ops, data):
     for s in secrets:
         assert s.claim_id.hex() not in text
     assert v.excluded["hidden"] == sum(state.is_active(s.claim_id) for s in secrets)
+
+
+def test_a_planner_decides_a_surfaced_conflict_and_the_next_view_selects_it():
+    a, b, planner = w("a"), w("b"), w("planner")
+    ops = [a.claim("p", "x", "color", "red"), b.claim("p", "x", "color", "blue")]
+    (conflict,) = view_of(ops).surfaced_conflicts
+    choice = conflict.candidates[0]
+    d = planner.decide_on(conflict, choice.claim_id, reason="checked the invoice")
+    sel = view_of([*ops, d]).selected[KEY]
+    assert sel.claim == choice and sel.how is How.DECISION
+    assert sel.reason == "checked the invoice"
+
+
+def test_deciding_for_a_claim_that_is_not_a_candidate_is_refused():
+    from statefuse import OpRuleError
+
+    a, b = w("a"), w("b")
+    ops = [a.claim("p", "x", "color", "red"), b.claim("p", "x", "color", "blue")]
+    (conflict,) = materialize(ops, registry=REG).conflicts
+    with pytest.raises(OpRuleError) as err:
+        w("planner").decide_on(conflict, b"\x01" * 32)
+    assert (err.value.field, err.value.rule) == ("claim_id", "candidate")
