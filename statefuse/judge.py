@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from registry.value import Value
 from statefuse.resolver import (
     MAX_ERROR_CHARS,
     Abstain,
@@ -28,22 +27,12 @@ from statefuse.resolver import (
     _describe,
     _no_candidates,
 )
+from statefuse.view import json_value
 
 #: Names the shape of the JSON a judge receives.
 JUDGE_INPUT_FORMAT = "statefuse/resolver-input/v1"
 
 _HEX_RE = re.compile(r"\A(?:[0-9a-fA-F]{2})+\Z")
-
-
-def _json_value(v: Value) -> Any:
-    """A JSON-ready deep copy of a value; bytes become ``{"$bytes": "<hex>"}``."""
-    if isinstance(v, bytes):
-        return {"$bytes": v.hex()}
-    if isinstance(v, list):
-        return [_json_value(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _json_value(x) for k, x in v.items()}
-    return v
 
 
 def judge_payload(inp: ResolverInput) -> dict[str, Any]:
@@ -66,7 +55,7 @@ def judge_payload(inp: ResolverInput) -> dict[str, Any]:
             {
                 "claim_id": c.claim_id.hex(),
                 "group": group_index[c.claim_id],
-                "value": _json_value(c.value),
+                "value": json_value(c.value),
                 "confidence": c.confidence,
                 "authority": c.authority,
                 "author": c.author.hex() if isinstance(c.author, bytes) else c.author,

@@ -105,20 +105,22 @@ class View:
         }
 
 
-def _json_value(v: Value) -> Any:
+def json_value(v: Value) -> Any:
+    """A JSON-ready deep copy of a value; bytes become ``{"$bytes": "<hex>"}`` (shared by the
+    View's JSON and the judge payload, so both spell values the same way)."""
     if isinstance(v, bytes):
         return {"$bytes": v.hex()}
     if isinstance(v, list):
-        return [_json_value(x) for x in v]
+        return [json_value(x) for x in v]
     if isinstance(v, dict):
-        return {k: _json_value(x) for k, x in v.items()}
+        return {k: json_value(x) for k, x in v.items()}
     return v
 
 
 def _claim(c: ClaimAdded) -> dict[str, Any]:
     return {
         "claim_id": c.claim_id.hex(),
-        "value": _json_value(c.value),
+        "value": json_value(c.value),
         "scope": c.scope,
         "confidence": c.confidence,
         "authority": c.authority,
