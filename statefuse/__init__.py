@@ -61,12 +61,15 @@ from statefuse.writer import Writer
 
 __version__ = "0.1.0"
 
+from statefuse.store import MemoryStore, QuarantineRecord, StoreError, StoreInfo
+
 __all__ = [
     "DEFAULT_AUTHORITY_ORDER",
     "DEFAULT_REGISTRY",
     "Abstain",
     "AbstainAll",
     "AuthorityRank",
+    "BundleError",
     "CallableResolver",
     "CandidateGroup",
     "Cardinality",
@@ -87,6 +90,8 @@ __all__ = [
     "Lens",
     "LensError",
     "Materializer",
+    "MemoryStore",
+    "MergeReport",
     "NormalizationError",
     "Op",
     "OpIdMismatch",
@@ -95,7 +100,10 @@ __all__ = [
     "Policy",
     "PredicateContract",
     "ProjectionError",
+    "QuarantineRecord",
     "Registry",
+    "Replica",
+    "ReplicaError",
     "Resolver",
     "ResolverConfigError",
     "ResolverInput",
@@ -106,6 +114,8 @@ __all__ = [
     "StaleNote",
     "State",
     "StateFuseError",
+    "StoreError",
+    "StoreInfo",
     "SurfacedConflict",
     "Value",
     "ValueRuleError",
@@ -125,3 +135,22 @@ __all__ = [
     "project",
     "run_resolver",
 ]
+
+#: Names served from the layer above (`sync`): the replica signs and verifies changes, so it lives
+#: with the merge boundary, and is imported only when first used (``statefuse`` itself never
+#: imports ``sync`` at import time, keeping the layering one-way).
+_FROM_SYNC = {
+    "Replica": "sync.replica",
+    "MergeReport": "sync.replica",
+    "ReplicaError": "sync.replica",
+    "BundleError": "sync.bundle",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _FROM_SYNC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'statefuse' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
