@@ -1,0 +1,301 @@
+"""The replica: open/reopen, writes as signed changes, batches, fork and merge, bundles, trust."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from registry import PredicateContract, Registry
+from statefuse import ClaimAdded, ClaimRetracted, materialize
+from statefuse.store import StoreError
+from sync.bundle import BundleError, parse_bundle
+from sync.change import UnverifiedChange
+from sync.key import SigningKey
+from sync.replica import Replica, ReplicaError, key_path
+
+
+def _value_of(replica: Replica, subject: str) -> list[object]:
+    return sorted(repr(c.value) for c in replica.state().active_claims() if c.subject == subject)
+
+
+def test_a_new_replica_saves_its_key_privately_and_reopens_as_the_same_author(tmp_path):
+    path = tmp_path / "a.db"
+    with Replica.open(path, space="team") as r:
+        author = r.author
+        r.add_claim("project", "launch", "deadline", "2026-03-25")
+        digest = r.state().digest()
+    assert stat.S_IMODE(os.stat(key_path(path)).st_mode) == 0o600
+    with Replica.open(path) as again:
+        assert again.author == author
+        assert again.space == "team"
+        assert again.state().digest() == digest
+        # the author's feed continues where it stopped
+        again.add_claim("project", "launch", "owner", "dana")
+        assert again.last_change(author)[0] == 2
+
+
+def test_opening_a_store_of_another_space_is_refused(tmp_path):
+    Replica.open(tmp_path / "a.db", space="team").close()
+    with pytest.raises(StoreError) as err:
+        Replica.open(tmp_path / "a.db", space="elsewhere")
+    assert (err.value.field, err.value.rule) == ("space", "same-space")
+
+
+def test_a_new_store_needs_a_space(tmp_path):
+    with pytest.raises(StoreError) as err:
+        Replica.open(tmp_path / "a.db")
+    assert err.value.rule == "required"
+    assert not (tmp_path / "a.db").exists()
+
+
+def test_a_store_written_under_another_registry_is_refused(tmp_path):
+    Replica.open(tmp_path / "a.db", space="team").close()
+    other = Registry([PredicateContract("price", normalizer="money")])
+    with pytest.raises(StoreError) as err:
+        Replica.open(tmp_path / "a.db", registry=other)
+    assert err.value.rule == "registry-fingerprint"
+
+
+def test_a_second_open_of_a_live_store_is_refused(tmp_path):
+    with Replica.open(tmp_path / "a.db", space="team"):
+        with pytest.raises(StoreError) as err:
+            Replica.open(tmp_path / "a.db")
+        assert err.value.rule == "single-writer"
+
+
+def test_a_batch_is_one_signed_change_and_nothing_is_stored_if_it_raises(tmp_path):
+    with Replica.open(tmp_path / "a.db", space="team") as r:
+        with r.batch():
+            for i in range(5):
+                r.add_claim("ns", f"s{i}", "p", i)
+        assert len(r) == 1 and len(r.state().active_claims()) == 5
+        with pytest.raises(RuntimeError), r.batch():
+            r.add_claim("ns", "lost", "p", 1)
+            raise RuntimeError("boom")
+        assert len(r) == 1
+        assert r.store.count() == 1
+        assert not any(c.subject == "lost" for c in r.state().active_claims())
+
+
+def test_supersede_retracts_the_old_claim_exactly_and_names_the_new_one():
+    r = Replica.memory(space="team")
+    old = r.add_claim("project", "launch", "deadline", "2026-03-25", confidence=0.7)
+    new, retraction = r.supersede(old.claim_id, "2026-03-30", "typo in the date")
+    assert retraction.target_claim_id == old.claim_id
+    assert retraction.superseded_by == new.claim_id
+    assert (new.confidence, new.scope) == (0.7, "global")
+    assert _value_of(r, "launch") == ["'2026-03-30'"]
+    assert len(r) == 2  # the claim, then the new claim and its retraction as one change
+
+
+def test_supersede_of_an_unknown_claim_is_a_clear_error():
+    r = Replica.memory(space="team")
+    with pytest.raises(ReplicaError) as err:
+        r.supersede(b"\x00" * 32, "x")
+    assert err.value.field == "old"
+
+
+def test_a_fork_is_a_new_author_with_the_same_memory_and_merging_back_converges(tmp_path):
+    planner = Replica.open(tmp_path / "planner.db", space="team")
+    planner.add_claim("project", "launch", "deadline", "2026-03-25")
+    scout = planner.fork(tmp_path / "scout.db")
+    assert scout.author != planner.author
+    assert scout.state().digest() == planner.state().digest()
+    scout.add_claim("project", "launch", "deadline", "2026-04-01")
+    planner.add_claim("vendor", "acme", "price", "USD 120")
+    planner.merge(scout)
+    scout.merge(planner)
+    assert planner.state().digest() == scout.state().digest()
+    assert len(planner.state().conflicts) == 1
+    planner.close()
+    scout.close()
+
+
+def test_forking_onto_an_existing_path_is_refused(tmp_path):
+    r = Replica.open(tmp_path / "a.db", space="team")
+    (tmp_path / "b.db").write_bytes(b"")
+    with pytest.raises(StoreError):
+        r.fork(tmp_path / "b.db")
+    r.close()
+
+
+def test_a_tampered_change_from_a_peer_is_quarantined_with_its_reason_and_changes_nothing():
+    a, b = Replica.memory(space="team"), Replica.memory(space="team")
+    a.add_claim("ns", "s", "p", "genuine")
+    data = bytearray(a.change_bytes(a.change_ids())[0])
+    i = data.index(b"genuine")
+    data[i : i + 7] = b"forged!"
+    before = b.state().digest()
+    report = b.receive([bytes(data)])
+    assert report.quarantined == 1 and report.accepted == 0
+    assert b.state().digest() == before
+    [entry] = b.quarantine()
+    assert entry.data == bytes(data)
+    assert entry.reason in {"bad-op-id", "bad-signature", "bad-change-id"}
+    # the genuine copy still gets in afterwards
+    assert b.merge(a).accepted == 1
+    assert _value_of(b, "s") == ["'genuine'"]
+
+
+def test_a_change_whose_predecessor_is_missing_waits_and_survives_a_reopen(tmp_path):
+    a = Replica.memory(space="team")
+    a.add_claim("ns", "s", "p", 1)
+    a.add_claim("ns", "s", "p", 2)
+    first, second = sorted(
+        (a.log.get(cid) for cid in a.change_ids()),
+        key=lambda c: c.seq,  # type: ignore[union-attr]
+    )
+    b = Replica.open(tmp_path / "b.db", space="team")
+    assert b.receive([second.data]).pending == 1
+    b.close()
+    b = Replica.open(tmp_path / "b.db")
+    assert [c.change_id for c in b.pending()] == [second.change_id]
+    report = b.receive([first.data])
+    assert report.accepted == 2 and b.pending() == []
+    assert b.state().digest() == a.state().digest()
+    b.close()
+
+
+def test_export_and_import_of_a_bundle_carries_every_change(tmp_path):
+    a = Replica.memory(space="team")
+    for i in range(3):
+        a.add_claim("ns", f"s{i}", "p", i)
+    assert a.export(tmp_path / "x.bundle") == 3
+    b = Replica.memory(space="team")
+    seen = []
+    report = b.import_(tmp_path / "x.bundle", progress=lambda done, total: seen.append(done))
+    assert report.accepted == 3 and seen[-1] == 3
+    assert b.state().digest() == a.state().digest()
+    assert b.import_(tmp_path / "x.bundle").duplicate == 3
+
+
+def test_a_bundle_altered_in_transit_is_refused_whole_and_imports_nothing(tmp_path):
+    a = Replica.memory(space="team")
+    a.add_claim("ns", "s", "p", "value")
+    a.export(tmp_path / "x.bundle")
+    data = bytearray((tmp_path / "x.bundle").read_bytes())
+    data[40] ^= 1
+    (tmp_path / "y.bundle").write_bytes(bytes(data))
+    b = Replica.memory(space="team")
+    with pytest.raises(BundleError):
+        b.import_(tmp_path / "y.bundle")
+    assert len(b) == 0 and b.quarantine() == []
+    (tmp_path / "z.bundle").write_bytes(bytes(data[:-10]))
+    with pytest.raises(BundleError):
+        b.import_(tmp_path / "z.bundle")
+
+
+def test_a_bundle_for_another_space_is_refused(tmp_path):
+    a = Replica.memory(space="team")
+    a.add_claim("ns", "s", "p", "value")
+    a.export(tmp_path / "x.bundle")
+    with pytest.raises(BundleError) as err:
+        Replica.memory(space="other").import_(tmp_path / "x.bundle")
+    assert err.value.rule == "same-space"
+    with pytest.raises(BundleError) as err:
+        parse_bundle(b"not a bundle")
+    assert err.value.rule == "magic"
+
+
+def test_observers_see_exactly_the_ops_the_state_gains():
+    a, b = Replica.memory(space="team"), Replica.memory(space="team")
+    got: list[object] = []
+    stop = b.observe(lambda ops: got.extend(ops))
+    claim = a.add_claim("ns", "s", "p", 1)
+    b.merge(a)
+    b.merge(a)  # nothing new: no call
+    assert got == [claim]
+    stop()
+    a.add_claim("ns", "s", "p", 2)
+    b.merge(a)
+    assert got == [claim]
+
+
+def test_closed_mode_counts_only_admitted_authors_and_revocation_rebuilds_the_state():
+    root = SigningKey.generate()
+    hub = Replica.memory(space="team", mode="closed", key=root)
+    agent = Replica.memory(space="team", mode="closed", root=root.author)
+    agent.add_claim("ns", "s", "p", "first")
+    hub.merge(agent)
+    assert hub.state().active_claims() == []  # not admitted yet: kept, but does not count
+    hub.admit(agent.author)
+    assert _value_of(hub, "s") == ["'first'"]
+    agent.merge(hub)
+    agent.add_claim("ns", "t", "p", "second")
+    hub.merge(agent)
+    assert len(hub.state().active_claims()) == 2
+    seq, _ = hub.last_change(agent.author)
+    hub.revoke(agent.author, through_seq=seq - 1, reason="key leaked")
+    assert _value_of(hub, "t") == []
+    assert _value_of(hub, "s") == ["'first'"]
+    assert hub.state().digest() == materialize(hub.log.ops()).digest()
+
+
+def test_trust_ops_need_the_root_key():
+    agent = Replica.memory(space="team", mode="closed", root=SigningKey.generate().author)
+    with pytest.raises(ReplicaError) as err:
+        agent.admit(b"\x01" * 32)
+    assert err.value.rule == "root-only"
+
+
+def test_an_equivocating_author_stops_counting_from_the_forked_seq():
+    key = SigningKey.generate()
+    honest = Replica.memory(space="team", key=key)
+    honest.add_claim("ns", "s", "p", "one")
+    twin = Replica.memory(space="team", key=key)  # same key, separate feed: seq 1 signed twice
+    twin.add_claim("ns", "s", "p", "two")
+    observer = Replica.memory(space="team")
+    observer.merge(honest)
+    assert _value_of(observer, "s") == ["'one'"]
+    observer.merge(twin)
+    assert _value_of(observer, "s") == []
+    assert len(observer.log.equivocations()) == 1
+
+
+# --- the incremental state equals a fresh materialization ---------------------------------------
+
+_writes = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(0, 2), st.booleans()),
+    min_size=1,
+    max_size=20,
+)
+
+
+@settings(deadline=None)
+@given(_writes, st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2)), max_size=10))
+def test_after_any_writes_and_merges_each_state_equals_materializing_its_log(writes, merges):
+    replicas = [Replica.memory(space="team") for _ in range(3)]
+    for who, subject, value, retract in writes:
+        r = replicas[who]
+        claim = r.add_claim("ns", f"s{subject}", "p", value)
+        if retract:
+            r.retract(claim, reason="changed mind")
+    for dst, src in merges:
+        if dst != src:
+            replicas[dst].merge(replicas[src])
+    for r in replicas:
+        assert r.state().digest() == materialize(r.log.ops()).digest()
+    for r in replicas:
+        for other in replicas:
+            r.merge(other)
+    assert len({r.state().digest() for r in replicas}) == 1
+
+
+def test_receive_refuses_non_bytes_with_a_typed_error():
+    r = Replica.memory(space="team")
+    with pytest.raises(TypeError):
+        r.receive([12345])  # type: ignore[list-item]
+    assert len(r) == 0
+
+
+def test_unverified_change_copies_are_accepted_as_input():
+    a, b = Replica.memory(space="team"), Replica.memory(space="team")
+    a.add_claim("ns", "s", "p", 1)
+    report = b.receive([UnverifiedChange(d) for d in a.change_bytes(a.change_ids())])
+    assert report.accepted == 1
+    assert isinstance(b.state().active_claims()[0], ClaimAdded)
+    assert not isinstance(b.state().active_claims()[0], ClaimRetracted)
