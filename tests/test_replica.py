@@ -299,3 +299,29 @@ def test_unverified_change_copies_are_accepted_as_input():
     assert report.accepted == 1
     assert isinstance(b.state().active_claims()[0], ClaimAdded)
     assert not isinstance(b.state().active_claims()[0], ClaimRetracted)
+
+
+def _hold(path: str, ready, release) -> None:  # runs in a child process
+    with Replica.open(path):
+        ready.set()
+        release.wait(10)
+
+
+def test_two_processes_never_write_one_store_at_once_and_the_second_may_wait(tmp_path):
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    path = str(tmp_path / "a.db")
+    Replica.open(path, space="team").close()
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(path, ready, release), daemon=True)
+    holder.start()
+    assert ready.wait(10)
+    with pytest.raises(StoreError) as err:
+        Replica.open(path)
+    assert err.value.rule == "single-writer"
+    assert str(holder.pid) in str(err.value)
+    release.set()
+    with Replica.open(path, wait=10.0) as r:  # waits for the holder to close, then opens
+        r.add_claim("ns", "s", "p", 1)
+    holder.join(10)
