@@ -36,7 +36,16 @@ from statefuse.state import ConflictSet, State
 from statefuse.store import MemoryStore, QuarantineRecord, Store, StoreError, StoreInfo, StoreWrite
 from statefuse.view import SurfacedConflict
 from statefuse.writer import Writer
-from sync.change import MAX_OPS_PER_CHANGE, UnverifiedChange, VerifiedChange, sign_change
+from sync.change import (
+    MAX_CHANGE_BYTES,
+    MAX_OPS_PER_CHANGE,
+    UnverifiedChange,
+    VerifiedChange,
+    change_body,
+    change_id_of,
+    signed_message,
+    wire,
+)
 from sync.changelog import ChangeLog, Ignored, Status
 from sync.key import SigningKey
 from sync.quarantine import QuarantineEntry
@@ -502,16 +511,9 @@ class Replica:
     def _commit(self, ops: list[Op]) -> None:
         seq, prev = self._head
         changes = []
-        for start in range(0, len(ops), MAX_OPS_PER_CHANGE):
+        for chunk in _chunks(ops):
             seq += 1
-            c = sign_change(
-                self.key,
-                space=self.space,
-                seq=seq,
-                prev=prev,
-                registry=self.registry.fingerprint,
-                ops=ops[start : start + MAX_OPS_PER_CHANGE],
-            )
+            c = self._sign(seq, prev, chunk)
             changes.append(c)
             prev = c.change_id
         try:
@@ -525,6 +527,28 @@ class Replica:
         for c in changes:
             admitted.extend(self.log.receive_verified(c, seen_ms=now).admitted)
         self._notify(self._admitted(admitted))
+
+    def _sign(self, seq: int, prev: bytes | None, ops: Sequence[Op]) -> VerifiedChange:
+        """Sign our own ops as a change. The writer built and checked every op, and `_chunks`
+        keeps the change within the limits peers apply, so it is not decoded back again (what
+        `sign_change` does for ops of unknown origin); `verify` re-checks stored changes."""
+        registry = self.registry.fingerprint
+        body = change_body(
+            space=self.space, author=self.author, seq=seq, prev=prev, registry=registry, ops=ops
+        )
+        cid = change_id_of(body)
+        signature = self.key.sign(signed_message(cid))
+        return VerifiedChange(
+            self.space,
+            self.author,
+            seq,
+            prev,
+            registry,
+            tuple(ops),
+            cid,
+            signature,
+            wire(body, signature),
+        )
 
     # --- receiving -------------------------------------------------------------------------------
 
@@ -661,6 +685,30 @@ class Replica:
         where = str(self.path) if self.path else "memory"
         who = self.author.hex()[:12]
         return f"Replica({self.space!r}, author={who}…, {where}, {len(self)} changes)"
+
+
+#: Room left in a change for everything but the ops' bytes (keys, ids, framing, signature).
+_CHANGE_OVERHEAD = 4096
+
+
+def _chunks(ops: list[Op]) -> Iterator[list[Op]]:
+    """Split ops into changes within `MAX_OPS_PER_CHANGE` and `MAX_CHANGE_BYTES`."""
+    chunk: list[Op] = []
+    size = 0
+    budget = MAX_CHANGE_BYTES - _CHANGE_OVERHEAD
+    for op in ops:
+        n = len(op.encode()) + 40
+        if n > budget:
+            raise ReplicaError(
+                "op", "change-size", f"an op of {n} bytes does not fit a change ({budget} bytes)"
+            )
+        if chunk and (len(chunk) == MAX_OPS_PER_CHANGE or size + n > budget):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(op)
+        size += n
+    if chunk:
+        yield chunk
 
 
 def _record(entry: QuarantineEntry, now: int) -> QuarantineRecord:
