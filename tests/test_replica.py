@@ -330,7 +330,7 @@ def test_two_processes_never_write_one_store_at_once_and_the_second_may_wait(tmp
 def test_an_op_too_big_for_any_change_is_refused_before_anything_is_stored():
     r = Replica.memory(space="team")
     with pytest.raises(ReplicaError) as err:
-        r.add_claim("ns", "s", "p", "x" * 1_100_000)
+        r.add_claim("ns", "s", "p", ["x" * 600_000, "y" * 600_000])
     assert err.value.rule == "change-size"
     assert len(r) == 0 and r.state().active_claims() == []
     r.add_claim("ns", "s", "p", "fits")  # the feed is intact: seq 1 is still free
