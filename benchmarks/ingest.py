@@ -80,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     machine = machine_info()
     started = time.perf_counter()
     print("building signed feeds ...", file=sys.stderr, flush=True)
-    rows = bench_ingest(args.repeat)
+    rows = bench_ingest(args.repeat or 5)
     title = (
         f"StateFuse verified ingest; Python {machine['python']}; {machine['platform']};"
         f" {machine['cpu_count']} CPUs ({machine['cpu_model']})"
