@@ -1,18 +1,23 @@
-"""The ``statefuse demo`` story: two agent branches learn conflicting facts and merge.
+"""The ``statefuse demo`` story: a planner and two research agents on the embedded SQLite store.
 
-Everything here is in memory for now; later work moves it onto the SQLite store and sync.
+Everything runs in a temporary directory on real replicas: forks, conflicting findings, an exact
+and a semantic correction, a stale branch whose re-assertion is suppressed, a forged change that is
+quarantined, sync over HTTP on loopback and by a bundle file, and the merged memory a planner
+reads. It prints each step and takes a few seconds.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 from registry import PredicateContract, Registry
-from statefuse.materializer import materialize
+from statefuse.lens import Lens
 from statefuse.op import ClaimAdded
-from statefuse.opset import OpSet
+from statefuse.projection import project
+from statefuse.resolver import Conservative
 from statefuse.state import State
-from statefuse.writer import Writer
 
 DEMO_REGISTRY = Registry(
     [
@@ -21,66 +26,154 @@ DEMO_REGISTRY = Registry(
         PredicateContract("owner", normalizer="text"),
     ]
 )
+SPACE = "launch-plan"
 
 
-def _show(c: ClaimAdded) -> str:
-    who = c.author if isinstance(c.author, str) else c.author.hex()[:12]
-    return f"{c.subject}.{c.predicate} = {c.value!r}  (by {who}, id {c.claim_id.hex()[:10]})"
+def _value(c: ClaimAdded) -> str:
+    return f"{c.subject}.{c.predicate} = {c.value!r}"
 
 
-def run(out: Callable[[str], object] = print) -> State:
-    """Run the demo story, printing each step through ``out``; return the merged State."""
-    planner = Writer("planner", registry=DEMO_REGISTRY)
-    base = OpSet(
-        [
-            planner.claim("project", "launch", "deadline", "2026-03-25"),
-            planner.claim("project", "launch", "owner", "Dana  Smith"),
-        ]
-    )
-    out("1. planner writes the shared memory:")
-    for c in materialize(base, registry=DEMO_REGISTRY).active_claims():
-        out(f"     {_show(c)}")
+def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) -> State:
+    """Run the story, printing each step through ``out``; return the planner's merged State."""
+    from statefuse.writer import Writer
+    from sync.bundle import BundleError  # noqa: F401  (imported here: the demo is an entry point)
+    from sync.change import change_body, change_id_of, signed_message, wire
+    from sync.key import SigningKey
+    from sync.replica import Replica
 
-    out("2. planner forks two research branches, A and B")
-    a, b = (
-        Writer("research-a", registry=DEMO_REGISTRY),
-        Writer("research-b", registry=DEMO_REGISTRY),
-    )
-    a.observe(base)
-    b.observe(base)
-    branch_a, branch_b = OpSet(base), OpSet(base)
+    with tempfile.TemporaryDirectory(prefix="statefuse-demo-") as tmp:
+        home = Path(workdir or tmp)
+        names: dict[bytes, str] = {}
 
-    wrong = a.claim("vendor", "acme", "price", "USD 1,200", provenance="old quote")
-    fixed = a.claim("vendor", "acme", "price", "$1,150.00", provenance="signed quote")
-    branch_a.update([wrong, fixed])
-    branch_a.add(
-        a.retract(claim_id=wrong.claim_id, reason="quote expired", superseded_by=fixed.claim_id)
-    )
-    branch_a.add(a.claim("project", "launch", "owner", "dana smith"))
-    out("   A: price 'USD 1,200', then corrects itself to '$1,150.00' (exact retraction)")
-    out("   A: owner 'dana smith' (agrees with 'Dana  Smith' under the text contract)")
+        def who(author: object) -> str:
+            return names.get(author, "?") if isinstance(author, bytes) else str(author)
 
-    branch_b.add(b.claim("project", "launch", "deadline", "2026-04-01", provenance="vendor email"))
-    branch_b.add(b.claim("vendor", "acme", "price", "1150 usd"))
-    out("   B: deadline '2026-04-01' (disagrees with the planner)")
-    out("   B: price '1150 usd' (agrees with A's corrected price)")
+        def show(state: State, indent: str = "     ") -> None:
+            for c in sorted(state.active_claims(), key=lambda c: (c.subject, c.predicate)):
+                out(f"{indent}{_value(c):40} by {who(c.author)}")
+            for conflict in state.conflicts:
+                _, subject, predicate = conflict.key
+                values = ", ".join(
+                    f"{state.claims[cid].value!r} ({who(state.claims[cid].author)})"
+                    for cid in conflict.candidates
+                )
+                out(f"{indent}CONFLICT {subject}.{predicate}: {values}")
 
-    merged = branch_a | branch_b
-    state = materialize(merged, registry=DEMO_REGISTRY)
-    out(f"3. merge A and B: {len(merged)} ops, {len(state.active_claims())} active claims")
-    for c in state.active_claims():
-        out(f"     {_show(c)}")
-    out(f"4. conflicts kept, not overwritten: {len(state.conflicts)}")
-    for conflict in state.conflicts:
-        ns, subj, pred = conflict.key
-        out(
-            f"     {ns}/{subj}.{pred} [{conflict.scope}]"
-            f" conflict {conflict.conflict_id.hex()[:10]}:"
+        out(f"StateFuse demo: one shared memory, three agents, SQLite stores in {home}")
+        out("")
+        planner = Replica.open(home / "planner.db", space=SPACE, registry=DEMO_REGISTRY)
+        names[planner.author] = "planner"
+        with planner.batch():
+            planner.add_claim("project", "launch", "deadline", "2026-03-25", authority="user")
+            planner.add_claim("project", "launch", "owner", "Dana  Smith")
+        out("1. The planner writes the shared memory (one signed change, durably stored):")
+        show(planner.state())
+
+        scout = planner.fork(home / "scout.db")
+        analyst = planner.fork(home / "analyst.db")
+        archivist = planner.fork(home / "archivist.db")
+        names.update(
+            {scout.author: "scout", analyst.author: "analyst", archivist.author: "archivist"}
         )
-        for group in conflict.groups:
-            values = {repr(state.claims[cid].value) for cid in group.claim_ids}
-            out(f"       - {', '.join(sorted(values))}  ({len(group.claim_ids)} claim(s))")
-    other_way = materialize(branch_b | branch_a, registry=DEMO_REGISTRY)
-    same = "same" if other_way.digest() == state.digest() else "DIFFERENT"
-    out(f"5. state digest {state.digest().hex()[:16]}; merging B into A instead: {same} digest")
-    return state
+        out("")
+        out("2. It forks three agents (each a new key and a copy of the memory):")
+        out("     scout and analyst go researching; archivist goes offline with this copy")
+
+        out("")
+        out("3. They learn conflicting facts:")
+        scout.add_claim("project", "launch", "deadline", "2026-04-01", confidence=0.8)
+        wrong = scout.add_claim("vendor", "acme", "price", "USD 135", confidence=0.6)
+        analyst.add_claim("vendor", "acme", "price", "$120.00", confidence=0.9)
+        analyst.add_claim("project", "launch", "deadline", "2026-04-08", confidence=0.8)
+        out("     scout:   launch.deadline = '2026-04-01';  acme.price = 'USD 135'")
+        out("     analyst: launch.deadline = '2026-04-08';  acme.price = '$120.00'")
+
+        out("")
+        out("4. The scout corrects itself exactly: it supersedes its own price claim")
+        scout.supersede(wrong, "USD 120", "misread the quote; it is 120")
+        out("     acme.price 'USD 135' -> 'USD 120' (one retraction naming the new claim)")
+
+        old_deadline = next(
+            c
+            for c in analyst.state().active_claims()
+            if c.predicate == "deadline" and c.value == "2026-03-25"
+        )
+        analyst.retract(claim_ref=old_deadline.claim_ref, reason="the launch moved")
+        out("   The analyst retracts semantically: every copy of deadline = 2026-03-25 is void,")
+        out("     including copies written later by anyone who has not seen this retraction")
+
+        out("")
+        out("5. The offline archivist, unaware, re-asserts the old deadline:")
+        archivist.add_claim("project", "launch", "deadline", "2026-03-25", confidence=0.9)
+        out("     archivist: launch.deadline = '2026-03-25' (the value that was just retracted)")
+
+        out("")
+        out("6. An impostor forges a change in the scout's name:")
+        impostor = SigningKey.generate()
+        forged_op = Writer(scout.author, registry=DEMO_REGISTRY).claim(
+            "vendor", "acme", "price", "USD 9"
+        )
+        body = change_body(
+            space=SPACE,
+            author=scout.author,
+            seq=1,
+            prev=None,
+            registry=DEMO_REGISTRY.fingerprint,
+            ops=[forged_op],
+        )
+        forged = wire(body, impostor.sign(signed_message(change_id_of(body))))
+        report = planner.receive([forged])
+        [entry] = planner.quarantine()
+        out(f"     planner: accepted {report.accepted}, quarantined {report.quarantined}")
+        out(f"     quarantine: reason {entry.reason!r}: {entry.message}")
+
+        out("")
+        out("7. The branches sync:")
+        try:
+            from sync.http import serve, sync_with
+        except ImportError:
+            serve = None
+
+        if serve is None:
+            for agent in (scout, analyst):
+                planner.merge(agent)
+                agent.merge(planner)
+        else:
+            with serve(planner, port=0) as server:
+                for agent in (scout, analyst):
+                    r = sync_with(agent, server.url)
+                    out(
+                        f"     {who(agent.author)} <-> planner over HTTP ({server.url}):"
+                        f" fetched {r.fetched}, pushed {r.pushed}, {r.round_trips} round trips,"
+                        f" {r.bytes_sent + r.bytes_received} bytes"
+                    )
+        bundle = home / "archivist.bundle"
+        n = archivist.export(bundle)
+        got = planner.import_(bundle)
+        out(
+            f"     archivist -> planner by bundle file ({n} changes):"
+            f" {got.accepted} new, {got.duplicate} already known"
+        )
+
+        state = planner.state()
+        out("")
+        out("8. The merged memory (the archivist's stale re-assertion is suppressed;")
+        out("   the price agrees once normalized; the deadline conflict stays explicit):")
+        show(state)
+        suppressed = [
+            c
+            for c in state.all_claims()
+            if who(c.author) == "archivist" and not state.is_active(c.claim_id)
+        ]
+        out(f"     suppressed re-assertions: {len(suppressed)}")
+
+        view = project(state, Lens(), resolver=Conservative())
+        out("")
+        out("9. What a planner's view makes of it (Conservative resolver):")
+        for line in view.explanations.values():
+            out(f"     {line}")
+        for agent in (planner, scout, analyst, archivist):
+            agent.close()
+        out("")
+        out("Done: every step above is durable in the SQLite stores, signed, and verifiable.")
+        return state
