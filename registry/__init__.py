@@ -12,7 +12,7 @@ from registry.error import (
     ValueTypeError,
 )
 from registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
-from registry.registry import DEFAULT_REGISTRY, Registry
+from registry.registry import DEFAULT_AUTHORITY_ORDER, DEFAULT_REGISTRY, Registry
 from registry.value import (
     MAX_CONTAINER_ITEMS,
     MAX_DEPTH,
@@ -27,6 +27,7 @@ from registry.value import (
 
 __all__ = [
     "BUILTIN_NORMALIZERS",
+    "DEFAULT_AUTHORITY_ORDER",
     "DEFAULT_CONTRACT",
     "DEFAULT_REGISTRY",
     "MAX_CONTAINER_ITEMS",

@@ -6,7 +6,7 @@ so two replicas with equal fingerprints compute equal normal forms, refs and con
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 import blake3
@@ -18,16 +18,51 @@ from registry.value import Value, canonical_value, encode_canonical, encode_valu
 
 FINGERPRINT_DOMAIN = b"statefuse/registry/v1"
 
+#: Authority labels, highest first, that rank the claims of predicates whose policy is
+#: ``authority`` unless a registry names its own order.
+DEFAULT_AUTHORITY_ORDER: tuple[str, ...] = ("system", "user", "operator", "tool", "agent")
+
+
+def _authority_order(order: object) -> tuple[str, ...]:
+    if isinstance(order, (str, bytes)) or not isinstance(order, Sequence):
+        raise ContractError(
+            "authority_order", "sequence-of-str", f"expected a sequence of labels, got {order!r}"
+        )
+    if not order:
+        raise ContractError("authority_order", "non-empty", "list at least one authority label")
+    seen: set[str] = set()
+    for i, label in enumerate(order):
+        if type(label) is not str or not label:
+            raise ContractError(
+                f"authority_order[{i}]", "non-empty-str", f"expected a non-empty str, got {label!r}"
+            )
+        if label in seen:
+            raise ContractError(f"authority_order[{i}]", "unique", f"{label!r} is listed twice")
+        seen.add(label)
+    return tuple(order)
+
 
 class Registry:
     """An immutable set of predicate contracts plus the normalizers they name.
 
     A contract with ``namespace=None`` matches the predicate in every namespace; one with a
     namespace narrows it and wins over the namespace-free one. Predicates without a contract get
-    ``default`` (functional, exact, surface).
+    ``default`` (functional, exact, surface). ``authority_order`` (highest first) ranks the
+    claims of predicates whose policy is ``authority``; it is part of the fingerprint, since two
+    replicas that rank authorities differently resolve the same conflict differently.
+
+    Raises ContractError (naming the field and the rule) for a bad contract, normalizer name or
+    ``authority_order`` (a non-empty sequence of distinct non-empty strs).
     """
 
-    __slots__ = ("_by_key", "_contracts", "_default", "_fingerprint", "_normalizers")
+    __slots__ = (
+        "_authority_order",
+        "_by_key",
+        "_contracts",
+        "_default",
+        "_fingerprint",
+        "_normalizers",
+    )
 
     def __init__(
         self,
@@ -35,7 +70,9 @@ class Registry:
         *,
         normalizers: Mapping[str, Normalizer] | None = None,
         default: PredicateContract = DEFAULT_CONTRACT,
+        authority_order: Sequence[str] = DEFAULT_AUTHORITY_ORDER,
     ) -> None:
+        self._authority_order = _authority_order(authority_order)
         custom = dict(normalizers or {})
         for name in custom:
             if name in BUILTIN_NORMALIZERS:
@@ -81,10 +118,11 @@ class Registry:
             sorted(by_key.values(), key=lambda c: (c.predicate, c.namespace or ""))
         )
         declaration: Value = {
-            "v": 1,
+            "v": 2,
             "default": default.declaration(),
             "contracts": [c.declaration() for c in self._contracts],
             "custom_normalizers": list[Value](sorted(custom)),
+            "authority_order": list[Value](self._authority_order),
         }
         self._fingerprint = blake3.blake3(FINGERPRINT_DOMAIN + encode_value(declaration)).digest()
 
@@ -96,6 +134,11 @@ class Registry:
     def default(self) -> PredicateContract:
         """The contract of predicates no declared contract matches."""
         return self._default
+
+    @property
+    def authority_order(self) -> tuple[str, ...]:
+        """Authority labels, highest first, for predicates whose policy is ``authority``."""
+        return self._authority_order
 
     @property
     def fingerprint(self) -> bytes:

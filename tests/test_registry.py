@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from registry import (
+    DEFAULT_AUTHORITY_ORDER,
     DEFAULT_CONTRACT,
     DEFAULT_REGISTRY,
     Cardinality,
@@ -200,6 +201,66 @@ def test_registry_fingerprint_names_custom_normalizers_but_cannot_see_their_code
 def test_registry_fingerprint_is_a_32_byte_digest_and_stable_across_instances() -> None:
     assert len(DEFAULT_REGISTRY.fingerprint) == 32
     assert Registry().fingerprint == DEFAULT_REGISTRY.fingerprint
+
+
+# --- authority order ------------------------------------------------------------------------
+
+
+def test_a_registry_ranks_authorities_system_user_operator_tool_agent_unless_told_otherwise() -> (
+    None
+):
+    assert DEFAULT_AUTHORITY_ORDER == ("system", "user", "operator", "tool", "agent")
+    assert Registry().authority_order == DEFAULT_AUTHORITY_ORDER
+    assert Registry(authority_order=["lead", "bot"]).authority_order == ("lead", "bot")
+
+
+@given(
+    st.lists(
+        st.sampled_from(["system", "user", "bot", "lead"]), min_size=1, max_size=4, unique=True
+    ),
+    st.lists(
+        st.sampled_from(["system", "user", "bot", "lead"]), min_size=1, max_size=4, unique=True
+    ),
+)
+def test_registries_share_a_fingerprint_only_if_they_rank_authorities_alike(
+    a: list[str], b: list[str]
+) -> None:
+    same = (
+        Registry(CONTRACTS, authority_order=a).fingerprint
+        == Registry(CONTRACTS, authority_order=b).fingerprint
+    )
+    assert same == (a == b)
+
+
+def test_registry_fingerprint_changes_with_the_authority_order_and_states_tell_them_apart() -> None:
+    from statefuse import Writer, materialize
+
+    flipped = Registry(authority_order=tuple(reversed(DEFAULT_AUTHORITY_ORDER)))
+    assert flipped.fingerprint != DEFAULT_REGISTRY.fingerprint and flipped != DEFAULT_REGISTRY
+    assert Registry(authority_order=list(DEFAULT_AUTHORITY_ORDER)) == DEFAULT_REGISTRY
+    ops = [Writer("a", clock=lambda: 0).claim("p", "x", "owner", "dana", authority="user")]
+    assert materialize(ops).digest() != materialize(ops, registry=flipped).digest()
+
+
+@pytest.mark.parametrize(
+    ("order", "field", "rule"),
+    [
+        ("system", "authority_order", "sequence-of-str"),
+        (None, "authority_order", "sequence-of-str"),
+        ({"user"}, "authority_order", "sequence-of-str"),
+        ((), "authority_order", "non-empty"),
+        (("user", ""), "authority_order[1]", "non-empty-str"),
+        (("user", 3), "authority_order[1]", "non-empty-str"),
+        (("user", "agent", "user"), "authority_order[2]", "unique"),
+    ],
+)
+def test_a_bad_authority_order_is_refused_naming_the_field_and_the_rule(
+    order: object, field: str, rule: str
+) -> None:
+    with pytest.raises(ContractError) as err:
+        Registry(authority_order=order)  # type: ignore[arg-type]
+    assert (err.value.field, err.value.rule) == (field, rule)
+    assert isinstance(err.value, ValueError)
 
 
 # --- ref_value and group_key ----------------------------------------------------------------
