@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+import blake3
+
 from registry import DEFAULT_REGISTRY, Registry
 from registry.value import Value, canonical_value
 from statefuse.error import OpRuleError
@@ -222,3 +224,156 @@ class Writer:
         )
         self._note(op)
         return op
+
+    # --- the context layers (conveniences over `claim`) -----------------------------------------
+
+    def identity(
+        self,
+        subject: str,
+        predicate: str,
+        value: Value,
+        *,
+        namespace: str = "identity",
+        authority: str = "",
+        scope: str = "global",
+        visibility: Sequence[str] = (),
+        provenance: str = "",
+    ) -> ClaimAdded:
+        """Who is asking and with what standing: ``identity("alice", "role", "manager")``.
+
+        A claim in the identity layer (kind ``identity``); context assembly shows it first.
+        """
+        return self.claim(
+            namespace,
+            subject,
+            predicate,
+            value,
+            scope=scope,
+            authority=authority,
+            visibility=visibility,
+            provenance=provenance,
+            layer=Layer.IDENTITY,
+            kind="identity",
+        )
+
+    def constraint(
+        self,
+        namespace: str,
+        subject: str,
+        predicate: str,
+        value: Value,
+        *,
+        constraint: str = "policy",
+        authority: str = "",
+        scope: str = "global",
+        visibility: Sequence[str] = (),
+        confidence: float = 1.0,
+        evidence: Sequence[bytes] = (),
+        provenance: str = "",
+        depends_on: Sequence[bytes] = (),
+        expires: int | None = None,
+    ) -> ClaimAdded:
+        """A rule every answer must satisfy; ``constraint`` says which sort (budget, deadline,
+        policy, capacity...). Context assembly shows constraints before any fact."""
+        return self.claim(
+            namespace,
+            subject,
+            predicate,
+            value,
+            scope=scope,
+            confidence=confidence,
+            evidence=evidence,
+            provenance=provenance,
+            authority=authority,
+            visibility=visibility,
+            constraint=_name("constraint", constraint),
+            depends_on=depends_on,
+            expires=expires,
+            kind="constraint",
+        )
+
+    def add_turn(
+        self,
+        speaker: str,
+        text: str,
+        *,
+        session: str,
+        namespace: str = "turn",
+        expires: int | None = None,
+    ) -> ClaimAdded:
+        """One conversation turn in the working set of ``session`` (scope ``session:<id>``).
+
+        Each turn gets its own key — subject ``speaker``, predicate ``<lamport>/<writer tag>``
+        — so turns never conflict with each other; context assembly orders them by lamport.
+        Raises OpRuleError if ``text`` is not a str.
+        """
+        if type(text) is not str:
+            raise OpRuleError("text", "str", f"expected str, got {type(text).__name__}")
+        return self.claim(
+            namespace,
+            speaker,
+            f"{self._lamport + 1}/{self._tag()}",
+            text,
+            scope=_scope("session", f"session:{_name('session', session)}"),
+            layer=Layer.WORKING,
+            kind="turn",
+            expires=expires,
+        )
+
+    def _tag(self) -> str:
+        author = self.author.encode("utf-8") if isinstance(self.author, str) else self.author
+        return blake3.blake3(author).hexdigest()[:8]
+
+    def signal(
+        self,
+        subject: str,
+        predicate: str,
+        value: Value,
+        *,
+        expires: int | None,
+        namespace: str = "env",
+        provenance: str = "",
+        authority: str = "",
+        visibility: Sequence[str] = (),
+    ) -> ClaimAdded:
+        """An environment signal (a price, the time, a system's state) that stops being shown
+        after ``expires`` (ms since the epoch, compared with the lens's ``now``; ``None``:
+        never). A newer reading of the same key conflicts with an unexpired older one unless
+        the predicate's registry policy is ``latest``, or the old one is retracted."""
+        return self.claim(
+            namespace,
+            subject,
+            predicate,
+            value,
+            provenance=provenance,
+            authority=authority,
+            visibility=visibility,
+            layer=Layer.ENVIRONMENT,
+            expires=expires,
+            kind="signal",
+        )
+
+    def question(
+        self,
+        namespace: str,
+        subject: str,
+        predicate: str,
+        text: str,
+        *,
+        scope: str = "global",
+        visibility: Sequence[str] = (),
+    ) -> ClaimAdded:
+        """An open question about the key (namespace, subject, predicate), stored at predicate
+        ``predicate + "?"`` so it never conflicts with the answer. Context assembly lists it
+        under known unknowns until a claim for the key itself is visible."""
+        if type(text) is not str:
+            raise OpRuleError("text", "str", f"expected str, got {type(text).__name__}")
+        return self.claim(
+            namespace,
+            subject,
+            _name("predicate", predicate) + "?",
+            text,
+            scope=scope,
+            visibility=visibility,
+            kind="question",
+        )
