@@ -1,0 +1,172 @@
+"""Durable replica: append throughput and reopen time on the SQLite store.
+
+``python -m benchmarks.replica [--quick] [--reopen-ops N,...] [--json PATH]``
+
+Rows:
+
+- ``append, N-op changes``: `Replica.batch` end to end — the writer builds and checks each op,
+  the change is signed, committed (WAL, ``synchronous=FULL``: one fsync per change) and applied
+  to the incremental state. Median of repeats, as ops/s.
+- ``store append, 100-op changes``: `SQLiteStore.write` alone for pre-signed changes (the
+  durable part: one transaction and one fsync per change).
+- ``reopen, N ops``: `Replica.open` of a store holding N ops in 100-op changes: every stored
+  change is verified again (signature, canonical bytes, op ids) and the state materialized.
+
+Progress goes to stderr, the table to stdout, the JSON to ``--json`` or
+``benchmarks/results/replica-<UTC time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from benchmarks.report import load_average, machine_info
+from statefuse.sqlitestore import SQLiteStore
+from statefuse.store import StoreInfo, StoreWrite
+from sync.replica import Replica
+
+RESULTS = Path(__file__).resolve().parent / "results"
+#: The issue's target for batched durable appends.
+TARGET_BATCHED = 50_000
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _fill(replica: Replica, ops: int, size: int, tag: str) -> float:
+    start = time.perf_counter()
+    for b in range(ops // size):
+        with replica.batch():
+            for i in range(size):
+                replica.add_claim("bench", f"{tag}{b}-{i}", "value", i, confidence=0.5 + i % 2 / 4)
+    return time.perf_counter() - start
+
+
+def bench_append(home: Path, size: int, ops: int, repeats: int) -> list[float]:
+    rates = []
+    for r in range(repeats):
+        with Replica.open(home / f"append{size}-{r}.db", space="bench", clock=lambda: 0) as rep:
+            rates.append(ops / _fill(rep, ops, size, "a"))
+    return rates
+
+
+def bench_store_append(home: Path, changes: int, repeats: int) -> list[float]:
+    source = Replica.memory(space="bench", clock=lambda: 0)
+    _fill(source, changes * 100, 100, "s")
+    pairs = [(c.change_id, c.data) for c in source.log.changes()]
+    rates = []
+    for r in range(repeats):
+        store = SQLiteStore(home / f"store-{r}.db")
+        store.initialize(StoreInfo(space="bench"))
+        start = time.perf_counter()
+        for pair in pairs:
+            store.write(StoreWrite(accepted=(pair,)))
+        rates.append(len(pairs) * 100 / (time.perf_counter() - start))
+        store.close()
+    return rates
+
+
+def bench_reopen(home: Path, ops: int, repeats: int) -> list[float]:
+    path = home / f"reopen{ops}.db"
+    with Replica.open(path, space="bench", clock=lambda: 0) as rep:
+        step = max(ops // 10, 100)
+        for done in range(0, ops, step):
+            _fill(rep, min(step, ops - done), 100, f"r{done}-")
+            _log(f"  reopen store: {done + step:,} / {ops:,} ops written")
+        digest = rep.state().digest()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        with Replica.open(path) as again:
+            state = again.state()
+            elapsed = time.perf_counter() - start
+            assert state.digest() == digest, "reopened state differs"
+        times.append(elapsed)
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.replica", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="small sizes, one repeat")
+    p.add_argument("--reopen-ops", default=None, help="comma-separated store sizes to reopen")
+    p.add_argument("--json", type=Path, default=None, help="write the JSON result here")
+    args = p.parse_args(argv)
+    repeats = 1 if args.quick else 3
+    batched_ops = 10_000 if args.quick else 50_000
+    if args.reopen_ops:
+        reopen_sizes = [int(x.replace("_", "")) for x in args.reopen_ops.split(",")]
+    else:
+        reopen_sizes = [10_000] if args.quick else [100_000]
+    rows: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory(prefix="statefuse-bench-") as tmp:
+        home = Path(tmp)
+        _log("append, 1-op changes")
+        r1 = bench_append(home, 1, 500 if args.quick else 2_000, repeats)
+        rows.append(
+            {
+                "row": "append, 1-op changes",
+                "median": statistics.median(r1),
+                "unit": "ops/s",
+                "samples": r1,
+            }
+        )
+        _log("append, 100-op changes")
+        r100 = bench_append(home, 100, batched_ops, repeats)
+        rows.append(
+            {
+                "row": "append, 100-op changes",
+                "median": statistics.median(r100),
+                "unit": "ops/s",
+                "samples": r100,
+                "target": f">= {TARGET_BATCHED:,} ops/s",
+            }
+        )
+        _log("store append, 100-op changes")
+        rs = bench_store_append(home, 100 if args.quick else 500, repeats)
+        rows.append(
+            {
+                "row": "store append, 100-op changes",
+                "median": statistics.median(rs),
+                "unit": "ops/s",
+                "samples": rs,
+                "target": f">= {TARGET_BATCHED:,} ops/s",
+            }
+        )
+        for n in reopen_sizes:
+            _log(f"reopen, {n:,} ops")
+            t = bench_reopen(home, n, repeats)
+            rows.append(
+                {
+                    "row": f"reopen, {n:,} ops",
+                    "median": statistics.median(t),
+                    "unit": "s",
+                    "samples": t,
+                }
+            )
+    print(f"{'benchmark':34} {'median':>14}  {'target':>18}")
+    for row in rows:
+        value = (
+            f"{row['median']:,.0f} {row['unit']}"
+            if row["unit"] == "ops/s"
+            else (f"{row['median']:.2f} s")
+        )
+        print(f"{row['row']:34} {value:>14}  {row.get('target', ''):>18}")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = args.json or RESULTS / f"replica-{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"rows": rows, "machine": machine_info(), "load_average": load_average()}
+    out.write_text(json.dumps(doc, indent=2))
+    _log(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
