@@ -41,7 +41,7 @@ from registry.error import InputError
 from registry.value import Value
 from statefuse.lens import Lens
 from statefuse.op import ClaimAdded, Layer
-from statefuse.projection import DEFAULT_AUTHORITY_ORDER, project
+from statefuse.projection import project
 from statefuse.ranker import LexicalRanker, Ranker
 from statefuse.resolver import Resolver
 from statefuse.state import State
@@ -136,13 +136,16 @@ class ContextPolicy:
     """How a context is laid out. Raises ContextError for a bad option.
 
     ``fact_share``: the part of the budget left after identity and constraints that facts may
-    take (more only when the later sections need less). ``previous``: show retracted values
+    take (more only when the later sections need less). ``summary_share``: when the facts do
+    not all fit, the part of their room kept for ``key = value`` summaries of the facts ranked
+    below the ones shown in full. ``previous``: show retracted values
     (off by default). ``summary_value_chars``: longest value a ``key = value`` summary line
     shows (longer ones go straight to a counted group). ``working_limit`` /
     ``environment_limit``: most working-set items / signals shown (``None``: as many as fit).
     """
 
     fact_share: float = 0.7
+    summary_share: float = 0.3
     previous: PreviousValues = PreviousValues.HIDE
     summary_value_chars: int = 80
     working_limit: int | None = None
@@ -152,6 +155,9 @@ class ContextPolicy:
         share = self.fact_share
         if type(share) not in (int, float) or not 0.0 < share <= 1.0:
             raise ContextError("fact_share", "share", "fact_share must be a number in (0, 1]")
+        share = self.summary_share
+        if type(share) not in (int, float) or not 0.0 <= share <= 1.0:
+            raise ContextError("summary_share", "share", "summary_share must be in [0, 1]")
         if not isinstance(self.previous, PreviousValues):
             raise ContextError("previous", "enum", "previous must be a PreviousValues")
         if type(self.summary_value_chars) is not int or self.summary_value_chars < 0:
@@ -164,6 +170,7 @@ class ContextPolicy:
     def to_dict(self) -> dict[str, Any]:
         return {
             "fact_share": self.fact_share,
+            "summary_share": self.summary_share,
             "previous": self.previous.value,
             "summary_value_chars": self.summary_value_chars,
             "working_limit": self.working_limit,
@@ -667,7 +674,9 @@ class _Facts:
                 i += 1
             if i == self.total:
                 return self._finish(out, full, [], used, handles, room)
-            while full and used + reserve > room + spare:
+            # Compaction: full lines give up the summaries' share, and room for the count.
+            full_room = room - int(self.policy.summary_share * (room - header))
+            while full and (used > full_room or used + reserve > room + spare):
                 used -= full.pop().cost
                 i -= 1
             while i < self.total:
@@ -1043,14 +1052,18 @@ def context_for(
     budget: int,
     query: str | None = None,
     resolver: Resolver | None = None,
-    authority_order: Sequence[str] = DEFAULT_AUTHORITY_ORDER,
+    authority_order: Sequence[str] | None = None,
     tokenizer: Tokenizer | None = None,
     ranker: Ranker | None = None,
     policy: ContextPolicy = DEFAULT_POLICY,
 ) -> Context:
     """Project ``state`` through ``lens`` and assemble the context (``query`` defaults to
-    ``lens.query``). What a CLI or an agent loop calls. Raises ProjectionError / ContextError."""
-    view = project(state, lens, resolver=resolver, authority_order=authority_order)
+    ``lens.query``; ``authority_order`` overrides the projection's default). What a CLI or an
+    agent loop calls. Raises ProjectionError / ContextError."""
+    if authority_order is None:
+        view = project(state, lens, resolver=resolver)
+    else:
+        view = project(state, lens, resolver=resolver, authority_order=authority_order)
     previous = (
         previous_values(state, lens, view) if policy.previous is PreviousValues.SHOW else None
     )

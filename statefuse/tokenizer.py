@@ -14,6 +14,7 @@ repeated assembly over the same claims counts each line once.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Protocol, runtime_checkable
 
 from registry.error import InputError
@@ -59,13 +60,16 @@ _ENCODINGS: dict[str, Any] = {}
 def _load(encoding: str) -> Any:
     found = _ENCODINGS.get(encoding)
     if found is None:
-        try:
-            import bpe_openai  # type: ignore[import-untyped]  # ships no type information
-        except ImportError:
-            raise TokenizerError(
-                "tokenizer", "bpe-installed", "the bpe-openai package is not installed"
-            ) from None
-        found = _ENCODINGS[encoding] = bpe_openai.get_encoding(encoding)
+        # bpe-openai reads its ranks through a deprecated importlib API (on import, too).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                import bpe_openai  # type: ignore[import-untyped]  # ships no type information
+            except ImportError:
+                raise TokenizerError(
+                    "tokenizer", "bpe-installed", "the bpe-openai package is not installed"
+                ) from None
+            found = _ENCODINGS[encoding] = bpe_openai.get_encoding(encoding)
     return found
 
 
