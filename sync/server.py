@@ -1,0 +1,504 @@
+"""The HTTP sync server: a WSGI app over one replica, served by waitress.
+
+`serve` binds a `SyncServer` (loopback and an OS-chosen port by default) around a `SyncApp`;
+run it with `SyncServer.serve_forever` (a CLI) or in a background thread with `start` / ``with``.
+The endpoints and bodies are `sync.protocol`'s.
+
+Invariants:
+
+- One lock serializes every use of the replica (a `Replica` is not thread-safe). Bodies are read
+  and decoded before the lock is taken; a request that cannot get it within ``lock_timeout``
+  gets 503, so a busy or stuck replica never piles up blocked threads forever. Whoever else uses
+  the replica while it is served holds the same lock (pass it with ``serve(..., lock=)``).
+- Nothing a client sends can crash the server or reach the replica unverified: bodies are
+  bounded before they are read (waitress refuses a longer ``Content-Length`` with 413 before
+  reading it, and the app checks again), framing is checked whole, reconcile messages go through
+  the reconciler's strict decoder, and changes only through `Replica.receive`, which quarantines
+  garbage with its reason. Any other fault becomes a JSON 500 and is logged.
+- A request costs work bounded by the protocol's limits: a reconcile reply is at most one
+  frame of `sync.reconcile.MAX_MESSAGE_BYTES`, a fetch answer at most `PAGE_BYTES`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict
+from enum import Enum
+from types import TracebackType
+from typing import Any
+
+from waitress import trigger, wasyncore
+from waitress.channel import HTTPChannel
+from waitress.server import BaseWSGIServer, create_server
+
+from sync.protocol import (
+    CONTENT_TYPE,
+    MAX_BODY_BYTES,
+    MAX_CHANGE_FRAME_BYTES,
+    MAX_PAGE_CHANGES,
+    MAX_SPACE_BYTES,
+    PAGE_BYTES,
+    PROTOCOL_VERSION,
+    Lock,
+    SyncError,
+    decode_frames,
+    decode_space,
+    encode_frames,
+    limits,
+)
+from sync.reconcile import ID_BYTES, MAX_MESSAGE_BYTES, ReconcileError, Reconciler
+from sync.replica import Replica
+
+__all__ = ["DEFAULT_TIMEOUT", "SyncApp", "SyncServer", "serve"]
+
+log = logging.getLogger("statefuse.sync.server")
+
+#: Seconds a request may wait for the replica, and an idle connection may stay open.
+DEFAULT_TIMEOUT = 30.0
+#: Ids a cached server reconciler may learn before it is rebuilt (a peer could otherwise grow
+#: its learned-id sets without bound).
+_RELEARN_LIMIT = 100_000
+#: Reconcile errors that mean "your message contradicts my ids": the ids changed between two
+#: rounds of an exchange (or the peer lies). The client starts the exchange again.
+_CONTRADICTIONS = frozenset({"answer-length", "answer-id-known"})
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+class _Reject(Exception):
+    """An HTTP error answer: status, and the JSON error body's field, rule and message."""
+
+    def __init__(self, status: int, field: str, rule: str, message: str, **extra: object) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+        self.rule = rule
+        self.message = message
+        self.extra = extra
+
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    411: "Length Required",
+    413: "Content Too Large",
+    422: "Unprocessable Content",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+class SyncApp:
+    """The WSGI application that serves one replica over the sync protocol.
+
+    ``lock`` serializes every use of the replica (a new reentrant lock when not given: hold it
+    yourself when you use the replica while it is served). ``lock_timeout`` is how long a
+    request waits for it before a 503. ``page_bytes`` caps the change bytes in one fetch answer
+    (at most the protocol's `PAGE_BYTES`; a lower value makes clients page sooner).
+    """
+
+    def __init__(
+        self,
+        replica: Replica,
+        *,
+        lock: Lock | None = None,
+        lock_timeout: float = DEFAULT_TIMEOUT,
+        page_bytes: int = PAGE_BYTES,
+    ) -> None:
+        if not isinstance(replica, Replica):
+            raise SyncError("replica", "replica-type", f"expected a Replica, got {replica!r}")
+        _check_seconds("lock_timeout", lock_timeout)
+        if type(page_bytes) is not int or not MAX_CHANGE_FRAME_BYTES <= page_bytes <= PAGE_BYTES:
+            raise SyncError(
+                "page_bytes",
+                "range",
+                f"expected an int in [{MAX_CHANGE_FRAME_BYTES}, {PAGE_BYTES}]",
+            )
+        self.replica = replica
+        self.space = replica.space
+        self.lock: Lock = lock if lock is not None else threading.RLock()
+        self.lock_timeout = float(lock_timeout)
+        self.page_bytes = page_bytes
+        # (accepted-change count it was built at, reconciler, ids it has learned since)
+        self._reconciler: tuple[int, Reconciler, int] | None = None
+        self._routes: dict[str, tuple[str, Callable[[bytes], tuple[int, str, bytes]]]] = {
+            "/v1/reconcile": ("POST", self._reconcile),
+            "/v1/fetch": ("POST", self._fetch),
+            "/v1/push": ("POST", self._push),
+            "/v1/info": ("GET", self._info),
+        }
+
+    # --- WSGI ------------------------------------------------------------------------------------
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        try:
+            status, content_type, body = self._dispatch(environ)
+        except _Reject as r:
+            status, content_type, body = r.status, "application/json", _error_body(r)
+        except Exception:  # the server stays up whatever a handler hits; the fault is logged
+            log.exception(
+                "sync request failed: %s %s", environ.get("REQUEST_METHOD"), _path(environ)
+            )
+            fault = _Reject(500, "server", "internal", "the server failed; see its log")
+            status, content_type, body = 500, "application/json", _error_body(fault)
+        headers = [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),
+        ]
+        if status == 405:
+            headers.append(("Allow", self._routes[_path(environ)][0]))
+        start_response(f"{status} {_REASONS[status]}", headers)
+        return [body]
+
+    def _dispatch(self, environ: dict[str, Any]) -> tuple[int, str, bytes]:
+        path = _path(environ)
+        route = self._routes.get(path)
+        if route is None:
+            raise _Reject(404, "path", "endpoint", f"no endpoint {path!r} (protocol v1)")
+        method, handler = route
+        if environ.get("REQUEST_METHOD") != method:
+            raise _Reject(405, "method", "method", f"{path} takes {method}")
+        body = _read_body(environ) if method == "POST" else b""
+        return handler(body)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the replica lock, or answer 503 when it stays busy past ``lock_timeout``."""
+        if not self.lock.acquire(timeout=self.lock_timeout):
+            raise _Reject(503, "replica", "busy", "the replica stayed busy; try again later")
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+    # --- endpoints -------------------------------------------------------------------------------
+
+    def _request(self, body: bytes, *, max_frames: int, max_frame_bytes: int) -> list[bytes]:
+        """The frames after the space frame, once the framing and the space are checked."""
+        try:
+            frames = decode_frames(body, max_frames=max_frames, max_frame_bytes=max_frame_bytes)
+            if not frames:
+                raise SyncError("body", "space-frame", "the first frame must name the space")
+            if len(frames[0]) > MAX_SPACE_BYTES:
+                raise SyncError("space", "space-name", "the space name is too long")
+            space = decode_space(frames[0])
+        except SyncError as e:
+            raise _Reject(400, e.field, e.rule, e.message) from None
+        if space != self.space:
+            raise _Reject(
+                409, "space", "same-space", f"this server holds space {self.space!r}, not {space!r}"
+            )
+        return frames[1:]
+
+    def _reconcile(self, body: bytes) -> tuple[int, str, bytes]:
+        frames = self._request(body, max_frames=2, max_frame_bytes=MAX_MESSAGE_BYTES)
+        if len(frames) != 1:
+            raise _Reject(400, "body", "frame-count", "a reconcile request carries one message")
+        with self._locked():
+            count = len(self.replica)
+            if self._reconciler is None or self._reconciler[0] != count:
+                self._reconciler = (count, Reconciler(self.replica.change_ids()), 0)
+            _, reconciler, learned = self._reconciler
+            try:
+                reply = reconciler.respond(frames[0])
+            except ReconcileError as e:
+                status = 409 if e.rule in _CONTRADICTIONS else 400
+                raise _Reject(status, e.field, e.rule, e.message) from None
+            learned += len(reply.fetch) + len(reply.send)
+            self._reconciler = None if learned > _RELEARN_LIMIT else (count, reconciler, learned)
+        answer = [] if reply.message is None else [reply.message]
+        return 200, CONTENT_TYPE, encode_frames(answer)
+
+    def _fetch(self, body: bytes) -> tuple[int, str, bytes]:
+        ids = self._request(body, max_frames=1 + MAX_PAGE_CHANGES, max_frame_bytes=MAX_SPACE_BYTES)
+        for k, cid in enumerate(ids):
+            if len(cid) != ID_BYTES:
+                raise _Reject(400, f"ids[{k}]", "id-length", f"an id is {ID_BYTES} bytes")
+        out: list[bytes] = []
+        used = 0
+        with self._locked():
+            for cid in ids:
+                found = self.replica.change_bytes((cid,))
+                data = found[0] if found else b""
+                used += 4 + len(data)
+                if out and used > self.page_bytes:
+                    break
+                out.append(data)
+        return 200, CONTENT_TYPE, encode_frames(out)
+
+    def _push(self, body: bytes) -> tuple[int, str, bytes]:
+        changes = self._request(
+            body, max_frames=1 + MAX_PAGE_CHANGES, max_frame_bytes=MAX_CHANGE_FRAME_BYTES
+        )
+        with self._locked():
+            report = self.replica.receive(changes)
+        counts = asdict(report)
+        if report.quarantined:
+            raise _Reject(
+                422,
+                "changes",
+                "quarantined",
+                f"{report.quarantined} of {len(changes)} changes were refused and quarantined",
+                report=counts,
+            )
+        return 200, "application/json", _json(counts)
+
+    def _info(self, body: bytes) -> tuple[int, str, bytes]:
+        with self._locked():
+            count = len(self.replica)
+        document = {
+            "protocol": PROTOCOL_VERSION,
+            "space": self.space,
+            "changes": count,
+            "limits": {**limits(), "page_bytes": self.page_bytes},
+        }
+        return 200, "application/json", _json(document)
+
+
+def _path(environ: dict[str, Any]) -> str:
+    path = environ.get("PATH_INFO") or "/"
+    return str(path)
+
+
+def _read_body(environ: dict[str, Any]) -> bytes:
+    """The request body, refused with 413 before it is read when it is longer than allowed."""
+    stream = environ["wsgi.input"]
+    declared = environ.get("CONTENT_LENGTH") or ""
+    if declared:
+        try:
+            length = int(declared)
+        except ValueError:
+            raise _Reject(400, "Content-Length", "content-length", "not a number") from None
+        if length < 0:
+            raise _Reject(400, "Content-Length", "content-length", "negative length")
+        if length > MAX_BODY_BYTES:
+            raise _Reject(413, "body", "max-body-bytes", f"bodies are at most {MAX_BODY_BYTES} B")
+        data = stream.read(length)
+        if len(data) != length:
+            raise _Reject(400, "body", "truncated", "the body is shorter than its Content-Length")
+        return bytes(data)
+    data = stream.read(MAX_BODY_BYTES + 1)
+    if len(data) > MAX_BODY_BYTES:
+        raise _Reject(413, "body", "max-body-bytes", f"bodies are at most {MAX_BODY_BYTES} B")
+    return bytes(data)
+
+
+def _json(document: object) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _error_body(r: _Reject) -> bytes:
+    return _json({**r.extra, "error": r.message, "field": r.field, "rule": r.rule})
+
+
+class _State(Enum):
+    BOUND = "bound"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+class SyncServer:
+    """A bound HTTP server (waitress) around a WSGI app, usually a `SyncApp` made by `serve`.
+
+    Run it with `serve_forever` (blocks until `close` from another thread, or Ctrl-C), or in a
+    background thread with `start` or ``with server:``. `close` shuts down cleanly: it stops
+    accepting, lets running requests finish and their answers go out (up to ``timeout``
+    seconds), closes every connection and releases the port. ``timeout`` is also how long an
+    idle or stalled connection may stay open.
+    """
+
+    def __init__(
+        self,
+        app: WSGIApp,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        threads: int = 4,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        if not isinstance(host, str) or not host:
+            raise SyncError("host", "host", "expected a host name or address")
+        if type(port) is not int or not 0 <= port <= 65535:
+            raise SyncError("port", "range", "expected an int in [0, 65535] (0: any free port)")
+        if type(threads) is not int or not 1 <= threads <= 256:
+            raise SyncError("threads", "range", "expected an int in [1, 256]")
+        _check_seconds("timeout", timeout)
+        self.app = app
+        self.timeout = float(timeout)
+        self._map: dict[Any, Any] = {}
+        # Our own wake-up pipe in the loop's socket map: `close` pulls it so the loop thread,
+        # which owns the sockets, does the closing at once.
+        self._wake = trigger.trigger(self._map)
+        try:
+            server = create_server(
+                app,
+                map=self._map,
+                host=host,
+                port=port,
+                threads=threads,
+                channel_timeout=_whole_seconds(timeout),
+                max_request_body_size=MAX_BODY_BYTES,
+                max_request_header_size=64 << 10,
+                asyncore_use_poll=True,
+                expose_tracebacks=False,
+                ident="statefuse",
+            )
+        except OSError as e:
+            wasyncore.close_all(self._map, ignore_all=True)
+            raise SyncError(
+                "port", "bind", f"cannot listen on {host}:{port}: {e.strerror or e}"
+            ) from None
+        if not isinstance(server, BaseWSGIServer):  # one host name resolved to several sockets
+            server.close()
+            wasyncore.close_all(self._map, ignore_all=True)
+            raise SyncError("host", "one-address", f"{host!r} resolves to several addresses")
+        self._server = server
+        bound_host, bound_port = server.getsockname()
+        self.host = str(bound_host)
+        self.port = int(bound_port)
+        self._state = _State.BOUND
+        self._state_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._draining = threading.Event()
+        self._stopped = threading.Event()
+
+    @property
+    def url(self) -> str:
+        """The base URL clients sync with (``http://host:port``)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def _begin(self) -> None:
+        with self._state_lock:
+            if self._state is not _State.BOUND:
+                raise SyncError("server", "startable", f"the server is {self._state.value}")
+            self._state = _State.RUNNING
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until `close` (from another thread) or Ctrl-C; then return.
+
+        Raises SyncError (rule ``startable``) if the server already runs or was closed.
+        """
+        self._begin()
+        self._run()
+
+    def start(self) -> SyncServer:
+        """Serve in a background (daemon) thread; returns the server.
+
+        Raises SyncError (rule ``startable``) if the server already runs or was closed.
+        """
+        self._begin()
+        self._thread = threading.Thread(
+            target=self._run, name=f"statefuse-sync-{self.port}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        """The socket loop; when `close` asks, it stops listening, then drains the connections."""
+        sockets = self._map
+        deadline = math.inf
+        try:
+            while sockets:
+                wasyncore.loop(timeout=1.0, map=sockets, use_poll=True, count=1)
+                if not self._stopping.is_set():
+                    continue
+                if self._server.accepting:
+                    self._server.accepting = False
+                    wasyncore.dispatcher.close(self._server)
+                if not self._draining.is_set():
+                    continue
+                if deadline == math.inf:
+                    deadline = time.monotonic() + self.timeout
+                    for channel in list(sockets.values()):
+                        if isinstance(channel, HTTPChannel):
+                            channel.close_when_flushed = True
+                drained = not any(isinstance(c, HTTPChannel) for c in sockets.values())
+                if drained or time.monotonic() > deadline:
+                    wasyncore.close_all(sockets, ignore_all=True)
+        except KeyboardInterrupt:
+            pass  # Ctrl-C in serve_forever: shut down below
+        finally:
+            self._server.task_dispatcher.shutdown(timeout=_whole_seconds(self.timeout))
+            wasyncore.close_all(sockets, ignore_all=True)
+            self._stopped.set()
+
+    def close(self) -> None:
+        """Stop serving and release the port. Idempotent; call it from any thread except the
+        server's own (not from a request handler)."""
+        with self._state_lock:
+            state, self._state = self._state, _State.CLOSED
+        if state is _State.BOUND:
+            self._server.task_dispatcher.shutdown(timeout=_whole_seconds(self.timeout))
+            wasyncore.close_all(self._map, ignore_all=True)
+            return
+        if state is _State.CLOSED or self._stopped.is_set():
+            return
+        self._stopping.set()
+        self._wake.pull_trigger()
+        # Running requests finish here, while the loop still sends their answers.
+        self._server.task_dispatcher.shutdown(timeout=_whole_seconds(self.timeout))
+        self._draining.set()
+        self._wake.pull_trigger()
+        self._stopped.wait(self.timeout + 2)
+        if self._thread is not None:
+            self._thread.join(self.timeout + 2)
+
+    def __enter__(self) -> SyncServer:
+        if self._state is _State.BOUND:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SyncServer({self.url}, {self._state.value})"
+
+
+def _whole_seconds(seconds: float) -> int:
+    return max(1, math.ceil(seconds))
+
+
+def _check_seconds(field: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise SyncError(field, "range", f"expected a positive number of seconds, got {value!r}")
+
+
+def serve(
+    replica: Replica,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    threads: int = 4,
+    timeout: float = DEFAULT_TIMEOUT,
+    lock: Lock | None = None,
+) -> SyncServer:
+    """A bound, not yet running `SyncServer` for ``replica`` (loopback, an OS-chosen port).
+
+    Anyone who can reach the port can read every change and push signed changes (which the
+    replica verifies and, in closed mode, ignores unless their author is admitted), so serve
+    beyond loopback only on a network you trust, or behind a proxy that authenticates.
+    ``timeout`` bounds how long a request waits for the replica and how long an idle connection
+    stays open. ``lock`` (a new reentrant lock when not given; see `SyncApp`) serializes every
+    use of the replica. Raises SyncError for a bad argument or a port that cannot be bound.
+    """
+    app = SyncApp(replica, lock=lock, lock_timeout=timeout)
+    return SyncServer(app, host=host, port=port, threads=threads, timeout=timeout)
