@@ -14,6 +14,18 @@ from registry import (
     decode_value,
     encode_value,
 )
+from statefuse.context import (
+    SYSTEM_PROMPT,
+    Context,
+    ContextError,
+    ContextPolicy,
+    PreviousValues,
+    Section,
+    SectionName,
+    assemble_context,
+    context_for,
+    previous_values,
+)
 from statefuse.error import (
     ContractError,
     EncodingError,
@@ -41,6 +53,7 @@ from statefuse.op import (
 )
 from statefuse.opset import OpSet
 from statefuse.projection import DEFAULT_AUTHORITY_ORDER, ProjectionError, project
+from statefuse.ranker import LexicalRanker, Ranker
 from statefuse.resolver import (
     Abstain,
     AbstainAll,
@@ -56,6 +69,14 @@ from statefuse.resolver import (
     run_resolver,
 )
 from statefuse.state import CandidateGroup, ConflictSet, StaleCause, State, conflict_id_of, locus_of
+from statefuse.tokenizer import (
+    BpeTokenizer,
+    ByteEstimate,
+    CachedTokenizer,
+    Tokenizer,
+    TokenizerError,
+    default_tokenizer,
+)
 from statefuse.view import How, Selection, StaleNote, SurfacedConflict, View
 from statefuse.writer import Writer
 
@@ -66,10 +87,14 @@ from statefuse.store import MemoryStore, QuarantineRecord, StoreError, StoreInfo
 __all__ = [
     "DEFAULT_AUTHORITY_ORDER",
     "DEFAULT_REGISTRY",
+    "SYSTEM_PROMPT",
     "Abstain",
     "AbstainAll",
     "AuthorityRank",
+    "BpeTokenizer",
     "BundleError",
+    "ByteEstimate",
+    "CachedTokenizer",
     "CallableResolver",
     "CandidateGroup",
     "Cardinality",
@@ -78,6 +103,9 @@ __all__ = [
     "ClaimRetracted",
     "ConflictSet",
     "Conservative",
+    "Context",
+    "ContextError",
+    "ContextPolicy",
     "ContractError",
     "DecisionAdded",
     "EncodingError",
@@ -89,6 +117,7 @@ __all__ = [
     "Layer",
     "Lens",
     "LensError",
+    "LexicalRanker",
     "Materializer",
     "MemoryStore",
     "MergeReport",
@@ -99,8 +128,10 @@ __all__ = [
     "OpSet",
     "Policy",
     "PredicateContract",
+    "PreviousValues",
     "ProjectionError",
     "QuarantineRecord",
+    "Ranker",
     "Registry",
     "Replica",
     "ReplicaError",
@@ -108,6 +139,8 @@ __all__ = [
     "ResolverConfigError",
     "ResolverInput",
     "ResolverInputError",
+    "Section",
+    "SectionName",
     "Select",
     "Selection",
     "StaleCause",
@@ -117,21 +150,27 @@ __all__ = [
     "StoreError",
     "StoreInfo",
     "SurfacedConflict",
+    "Tokenizer",
+    "TokenizerError",
     "Value",
     "ValueRuleError",
     "ValueTypeError",
     "View",
     "Writer",
     "__version__",
+    "assemble_context",
     "claim_ref_for",
     "compute_claim_ref",
     "conflict_id_of",
+    "context_for",
     "decode_op",
     "decode_value",
+    "default_tokenizer",
     "encode_value",
     "judge_payload",
     "locus_of",
     "materialize",
+    "previous_values",
     "project",
     "run_resolver",
 ]

@@ -8,6 +8,9 @@ UTF-8 byte, an upper bound for every byte-level BPE (each token stands for at le
 so a budget computed with it is never exceeded — at the price of using roughly a quarter of
 it on English text. A ``len // 4`` estimate, by contrast, undercounts two to three times.
 
+Purity: the encoder's ranks are read once from the installed package (as an import reads a
+module); counting itself does no I/O, reads no clock and uses no randomness.
+
 `CachedTokenizer` memoizes counts per text (per rendered claim line), bounded in size, so
 repeated assembly over the same claims counts each line once.
 """
