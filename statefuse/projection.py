@@ -8,18 +8,31 @@ reach a resolver, a conflict listing, a repair note or an explanation.
 
 Resolution of a visible conflict: an applicable decision (its conflict snapshot is current, its
 scope is one the lens sees, its choice is visible), else the predicate's registry policy
-(``latest``: `LatestWins`; ``authority``: `AuthorityRank` over ``authority_order``), else the
-given resolver (``surface``, the default policy, defers to it; the default resolver abstains).
-A policy that abstains also defers to the resolver. An abstained conflict is unresolved and
-surfaced with all its visible candidates.
+(``latest``: `LatestWins`; ``authority``: `AuthorityRank` over the registry's
+``authority_order``), else the given resolver (``surface``, the default policy, defers to it;
+the default resolver abstains). A policy that abstains also defers to the resolver. An
+abstained conflict is unresolved and surfaced with all its visible candidates.
+
+Speed: a projection visits every active key, so what no lens changes is worked out once per
+State (`_plan`, kept with `State.derived`). Keys whose one active claim is a plain sole candidate
+(functional, no expiry) — most keys — are put in buckets by visibility and scope; a lens sees a
+whole bucket or none of it, so it judges buckets, not claims, and the View reads the seen
+buckets through `statefuse.view.SelectedMap`, making each `Selection` only when it is read.
+Keys whose claims share one visibility and scope and do not expire get their agreement,
+candidate groups and explanation prepared once. What depends on a label (whether the lens sees
+a scope, a predicate's contract) is looked up once per label and call. The tests compare every
+View with a straightforward reference projection.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 
-from registry.contract import Policy
+from registry.contract import Policy, PredicateContract
 from registry.error import InputError
+from registry.registry import DEFAULT_AUTHORITY_ORDER
 from statefuse.lens import Lens, scope_rank
 from statefuse.op import ClaimAdded, DecisionAdded
 from statefuse.resolver import (
@@ -30,13 +43,22 @@ from statefuse.resolver import (
     Resolver,
     ResolverInput,
     Select,
+    _check_order,
     run_resolver,
 )
-from statefuse.state import ConflictSet, State, locus_of
-from statefuse.view import How, Key, Selection, StaleNote, SurfacedConflict, View
+from statefuse.state import ConflictSet, State
+from statefuse.view import (
+    ExplanationMap,
+    How,
+    Key,
+    SelectedMap,
+    Selection,
+    StaleNote,
+    SurfacedConflict,
+    View,
+)
 
-#: Default authority labels, highest first, for predicates whose policy is ``authority``.
-DEFAULT_AUTHORITY_ORDER: tuple[str, ...] = ("system", "user", "operator", "tool", "agent")
+__all__ = ["DEFAULT_AUTHORITY_ORDER", "PUBLIC_REASONS", "ProjectionError", "project"]
 
 #: Exclusion reasons whose claim ids a View may list (``hidden`` is only ever counted).
 PUBLIC_REASONS = ("out-of-scope", "expired", "shadowed")
@@ -47,11 +69,129 @@ class ProjectionError(InputError, TypeError):
 
 
 def _representative(claims: Sequence[ClaimAdded]) -> ClaimAdded:
-    return max(claims, key=lambda c: (c.confidence, c.lamport, c.claim_id))
+    return max(claims, key=lambda c: (c.confidence, c.lamport, c.op_id))
 
 
 def _fmt(c: ClaimAdded) -> str:
     return repr(c.value)
+
+
+def _note(shadowed: int) -> str:
+    return f" (shadows {shadowed} claim(s) of wider scope)" if shadowed else ""
+
+
+def _selection(
+    key: Key, group: tuple[ClaimAdded, ...], functional: bool, note: str
+) -> tuple[Selection, str]:
+    """The selection and explanation of a key whose visible claims in its narrowest scope all
+    agree (one group), or hold together (multi-valued)."""
+    scope = group[0].scope
+    rep = _representative(group)
+    name = "/".join(key)
+    if not functional:
+        values = ", ".join(_fmt(c) for c in group)
+        line = f"{name} [{scope}]: {values} (multi-valued){note}"
+        return Selection(key, scope, rep, group, How.MULTI, "all values hold"), line
+    how = How.SOLE if len(group) == 1 else How.AGREEMENT
+    why = "only candidate" if how is How.SOLE else f"{len(group)} claims agree"
+    return Selection(
+        key, scope, rep, group, how, why
+    ), f"{name} [{scope}]: {_fmt(rep)} ({why}){note}"
+
+
+def _visible_groups(
+    conflict: ConflictSet | None, here: Sequence[ClaimAdded]
+) -> tuple[tuple[ClaimAdded, ...], ...]:
+    """The candidate groups restricted to visible claims (one group when there is no conflict):
+    sorted by normal form, each sorted by claim_id, as `ResolverInput` derives them."""
+    if conflict is None:
+        return (tuple(here),)
+    shown = {c.op_id: c for c in here}
+    groups = (tuple(shown[i] for i in g.claim_ids if i in shown) for g in conflict.groups)
+    return tuple(g for g in groups if g)
+
+
+# --- what no lens changes: worked out once per State ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Bucket:
+    """Keys whose one active claim is functional, does not expire, and has this visibility and
+    scope: a lens sees all of them as sole candidates or none of them."""
+
+    visibility: tuple[str, ...]
+    scope: str
+    claims: Mapping[Key, ClaimAdded]  # sorted by key
+    ids: tuple[bytes, ...]  # sorted
+
+
+@dataclass(frozen=True, slots=True)
+class _Plain:
+    """A key whose active claims share one visibility and scope and do not expire: a lens sees
+    all of them or none, so shadowing, grouping and the text of the explanation are fixed.
+    ``selection`` is set when they need no resolution (one group, or multi-valued)."""
+
+    key: Key
+    visibility: tuple[str, ...]
+    scope: str
+    claims: tuple[ClaimAdded, ...]  # sorted by claim_id
+    ids: tuple[bytes, ...]
+    policy: Policy
+    conflict: ConflictSet | None
+    groups: tuple[tuple[ClaimAdded, ...], ...]
+    selection: Selection | None
+    line: str  # the explanation, or the candidate values of an unresolved conflict
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    buckets: tuple[_Bucket, ...]
+    #: Every other key in key order: a `_Plain`, or the key and its claims sorted by claim_id.
+    rest: tuple[_Plain | tuple[Key, tuple[ClaimAdded, ...]], ...]
+
+
+def _plan(state: State) -> _Plan:
+    registry = state.registry
+    contracts: dict[tuple[str, str], PredicateContract] = {}
+    sole: dict[tuple[tuple[str, ...], str], dict[Key, ClaimAdded]] = {}
+    rest: list[_Plain | tuple[Key, tuple[ClaimAdded, ...]]] = []
+    for key, claims in state.active_by_key.items():
+        first = claims[0]
+        ns_pred = (key[0], key[2])
+        contract = contracts.get(ns_pred)
+        if contract is None:
+            contract = contracts[ns_pred] = registry.contract_for(*ns_pred)
+        vis, scope = first.visibility, first.scope
+        if any(c.expires is not None or c.visibility != vis or c.scope != scope for c in claims):
+            rest.append((key, claims))
+        elif len(claims) == 1 and contract.functional:
+            sole.setdefault((vis, scope), {})[key] = first
+        else:
+            rest.append(_plain(state, key, claims, contract.functional, contract.policy))
+    buckets = tuple(
+        _Bucket(vis, scope, MappingProxyType(keys), tuple(sorted(c.op_id for c in keys.values())))
+        for (vis, scope), keys in sorted(sole.items())
+    )
+    return _Plan(buckets, tuple(rest))
+
+
+def _plain(
+    state: State, key: Key, claims: tuple[ClaimAdded, ...], functional: bool, policy: Policy
+) -> _Plain:
+    first = claims[0]
+    conflict = state.conflict_of(*key, first.scope) if functional else None
+    groups = _visible_groups(conflict, claims)
+    ids = tuple(c.op_id for c in claims)
+    if len(groups) == 1:
+        selection, line = _selection(key, groups[0], functional, "")
+    else:
+        selection, line = None, " | ".join(_fmt(g[0]) for g in groups)
+    return _Plain(
+        key, first.visibility, first.scope, claims, ids, policy, conflict, groups, selection, line
+    )
+
+
+# --- one projection ------------------------------------------------------------------------------
 
 
 def project(
@@ -59,188 +199,239 @@ def project(
     lens: Lens,
     *,
     resolver: Resolver | None = None,
-    authority_order: Sequence[str] = DEFAULT_AUTHORITY_ORDER,
+    authority_order: Sequence[str] | None = None,
 ) -> View:
-    """The View of ``state`` through ``lens``. Raises ProjectionError for wrong argument types;
-    never raises because of a resolver (see `run_resolver`)."""
+    """The View of ``state`` through ``lens``.
+
+    ``authority_order`` (highest first) overrides the registry's for predicates whose policy is
+    ``authority``; by default ``state.registry.authority_order`` applies. Raises ProjectionError
+    for wrong argument types and ResolverConfigError for a bad ``authority_order``; never raises
+    because of a resolver (see `run_resolver`).
+    """
     if not isinstance(state, State):
         raise ProjectionError("state", "state-type", f"expected State, got {type(state).__name__}")
     if not isinstance(lens, Lens):
         raise ProjectionError("lens", "lens-type", f"expected Lens, got {type(lens).__name__}")
-    chosen_resolver: Resolver = resolver if resolver is not None else AbstainAll()
-    authority = AuthorityRank(tuple(authority_order))
+    if authority_order is None:
+        order = state.registry.authority_order
+    else:
+        order = _check_order("authority_order", authority_order, allow_empty=False)
+    run = _Run(state, lens, resolver if resolver is not None else AbstainAll(), order)
+    return run.view(state.derived(_plan))
 
-    hidden = 0
-    ids: dict[str, list[bytes]] = {r: [] for r in PUBLIC_REASONS}
-    visible: dict[bytes, ClaimAdded] = {}
-    for c in state.active_claims():
-        if not lens.sees_roles(c.visibility):
-            hidden += 1
-        elif not lens.sees_scope(c.scope):
-            ids["out-of-scope"].append(c.claim_id)
-        elif lens.now is not None and c.expires is not None and c.expires < lens.now:
-            ids["expired"].append(c.claim_id)
-        else:
-            visible[c.claim_id] = c
 
-    by_key: dict[Key, list[ClaimAdded]] = {}
-    for c in visible.values():
-        by_key.setdefault(c.key, []).append(c)
+class _Run:
+    """One projection: the lens's memo tables and the parts of the View being built."""
 
-    selected: dict[Key, Selection] = {}
-    unresolved: list[Key] = []
-    surfaced: list[SurfacedConflict] = []
-    explanations: dict[Key, str] = {}
-    for key in sorted(by_key):
-        claims = by_key[key]
-        top = max(scope_rank(c.scope) for c in claims)
-        here = sorted((c for c in claims if scope_rank(c.scope) == top), key=lambda c: c.claim_id)
-        shadowed = sorted(c.claim_id for c in claims if scope_rank(c.scope) < top)
-        ids["shadowed"].extend(shadowed)
-        scope = here[0].scope
-        note = f" (shadows {len(shadowed)} claim(s) of wider scope)" if shadowed else ""
-        name = "/".join(key)
-        contract = state.registry.contract_for(key[0], key[2])
-        if not contract.functional:
-            rep = _representative(here)
-            selected[key] = Selection(key, scope, rep, tuple(here), How.MULTI, "all values hold")
-            values = ", ".join(_fmt(c) for c in here)
-            explanations[key] = f"{name} [{scope}]: {values} (multi-valued){note}"
-            continue
-        conflict = state.conflict_at(locus_of(key[0], key[1], key[2], scope))
+    def __init__(
+        self, state: State, lens: Lens, resolver: Resolver, authority_order: tuple[str, ...]
+    ) -> None:
+        self.state = state
+        self.lens = lens
+        self.resolver = resolver
+        self.authority = AuthorityRank(authority_order)
+        self.scope_seen: dict[str, bool] = {}
+        self.hidden = 0
+        self.out_of_scope: list[bytes] = []
+        self.expired: list[bytes] = []
+        self.shadowed: list[bytes] = []
+        self.selected: dict[Key, Selection | ClaimAdded] = {}
+        self.explanations: dict[Key, str | ClaimAdded] = {}
+        self.unresolved: list[Key] = []
+        self.surfaced: list[SurfacedConflict] = []
+
+    def sees_scope(self, scope: str) -> bool:
+        ok = self.scope_seen.get(scope)
+        if ok is None:
+            ok = self.scope_seen[scope] = self.lens.sees_scope(scope)
+        return ok
+
+    def sees(self, visibility: tuple[str, ...], scope: str, n: int, ids: Sequence[bytes]) -> bool:
+        """Rules 1-2 for ``n`` claims sharing a visibility and a scope; counts them if unseen."""
+        if visibility and self.lens.roles.isdisjoint(visibility):
+            self.hidden += n
+            return False
+        if not self.sees_scope(scope):
+            self.out_of_scope.extend(ids)
+            return False
+        return True
+
+    def shows(self, c: ClaimAdded) -> bool:
+        """Rules 1-3 for one claim: visible, in scope and not expired; counts it if not."""
+        if not self.sees(c.visibility, c.scope, 1, (c.op_id,)):
+            return False
+        now = self.lens.now
+        if now is not None and c.expires is not None and c.expires < now:
+            self.expired.append(c.op_id)
+            return False
+        return True
+
+    def view(self, plan: _Plan) -> View:
+        parts = [
+            b.claims for b in plan.buckets if self.sees(b.visibility, b.scope, len(b.ids), b.ids)
+        ]
+        for item in plan.rest:
+            if type(item) is _Plain:
+                self._plain(item)
+            else:
+                self._key(*item)  # type: ignore[misc]
+        ids = {
+            "out-of-scope": tuple(sorted(self.out_of_scope)),
+            "expired": tuple(sorted(self.expired)),
+            "shadowed": tuple(sorted(self.shadowed)),
+        }
+        return View(
+            selected=SelectedMap(parts, self.selected),
+            unresolved=tuple(self.unresolved),
+            surfaced_conflicts=tuple(self.surfaced),
+            stale=self._stale_notes(),
+            excluded={"hidden": self.hidden, **{r: len(v) for r, v in ids.items()}},
+            excluded_ids=ids,
+            explanations=ExplanationMap(parts, self.explanations),
+        )
+
+    def _plain(self, p: _Plain) -> None:
+        if not self.sees(p.visibility, p.scope, len(p.ids), p.ids):
+            return
+        if p.selection is not None:
+            self.selected[p.key] = p.selection
+            self.explanations[p.key] = p.line
+            return
+        assert p.conflict is not None
+        self._settle(p.key, p.conflict, p.claims, p.groups, p.policy, p.line, "")
+
+    def _key(self, key: Key, claims: tuple[ClaimAdded, ...]) -> None:
+        """Any other key: filter each claim, shadow wider scopes, then select or resolve."""
+        shown = [c for c in claims if self.shows(c)]
+        if not shown:
+            return
+        top = max(scope_rank(c.scope) for c in shown)
+        here = tuple(c for c in shown if scope_rank(c.scope) == top)
+        shadowed = len(shown) - len(here)
+        if shadowed:
+            self.shadowed.extend(c.op_id for c in shown if scope_rank(c.scope) < top)
+        contract = self.state.registry.contract_for(key[0], key[2])
+        conflict = None
+        if contract.functional and len(here) > 1:
+            conflict = self.state.conflict_of(*key, here[0].scope)
         groups = _visible_groups(conflict, here)
         if len(groups) == 1:
-            group = groups[0]
-            how = How.SOLE if len(group) == 1 else How.AGREEMENT
-            rep = _representative(group)
-            why = "only candidate" if how is How.SOLE else f"{len(group)} claims agree"
-            selected[key] = Selection(key, scope, rep, group, how, why)
-            explanations[key] = f"{name} [{scope}]: {_fmt(rep)} ({why}){note}"
-            continue
+            if contract.functional and len(here) == 1 and not shadowed:
+                self.selected[key] = self.explanations[key] = here[0]
+            else:
+                selection, line = _selection(key, groups[0], contract.functional, _note(shadowed))
+                self.selected[key] = selection
+                self.explanations[key] = line
+            return
         assert conflict is not None
-        inp = ResolverInput(conflict, tuple(here), lens)
-        answer, how, error = _resolve(
-            state, lens, conflict, inp, contract.policy, authority, chosen_resolver, visible
-        )
+        values = " | ".join(_fmt(g[0]) for g in groups)
+        self._settle(key, conflict, here, groups, contract.policy, values, _note(shadowed))
+
+    def _settle(
+        self,
+        key: Key,
+        conflict: ConflictSet,
+        here: tuple[ClaimAdded, ...],
+        groups: tuple[tuple[ClaimAdded, ...], ...],
+        policy: Policy,
+        values: str,
+        note: str,
+    ) -> None:
+        """Resolve one visible conflict (rule 4): select a candidate, or surface them all."""
+        inp = ResolverInput._checked_by_caller(conflict, here, groups, self.lens)
+        answer, how, error = self._resolve(conflict, inp, policy)
+        scope = conflict.scope
+        name = "/".join(key)
         if isinstance(answer, Select):
-            pick = visible[answer.claim_id]
+            pick = next(c for c in here if c.op_id == answer.claim_id)
             group = next(g for g in groups if pick in g)
-            selected[key] = Selection(key, scope, pick, group, how, answer.reason)
-            explanations[key] = (
+            self.selected[key] = Selection(key, scope, pick, group, how, answer.reason)
+            self.explanations[key] = (
                 f"{name} [{scope}]: {_fmt(pick)} ({how.value}: {answer.reason};"
                 f" {len(groups)} candidate values){note}"
             )
-        else:
-            unresolved.append(key)
-            surfaced.append(
-                SurfacedConflict(
-                    key,
-                    scope,
-                    conflict.locus,
-                    conflict.conflict_id,
-                    inp.candidates,
-                    inp.groups,
-                    answer.reason,
-                    error,
-                )
+            return
+        self.unresolved.append(key)
+        self.surfaced.append(
+            SurfacedConflict(
+                key,
+                scope,
+                conflict.locus,
+                conflict.conflict_id,
+                here,
+                groups,
+                answer.reason,
+                error,
             )
-            values = " | ".join(_fmt(g[0]) for g in groups)
-            explanations[key] = (
-                f"{name} [{scope}]: UNRESOLVED between {values} ({answer.reason}){note}"
-            )
+        )
+        self.explanations[key] = (
+            f"{name} [{scope}]: UNRESOLVED between {values} ({answer.reason}){note}"
+        )
 
-    return View(
-        selected=selected,
-        unresolved=tuple(unresolved),
-        surfaced_conflicts=tuple(surfaced),
-        stale=_stale_notes(state, lens, visible),
-        excluded={"hidden": hidden, **{r: len(v) for r, v in ids.items()}},
-        excluded_ids={r: tuple(sorted(v)) for r, v in ids.items()},
-        explanations=explanations,
-    )
-
-
-def _visible_groups(
-    conflict: ConflictSet | None, here: list[ClaimAdded]
-) -> list[tuple[ClaimAdded, ...]]:
-    """The candidate groups restricted to visible claims (one group when there is no conflict)."""
-    if conflict is None:
-        return [tuple(here)]
-    shown = {c.claim_id: c for c in here}
-    groups = [tuple(shown[i] for i in g.claim_ids if i in shown) for g in conflict.groups]
-    return [g for g in groups if g]
-
-
-def _resolve(
-    state: State,
-    lens: Lens,
-    conflict: ConflictSet,
-    inp: ResolverInput,
-    policy: Policy,
-    authority: AuthorityRank,
-    resolver: Resolver,
-    visible: dict[bytes, ClaimAdded],
-) -> tuple[Select | Abstain, How, str | None]:
-    decision = _decision(state, lens, conflict, visible)
-    if decision is not None:
-        return Select(decision.selected_claim_id, decision.reason or "decided"), How.DECISION, None
-    if policy is not Policy.SURFACE:
-        by_policy = LatestWins() if policy is Policy.LATEST else authority
-        answer = run_resolver(by_policy, inp)
+    def _resolve(
+        self, conflict: ConflictSet, inp: ResolverInput, policy: Policy
+    ) -> tuple[Select | Abstain, How, str | None]:
+        decision = self._decision(conflict, inp.candidates)
+        if decision is not None:
+            reason = decision.reason or "decided"
+            return Select(decision.selected_claim_id, reason), How.DECISION, None
+        if policy is not Policy.SURFACE:
+            by_policy = LatestWins() if policy is Policy.LATEST else self.authority
+            answer = run_resolver(by_policy, inp)
+            if isinstance(answer, Select):
+                return answer, How.POLICY, None
+        answer = run_resolver(self.resolver, inp)
         if isinstance(answer, Select):
-            return answer, How.POLICY, None
-    answer = run_resolver(resolver, inp)
-    if isinstance(answer, Select):
-        return answer, How.RESOLVER, None
-    return answer, How.RESOLVER, answer.error
+            return answer, How.RESOLVER, None
+        return answer, How.RESOLVER, answer.error
 
+    def _decision(
+        self, conflict: ConflictSet, shown: tuple[ClaimAdded, ...]
+    ) -> DecisionAdded | None:
+        """The applicable decision with the highest (lamport, op_id): about this snapshot of the
+        conflict, in a scope the lens sees, choosing a candidate the lens sees."""
+        best: DecisionAdded | None = None
+        for d in self.state.decisions_at(conflict.locus):
+            if (
+                d.conflict_id == conflict.conflict_id
+                and any(c.op_id == d.selected_claim_id for c in shown)
+                and self.sees_scope(d.scope)
+                and (best is None or (d.lamport, d.op_id) > (best.lamport, best.op_id))
+            ):
+                best = d
+        return best
 
-def _decision(
-    state: State, lens: Lens, conflict: ConflictSet, visible: dict[bytes, ClaimAdded]
-) -> DecisionAdded | None:
-    best: DecisionAdded | None = None
-    for d in state.decisions:
-        if (
-            d.locus == conflict.locus
-            and d.conflict_id == conflict.conflict_id
-            and d.selected_claim_id in visible
-            and d.selected_claim_id in conflict.candidates
-            and lens.sees_scope(d.scope)
-            and (best is None or (d.lamport, d.op_id) > (best.lamport, best.op_id))
-        ):
-            best = d
-    return best
+    def _stale_notes(self) -> dict[bytes, tuple[StaleNote, ...]]:
+        """Repair notes for stale claims that pass rules 1-3 (shadowed ones included), naming
+        only claims the lens may see."""
+        state, lens = self.state, self.lens
+        claims = state.claims
+        now = lens.now
 
+        def seen(cid: bytes) -> bool:
+            c = claims.get(cid)
+            return c is not None and lens.sees_roles(c.visibility) and self.sees_scope(c.scope)
 
-def _stale_notes(
-    state: State, lens: Lens, visible: dict[bytes, ClaimAdded]
-) -> dict[bytes, tuple[StaleNote, ...]]:
-    """Repair notes for visible stale claims, naming only claims the lens may see."""
-    claims = state.claims
-
-    def seen(cid: bytes) -> bool:
-        c = claims.get(cid)
-        return c is not None and lens.sees_roles(c.visibility) and lens.sees_scope(c.scope)
-
-    out: dict[bytes, tuple[StaleNote, ...]] = {}
-    for cid, causes in state.stale.items():
-        if cid not in visible:
-            continue
-        notes = []
-        for cause in causes:
-            dep = cause.dependency
-            named = [claims[c] for c in cause.retracted if c in claims]
-            if dep in claims:
-                dep_shown: bytes | None = dep if seen(dep) else None
-            elif named:
-                dep_shown = dep if all(seen(c.claim_id) for c in named) else None
-            else:
-                dep_shown = dep
-            repl = tuple(r for r in (*cause.superseded_by, *cause.current) if seen(r))
-            notes.append(
-                StaleNote(
-                    dep_shown, tuple(sorted(set(repl))), tuple(v for v in cause.via if seen(v))
+        out: dict[bytes, tuple[StaleNote, ...]] = {}
+        for cid, causes in state.stale.items():
+            expires = claims[cid].expires
+            if not seen(cid) or (now is not None and expires is not None and expires < now):
+                continue
+            notes = []
+            for cause in causes:
+                dep = cause.dependency
+                named = [r for r in cause.retracted if r in claims]
+                if dep in claims:
+                    dep_shown: bytes | None = dep if seen(dep) else None
+                elif named:
+                    dep_shown = dep if all(seen(r) for r in named) else None
+                else:
+                    dep_shown = dep
+                repl = tuple(r for r in (*cause.superseded_by, *cause.current) if seen(r))
+                notes.append(
+                    StaleNote(
+                        dep_shown, tuple(sorted(set(repl))), tuple(v for v in cause.via if seen(v))
+                    )
                 )
-            )
-        out[cid] = tuple(notes)
-    return out
+            out[cid] = tuple(notes)
+        return out

@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from registry.error import InputError
 from statefuse.op import ClaimAdded
@@ -122,6 +122,25 @@ class ResolverInput:
         object.__setattr__(self, "candidates", tuple(shown[cid] for cid in sorted(shown)))
         object.__setattr__(self, "groups", tuple(tuple(members[k]) for k in sorted(members)))
 
+    @classmethod
+    def _checked_by_caller(
+        cls,
+        conflict: ConflictSet,
+        candidates: tuple[ClaimAdded, ...],
+        groups: tuple[tuple[ClaimAdded, ...], ...],
+        lens: object | None,
+    ) -> ResolverInput:
+        """The input the constructor would build, from parts the caller already holds in that
+        form: ``candidates`` grouped candidates of ``conflict`` sorted by claim_id, ``groups``
+        exactly what the constructor derives. The projection builds one per conflict and gets
+        them from the conflict's own sorted groups; its tests check that both ways agree."""
+        inp = object.__new__(cls)
+        object.__setattr__(inp, "conflict", conflict)
+        object.__setattr__(inp, "candidates", candidates)
+        object.__setattr__(inp, "lens", lens)
+        object.__setattr__(inp, "groups", groups)
+        return inp
+
 
 class Resolver(Protocol):
     """Chooses one shown candidate of a conflict, or abstains. Call it through `run_resolver`."""
@@ -168,9 +187,10 @@ def run_resolver(resolver: Resolver, inp: ResolverInput) -> Select | Abstain:
             return _failed(resolver, f"selected a claim_id of type {type(cid).__name__}")
         if type(reason) is not str:
             return _failed(resolver, f"gave a reason of type {type(reason).__name__}")
-        if not any(c.claim_id == cid for c in inp.candidates):
-            return _failed(resolver, f"selected {cid.hex()[:64]}, which is not a shown candidate")
-        return Select(cid, reason)
+        for c in inp.candidates:
+            if c.op_id == cid:
+                return Select(cid, reason)
+        return _failed(resolver, f"selected {cid.hex()[:64]}, which is not a shown candidate")
     if isinstance(answer, Abstain):
         reason, error = answer.reason, answer.error
         if type(reason) is not str:
@@ -295,15 +315,17 @@ def _dec(x: float) -> Decimal:
     return Decimal(repr(x))
 
 
-@dataclass(frozen=True, slots=True)
-class _GroupScore:
-    claims: tuple[ClaimAdded, ...]
+class _GroupScore(NamedTuple):
+    """One group's standing; the first three fields are its rank, compared in order."""
+
     corroboration: int
     confidence: Decimal
     authority: int
+    claims: tuple[ClaimAdded, ...]
 
-    def rank(self) -> tuple[int, Decimal, int]:
-        return (self.corroboration, self.confidence, self.authority)
+
+def _rank(g: _GroupScore) -> tuple[int, Decimal, int]:
+    return (g.corroboration, g.confidence, g.authority)
 
 
 class Conservative:
@@ -375,11 +397,14 @@ class Conservative:
 
     def _score(self, group: tuple[ClaimAdded, ...]) -> _GroupScore:
         scores = self._scores
+        if len(group) == 1:  # most groups: no set, no generators
+            (c,) = group
+            return _GroupScore(1, _dec(c.confidence), scores.get(c.authority, 0), group)
         return _GroupScore(
-            claims=group,
-            corroboration=len({c.author for c in group}),
-            confidence=_dec(max(c.confidence for c in group)),
-            authority=max(scores.get(c.authority, 0) for c in group),
+            len({c.author for c in group}),
+            _dec(max(c.confidence for c in group)),
+            max(scores.get(c.authority, 0) for c in group),
+            group,
         )
 
     def _shortfall(self, g: _GroupScore, h: _GroupScore) -> str | None:
@@ -395,7 +420,7 @@ class Conservative:
             return (
                 f"authority rank lead {g.authority - h.authority} (margin {self.authority_margin})"
             )
-        if g.rank() == h.rank():
+        if _rank(g) == _rank(h):
             return "the groups are symmetric"
         return None
 
@@ -405,7 +430,7 @@ class Conservative:
         scored = [self._score(g) for g in inp.groups]
         # A group that dominates all others is the strict maximum of (corr, conf, auth), and
         # inp.groups has a fixed order, so the first maximum is a deterministic leader.
-        leader = max(scored, key=_GroupScore.rank)
+        leader = max(scored, key=_rank)
         for rival in scored:
             if rival is leader:
                 continue

@@ -9,11 +9,12 @@ before writing to it again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import filterfalse
 from types import MappingProxyType
+from typing import TypeVar, cast
 
 import blake3
 
@@ -25,6 +26,8 @@ from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdde
 LOCUS_DOMAIN = b"statefuse/locus/v1"
 CONFLICT_DOMAIN = b"statefuse/conflict/v1"
 DIGEST_DOMAIN = b"statefuse/state/v1"
+
+_T = TypeVar("_T")
 
 
 def locus_of(namespace: str, subject: str, predicate: str, scope: str) -> bytes:
@@ -99,6 +102,22 @@ class State:
     @property
     def registry(self) -> Registry:
         return self._ix.registry
+
+    def derived(self, fn: Callable[[State], _T]) -> _T:
+        """``fn(self)``, computed on the first call with ``fn`` and kept for the State's life.
+
+        For data a reader derives from the whole state on every call (projection keeps its
+        per-state plan here). ``fn`` must be a pure function of the State, which never changes,
+        and its answer must be treated as immutable.
+        """
+        memo = self._derived
+        if fn not in memo:
+            memo.setdefault(fn, fn(self))
+        return cast(_T, memo[fn])
+
+    @cached_property
+    def _derived(self) -> dict[Callable[[State], object], object]:
+        return {}
 
     # --- claims ----------------------------------------------------------------------------------
 
@@ -188,6 +207,39 @@ class State:
         """The current conflict at ``locus``, if there is one."""
         return self._conflicts_by_locus.get(locus)
 
+    @cached_property
+    def _conflicts_by_locus_key(self) -> Mapping[LocusKey, ConflictSet]:
+        return MappingProxyType({(*c.key, c.scope): c for c in self.conflicts})
+
+    def conflict_of(
+        self, namespace: str, subject: str, predicate: str, scope: str = "global"
+    ) -> ConflictSet | None:
+        """`conflict_at` by key and scope, without hashing a locus: a dict lookup."""
+        return self._conflicts_by_locus_key.get((namespace, subject, predicate, scope))
+
+    @cached_property
+    def active_by_key(self) -> Mapping[tuple[str, str, str], tuple[ClaimAdded, ...]]:
+        """Active claims grouped by key over every scope; keys sorted, each group by claim_id.
+
+        Computed once per State, so that readers going through every key (projection) need not
+        regroup and re-sort a hundred thousand claims on each call.
+        """
+        claims = self._ix.claims
+        ids_by_key: dict[tuple[str, str, str], tuple[bytes, ...]] = {}
+        for lk, m in self._ix.members.items():
+            key = (lk[0], lk[1], lk[2])
+            ids: tuple[bytes, ...] = (m,) if isinstance(m, bytes) else m
+            prev = ids_by_key.get(key)
+            ids_by_key[key] = ids if prev is None else prev + ids
+        out: dict[tuple[str, str, str], tuple[ClaimAdded, ...]] = {}
+        for key in sorted(ids_by_key):
+            at_key = ids_by_key[key]
+            if len(at_key) == 1:
+                out[key] = (claims[at_key[0]],)
+            else:
+                out[key] = tuple(claims[c] for c in sorted(at_key))
+        return MappingProxyType(out)
+
     # --- decisions (§6) --------------------------------------------------------------------------
 
     def decision_applies(self, decision: DecisionAdded) -> bool:
@@ -210,6 +262,17 @@ class State:
             ):
                 best = d
         return best
+
+    @cached_property
+    def _decisions_by_locus(self) -> Mapping[bytes, tuple[DecisionAdded, ...]]:
+        out: dict[bytes, list[DecisionAdded]] = {}
+        for d in self.decisions:
+            out.setdefault(d.locus, []).append(d)
+        return MappingProxyType({k: tuple(v) for k, v in out.items()})
+
+    def decisions_at(self, locus: bytes) -> tuple[DecisionAdded, ...]:
+        """Every decision made for conflict ``locus``, current or stale, sorted by op_id."""
+        return self._decisions_by_locus.get(locus, ())
 
     @cached_property
     def stale_decisions(self) -> tuple[DecisionAdded, ...]:

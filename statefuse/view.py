@@ -8,16 +8,18 @@ chosen) or in ``unresolved`` and ``surfaced_conflicts`` with all its visible can
 
 from __future__ import annotations
 
+import heapq
 import json
-from collections.abc import Mapping
+from collections.abc import ItemsView, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from registry.value import Value
 from statefuse.op import ClaimAdded
 
 Key = tuple[str, str, str]
+_V = TypeVar("_V")
 
 
 class How(Enum):
@@ -65,6 +67,128 @@ class StaleNote:
     dependency: bytes | None
     replacements: tuple[bytes, ...]
     via: tuple[bytes, ...]
+
+
+def sole_line(key: Key, claim: ClaimAdded) -> str:
+    """The explanation of a key whose one visible claim is its only candidate."""
+    return f"{'/'.join(key)} [{claim.scope}]: {claim.value!r} (only candidate)"
+
+
+class _Lazy(Mapping[Key, _V]):
+    """A read-only mapping, in key order, whose sole-candidate entries are made when read.
+
+    ``parts`` are mappings (each sorted by key) from keys whose one visible claim is their only
+    candidate — most keys of a large memory — to that claim, from which the entry is a pure
+    function; ``extra`` (sorted by key) holds the other keys' finished entries, or such a claim.
+    No key is in two of them. A projection of 100k keys thus makes 100k entries only for a
+    reader who asks for all of them. Made entries are kept, so each read returns the same object.
+    Every part holds only claims the View's lens may see.
+    """
+
+    __slots__ = ("_extra", "_len", "_made", "_parts")
+
+    def __init__(
+        self, parts: Sequence[Mapping[Key, ClaimAdded]], extra: Mapping[Key, _V | ClaimAdded]
+    ) -> None:
+        self._parts = tuple(p for p in parts if p)
+        self._extra = extra
+        self._len = len(extra) + sum(len(p) for p in self._parts)
+        self._made: dict[Key, _V] = {}
+
+    def _make(self, key: Key, claim: ClaimAdded) -> _V:
+        raise NotImplementedError
+
+    def _find(self, key: object) -> _V | ClaimAdded | None:
+        entry: _V | ClaimAdded | None = self._extra.get(key)  # type: ignore[call-overload]
+        if entry is not None:
+            return entry
+        for part in self._parts:
+            claim: ClaimAdded | None = part.get(key)  # type: ignore[call-overload]
+            if claim is not None:
+                return claim
+        return None
+
+    def _entry(self, key: Key, entry: _V | ClaimAdded) -> _V:
+        if not isinstance(entry, ClaimAdded):
+            return entry
+        made = self._made.get(key)
+        if made is None:
+            made = self._made.setdefault(key, self._make(key, entry))
+        return made
+
+    def __getitem__(self, key: Key) -> _V:
+        entry = self._find(key)
+        if entry is None:
+            raise KeyError(key)
+        return self._entry(key, entry)
+
+    def __contains__(self, key: object) -> bool:
+        return self._find(key) is not None
+
+    def _sources(self) -> list[Mapping[Key, _V | ClaimAdded]]:
+        return [p for p in (self._extra, *self._parts) if p]
+
+    def __iter__(self) -> Iterator[Key]:
+        sources = self._sources()
+        if len(sources) == 1:
+            return iter(sources[0])
+        return heapq.merge(*sources)
+
+    def _items(self) -> Iterator[tuple[Key, _V]]:
+        sources = self._sources()
+        # Keys are unique across sources, so merging (key, entry) pairs never compares entries.
+        pairs = (
+            sources[0].items() if len(sources) == 1 else heapq.merge(*(s.items() for s in sources))
+        )
+        entry = self._entry
+        for key, e in pairs:
+            yield key, entry(key, e)
+
+    def items(self) -> ItemsView[Key, _V]:
+        return _ItemsView(self)
+
+    def values(self) -> ValuesView[_V]:
+        return _ValuesView(self)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+class _ItemsView(ItemsView[Key, _V]):
+    """Walks the parts of a `_Lazy` in order rather than looking each key up again."""
+
+    _mapping: _Lazy[_V]
+
+    def __iter__(self) -> Iterator[tuple[Key, _V]]:
+        return self._mapping._items()
+
+
+class _ValuesView(ValuesView[_V]):
+    _mapping: _Lazy[_V]
+
+    def __iter__(self) -> Iterator[_V]:
+        return (v for _, v in self._mapping._items())
+
+
+class SelectedMap(_Lazy[Selection]):
+    """``View.selected``: key -> `Selection`, sole-candidate selections made on first access."""
+
+    __slots__ = ()
+
+    def _make(self, key: Key, claim: ClaimAdded) -> Selection:
+        return Selection(key, claim.scope, claim, (claim,), How.SOLE, "only candidate")
+
+
+class ExplanationMap(_Lazy[str]):
+    """``View.explanations``: key -> line, sole-candidate lines made on first access."""
+
+    __slots__ = ()
+
+    def _make(self, key: Key, claim: ClaimAdded) -> str:
+        return sole_line(key, claim)
 
 
 @dataclass(frozen=True, slots=True)

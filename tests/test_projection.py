@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from statefuse import (
+    AbstainAll,
+    AuthorityRank,
     Cardinality,
+    Chain,
+    ClaimAdded,
+    Conservative,
     LatestWins,
     Policy,
     PredicateContract,
     Registry,
+    ResolverConfigError,
+    ResolverInput,
     Select,
+    Selection,
+    StaleNote,
+    SurfacedConflict,
+    View,
     Writer,
+    locus_of,
     materialize,
+    run_resolver,
 )
-from statefuse.lens import Include, Lens, LensError
+from statefuse.lens import Include, Lens, LensError, scope_rank
 from statefuse.projection import ProjectionError, project
 from statefuse.testing import TEST_REGISTRY, op_lists
 from statefuse.view import How
@@ -305,3 +320,382 @@ def test_deciding_for_a_claim_that_is_not_a_candidate_is_refused():
     with pytest.raises(OpRuleError) as err:
         w("planner").decide_on(conflict, b"\x01" * 32)
     assert (err.value.field, err.value.rule) == ("claim_id", "candidate")
+
+
+# --- the fast projection against a straightforward reference ------------------------------------
+
+
+def reference_project(state, lens, *, resolver=None, authority_order=None):
+    """Rules 1-4 of SEMANTICS §7 claim by claim and key by key, with nothing precomputed,
+    memoized or made lazily: what `project` must give, however it gets there."""
+    resolver = resolver or AbstainAll()
+    authority = AuthorityRank(authority_order or state.registry.authority_order)
+    hidden, ids = 0, {"out-of-scope": [], "expired": [], "shadowed": []}
+    visible = {}
+    for c in state.active_claims():
+        if not lens.sees_roles(c.visibility):
+            hidden += 1
+        elif not lens.sees_scope(c.scope):
+            ids["out-of-scope"].append(c.claim_id)
+        elif lens.now is not None and c.expires is not None and c.expires < lens.now:
+            ids["expired"].append(c.claim_id)
+        else:
+            visible[c.claim_id] = c
+    by_key = {}
+    for c in visible.values():
+        by_key.setdefault(c.key, []).append(c)
+
+    def rep(claims):
+        return max(claims, key=lambda c: (c.confidence, c.lamport, c.claim_id))
+
+    selected, unresolved, surfaced, explanations = {}, [], [], {}
+    for key in sorted(by_key):
+        claims = by_key[key]
+        top = max(scope_rank(c.scope) for c in claims)
+        here = sorted((c for c in claims if scope_rank(c.scope) == top), key=lambda c: c.claim_id)
+        shadowed = sorted(c.claim_id for c in claims if scope_rank(c.scope) < top)
+        ids["shadowed"].extend(shadowed)
+        scope, name = here[0].scope, "/".join(key)
+        note = f" (shadows {len(shadowed)} claim(s) of wider scope)" if shadowed else ""
+        contract = state.registry.contract_for(key[0], key[2])
+        if not contract.functional:
+            selected[key] = Selection(
+                key, scope, rep(here), tuple(here), How.MULTI, "all values hold"
+            )
+            values = ", ".join(repr(c.value) for c in here)
+            explanations[key] = f"{name} [{scope}]: {values} (multi-valued){note}"
+            continue
+        conflict = state.conflict_at(locus_of(*key, scope))
+        shown = {c.claim_id: c for c in here}
+        groups = [tuple(here)]
+        if conflict is not None:
+            groups = [tuple(shown[i] for i in g.claim_ids if i in shown) for g in conflict.groups]
+            groups = [g for g in groups if g]
+        if len(groups) == 1:
+            (group,) = groups
+            how = How.SOLE if len(group) == 1 else How.AGREEMENT
+            why = "only candidate" if how is How.SOLE else f"{len(group)} claims agree"
+            selected[key] = Selection(key, scope, rep(group), group, how, why)
+            explanations[key] = f"{name} [{scope}]: {rep(group).value!r} ({why}){note}"
+            continue
+        inp = ResolverInput(conflict, tuple(here), lens)
+        decisions = [
+            d
+            for d in state.decisions
+            if d.locus == conflict.locus
+            and d.conflict_id == conflict.conflict_id
+            and d.selected_claim_id in visible
+            and d.selected_claim_id in conflict.candidates
+            and lens.sees_scope(d.scope)
+        ]
+        answer, how = None, How.RESOLVER
+        if decisions:
+            d = max(decisions, key=lambda d: (d.lamport, d.op_id))
+            answer, how = Select(d.selected_claim_id, d.reason or "decided"), How.DECISION
+        elif contract.policy is not Policy.SURFACE:
+            by_policy = LatestWins() if contract.policy is Policy.LATEST else authority
+            answer = run_resolver(by_policy, inp)
+            how = How.POLICY
+        if not isinstance(answer, Select):
+            answer, how = run_resolver(resolver, inp), How.RESOLVER
+        if isinstance(answer, Select):
+            pick = visible[answer.claim_id]
+            group = next(g for g in groups if pick in g)
+            selected[key] = Selection(key, scope, pick, group, how, answer.reason)
+            explanations[key] = (
+                f"{name} [{scope}]: {pick.value!r} ({how.value}: {answer.reason};"
+                f" {len(groups)} candidate values){note}"
+            )
+        else:
+            unresolved.append(key)
+            surfaced.append(
+                SurfacedConflict(
+                    key,
+                    scope,
+                    conflict.locus,
+                    conflict.conflict_id,
+                    inp.candidates,
+                    inp.groups,
+                    answer.reason,
+                    answer.error,
+                )
+            )
+            values = " | ".join(repr(g[0].value) for g in groups)
+            explanations[key] = (
+                f"{name} [{scope}]: UNRESOLVED between {values} ({answer.reason}){note}"
+            )
+
+    def seen(cid):
+        c = state.claims.get(cid)
+        return c is not None and lens.sees_roles(c.visibility) and lens.sees_scope(c.scope)
+
+    stale = {}
+    for cid, causes in state.stale.items():
+        if cid not in visible:
+            continue
+        notes = []
+        for cause in causes:
+            dep, named = cause.dependency, [c for c in cause.retracted if c in state.claims]
+            if dep in state.claims:
+                dep_shown = dep if seen(dep) else None
+            elif named:
+                dep_shown = dep if all(seen(c) for c in named) else None
+            else:
+                dep_shown = dep
+            repl = {r for r in (*cause.superseded_by, *cause.current) if seen(r)}
+            via = tuple(v for v in cause.via if seen(v))
+            notes.append(StaleNote(dep_shown, tuple(sorted(repl)), via))
+        stale[cid] = tuple(notes)
+    return View(
+        selected=selected,
+        unresolved=tuple(unresolved),
+        surfaced_conflicts=tuple(surfaced),
+        stale=stale,
+        excluded={"hidden": hidden, **{r: len(v) for r, v in ids.items()}},
+        excluded_ids={r: tuple(sorted(v)) for r, v in ids.items()},
+        explanations=explanations,
+    )
+
+
+RICH_VALUES_BY = {
+    "color": ("red", "blue", "green", "red"),
+    "price": (1000, "1,000", 999, "999.00"),
+    "tags": ("a", "b", "c", "a"),
+    "eta": ("mon", "fri", "mon", "sun"),
+    "owner": ("dana", "lee", "dana", "kim"),
+}
+RICH = Registry(
+    [
+        PredicateContract("price", normalizer="number"),
+        PredicateContract("tags", cardinality=Cardinality.MANY),
+        PredicateContract("eta", policy=Policy.LATEST),
+        PredicateContract("owner", policy=Policy.AUTHORITY),
+        PredicateContract("owner", namespace="hr", policy=Policy.SURFACE),
+    ],
+    authority_order=("lead", "user", "bot"),
+)
+#: A small universe, so that claims collide: conflicts, agreement, shadowing and hiding are common.
+RICH_KEYS = [("p", "x", p) for p in RICH_VALUES_BY] + [("hr", "x", "owner")]
+RICH_SCOPES = ("global",) * 5 + ("task:t1", "task:t2", "session:s1", "hypothetical", "draft")
+RICH_VISIBILITY = ((),) * 4 + (("admin",), ("ops",), ("admin", "ops"))
+RICH_EXPIRES = (None, None, None, 500, 1500)
+RICH_AUTHORITY = ("", "lead", "user", "bot")
+RICH_CONFIDENCE = (0.9, 0.6, 0.3)
+
+_i = st.integers
+claim_steps = st.tuples(
+    st.just("claim"),
+    _i(0, 3),  # writer
+    _i(0, len(RICH_KEYS) - 1),
+    _i(0, 3),  # value
+    _i(0, len(RICH_SCOPES) - 1),
+    _i(0, len(RICH_VISIBILITY) - 1),
+    _i(0, len(RICH_EXPIRES) - 1),
+    _i(0, len(RICH_AUTHORITY) - 1),
+    _i(0, len(RICH_CONFIDENCE) - 1),
+    st.none() | _i(0, 20),  # depends on an earlier claim
+)
+_other_steps = {
+    # two writers disagree about one key in the global scope: conflicts in short programs
+    "clash": st.tuples(
+        st.just("clash"),
+        _i(0, len(RICH_KEYS) - 1),
+        _i(0, 3),
+        _i(0, 3),
+        _i(0, len(RICH_AUTHORITY) - 1),
+        _i(0, len(RICH_CONFIDENCE) - 1),
+    ),
+    "retract": st.tuples(st.just("retract"), _i(0, 20), st.booleans()),
+    "decide": st.tuples(st.just("decide"), _i(0, 20), _i(0, 3), _i(0, 2)),
+    "sync": st.tuples(st.just("sync"), _i(0, 3)),
+}
+#: Mostly claims, so that short programs already reach conflicts; shrinks towards "claim".
+rich_steps = st.sampled_from(("claim",) * 5 + ("clash",) + tuple(_other_steps)).flatmap(
+    lambda kind: claim_steps if kind == "claim" else _other_steps[kind]
+)
+
+
+def rich_ops(steps):
+    """Play claim / retract / decide / sync steps by four writers who see what they sync."""
+    ws = [Writer(n, registry=RICH, clock=lambda: 0) for n in ("ana", "bo", "cy", "di")]
+    ops, claims = [], []
+    for step in steps:
+        if step[0] == "claim":
+            _, who, k, v, s, vis, exp, auth, conf, dep = step
+            key = RICH_KEYS[k]
+            deps = [claims[dep % len(claims)].claim_id] if dep is not None and claims else []
+            c = ws[who].claim(
+                *key,
+                RICH_VALUES_BY[key[2]][v],
+                scope=RICH_SCOPES[s],
+                visibility=RICH_VISIBILITY[vis],
+                expires=RICH_EXPIRES[exp],
+                authority=RICH_AUTHORITY[auth],
+                confidence=RICH_CONFIDENCE[conf],
+                depends_on=deps,
+            )
+            ops.append(c)
+            claims.append(c)
+        elif step[0] == "clash":
+            _, k, v1, v2, auth, conf = step
+            key = RICH_KEYS[k]
+            for who, v in ((1, v1), (2, v2)):
+                c = ws[who].claim(
+                    *key,
+                    RICH_VALUES_BY[key[2]][v],
+                    authority=RICH_AUTHORITY[(auth + who) % len(RICH_AUTHORITY)],
+                    confidence=RICH_CONFIDENCE[(conf * who) % len(RICH_CONFIDENCE)],
+                )
+                ops.append(c)
+                claims.append(c)
+        elif step[0] == "retract" and claims:
+            target = claims[step[1] % len(claims)]
+            ops.append(
+                ws[0].retract(
+                    claim_id=target.claim_id, superseded_by=claims[-1].claim_id if step[2] else None
+                )
+            )
+        elif step[0] == "decide":
+            conflicts = materialize(ops, registry=RICH).conflicts
+            if conflicts:
+                c = conflicts[step[1] % len(conflicts)]
+                pick = c.candidates[step[2] % len(c.candidates)]
+                scope = ("global", "task:t1", "session:s1")[step[3]]
+                ops.append(ws[3].decide_on(c, pick, scope=scope, reason=f"d{len(ops)}"))
+        elif step[0] == "sync":
+            ws[step[1]].observe(ops)
+    return ops
+
+
+rich_states = st.lists(rich_steps, min_size=4, max_size=40).map(
+    lambda steps: materialize(rich_ops(steps), registry=RICH)
+)
+rich_lenses = st.builds(
+    Lens,
+    roles=st.sets(st.sampled_from(["admin", "ops"]), max_size=2),
+    task=st.sampled_from([None, "t1", "t2"]),
+    session=st.sampled_from([None, "s1"]),
+    include=st.sets(st.sampled_from(list(Include))),
+    now=st.sampled_from([None, 1000]),
+)
+deterministic_resolvers = st.sampled_from(
+    [
+        AbstainAll(),
+        LatestWins(),
+        Conservative(),
+        Conservative(
+            corroboration_margin=0,
+            confidence_margin=0,
+            authority_margin=0,
+            authority_order=["lead", "user"],
+        ),
+        AuthorityRank(["user", "lead"]),
+        Chain(AuthorityRank(["bot"]), Conservative(confidence_margin=0.3)),
+    ]
+)
+
+
+@given(
+    rich_states,
+    rich_lenses,
+    deterministic_resolvers,
+    st.none() | st.sampled_from([("bot", "user"), ("user",)]),
+)
+def test_the_fast_projection_gives_the_view_of_a_straightforward_reference(
+    state, lens, resolver, order
+):
+    expected = reference_project(state, lens, resolver=resolver, authority_order=order)
+    for _ in range(2):  # the second call reads the per-state plan the first one kept
+        got = project(state, lens, resolver=resolver, authority_order=order)
+        assert got == expected
+        assert list(got.selected.items()) == list(expected.selected.items())
+        assert list(got.explanations.items()) == list(expected.explanations.items())
+        assert got.to_json() == expected.to_json()
+
+
+@given(rich_states, rich_lenses)
+def test_reading_a_view_in_any_way_gives_the_same_entries(state, lens):
+    view = project(state, lens)
+    items = list(view.selected.items())
+    assert [k for k, _ in items] == sorted(view.selected) == list(view.selected)
+    assert len(view.selected) == len(items)
+    for key, selection in items:
+        assert key in view.selected and view.selected.get(key) is selection
+        assert view.selected[key] is selection
+    assert list(view.selected.values()) == [s for _, s in items]
+    assert ("no", "such", "key") not in view.selected
+    assert view.selected.get(("no", "such", "key")) is None
+    with pytest.raises(KeyError):
+        view.selected[("no", "such", "key")]
+    assert dict(view.explanations) == {k: view.explanations[k] for k in view.explanations}
+    assert set(view.explanations) == set(view.selected) | set(view.unresolved)
+    assert repr(view.selected) == repr(dict(items))
+
+
+@given(rich_states)
+def test_the_state_helpers_agree_with_the_plain_answers(state):
+    by_key = state.active_by_key
+    assert list(by_key) == sorted(by_key)
+    flat = [c for claims in by_key.values() for c in claims]
+    assert sorted(c.claim_id for c in flat) == [c.claim_id for c in state.active_claims()]
+    for key, claims in by_key.items():
+        assert all(c.key == key for c in claims)
+        assert [c.claim_id for c in claims] == sorted(c.claim_id for c in claims)
+    for c in state.conflicts:
+        assert state.conflict_of(*c.key, c.scope) is c
+        assert state.conflict_at(locus_of(*c.key, c.scope)) is c
+        assert state.decisions_at(c.locus) == tuple(
+            d for d in state.decisions if d.locus == c.locus
+        )
+    assert state.conflict_of("no", "such", "key") is None
+
+
+@given(rich_states, rich_lenses)
+def test_a_view_holds_no_reference_to_a_hidden_claim(state, lens):
+    view = project(state, lens)
+    hidden = {id(c) for c in state.active_claims() if not lens.sees_roles(c.visibility)}
+    reachable, todo, seen = [], [view], set()
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, (str, bytes, int, float, type(None), type)):
+            continue  # (types lead to modules, and from there to everything)
+        seen.add(id(obj))
+        reachable.append(obj)
+        if isinstance(obj, ClaimAdded):
+            continue
+        todo.extend(gc.get_referents(obj))
+    assert not hidden & {id(o) for o in reachable if isinstance(o, ClaimAdded)}
+
+
+# --- authority order from the registry ------------------------------------------------------------
+
+
+def test_the_authority_policy_ranks_by_the_registrys_order_unless_project_is_given_one():
+    def owners(registry):
+        a, b = (Writer(n, registry=registry, clock=lambda: 0) for n in ("a", "b"))
+        ops = [
+            a.claim("p", "x", "owner", "dana", authority="user"),
+            b.claim("p", "x", "owner", "lee", authority="agent"),
+        ]
+        return materialize(ops, registry=registry)
+
+    key = ("p", "x", "owner")
+    default = owners(REG)
+    assert project(default, Lens()).selected[key].claim.value == "dana"
+    agents_first = Registry(REG.contracts, authority_order=["agent", "user"])
+    flipped = owners(agents_first)
+    assert project(flipped, Lens()).selected[key].claim.value == "lee"
+    assert project(flipped, Lens()).selected[key].how is How.POLICY
+    overridden = project(flipped, Lens(), authority_order=["user", "agent"])
+    assert overridden.selected[key].claim.value == "dana"
+
+
+@pytest.mark.parametrize(
+    ("order", "field"),
+    [("user", "authority_order"), ((), "authority_order"), (("a", "a"), "authority_order[1]")],
+)
+def test_project_refuses_a_bad_authority_order_naming_it(order, field):
+    state = materialize([w("a").claim("p", "x", "owner", "dana")], registry=REG)
+    with pytest.raises(ResolverConfigError) as err:
+        project(state, Lens(), authority_order=order)
+    assert err.value.field == field

@@ -649,3 +649,13 @@ def test_callable_resolver_rejects_a_bad_judge_or_time_limit(kwargs, field):
     with pytest.raises(ResolverConfigError) as err:
         CallableResolver(**kwargs)
     assert err.value.field == field
+
+
+@given(scenarios())
+def test_the_input_the_projection_builds_unchecked_equals_the_checked_one(s):
+    from statefuse.projection import _visible_groups
+
+    groups = _visible_groups(s.inp.conflict, s.inp.candidates)
+    fast = ResolverInput._checked_by_caller(s.inp.conflict, s.inp.candidates, groups, None)
+    assert fast == s.inp
+    assert fast.groups == s.inp.groups
