@@ -1,37 +1,1243 @@
-"""The ``statefuse`` command line: a thin layer over the library.
+"""The ``statefuse`` command line: a thin layer over `Replica`.
 
-Each command calls one library function and turns StateFuse errors into ``Error: ...`` on
-stderr and exit status 1, never a traceback.
+Each command opens the store (``--store``, else ``$STATEFUSE_STORE``, else ``./statefuse.db``),
+calls one library function and shows the result: an aligned table for people, or with ``--json``
+one JSON document with stable keys (ids and other bytes in hex, values spelled as in
+`statefuse.view.json_value`). The README section "Command line" documents every command, and a
+test checks that it does.
+
+Syntax of the arguments:
+
+- KEY is ``namespace/subject/predicate``: exactly three non-empty parts; a ``/`` or ``%`` inside a
+  part is written ``%2F`` / ``%25`` (percent-escapes are decoded, and keys are shown that way).
+- VALUE is read as JSON when it parses as JSON (``42``, ``1.5``, ``true``, ``null``, ``"42"``,
+  ``[1, 2]``, ``{"a": 1}``), else taken as the string it is (``2026-03-25``, ``Dana Smith``).
+  ``NaN`` and ``Infinity`` are not JSON here, so they stay strings; ``{"$bytes": "<hex>"}`` is a
+  bytes value (the spelling ``--json`` output uses for bytes).
+- CLAIM is a claim id, whole or as a unique prefix of at least 8 hex digits.
+
+Exit statuses: 0 success; 1 a user error (``Error: …`` on stderr, never a traceback: any
+`StateFuseError`, an `OSError` on a file, a failed ``verify`` or ``sync``); 2 a usage error;
+130 interrupted (Ctrl-C).
+
+Adding a command: write ``_cmd_<name>(session) -> int`` and one `Command` entry in `COMMANDS`.
+The ``context`` command (issue 6: the assembled context one viewer's LLM reads) belongs there.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import re
+import sqlite3
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from urllib.parse import unquote
 
-from statefuse.error import StateFuseError
+from registry.value import Value
+from statefuse.clitable import (
+    author_text,
+    byte_size,
+    fields,
+    plural,
+    short_id,
+    table,
+    utc_time,
+    value_cell,
+)
+from statefuse.error import InputError, StateFuseError
+from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, Layer
+from statefuse.state import ConflictSet, State, locus_of
+from statefuse.store import QuarantineRecord, StoreError
+from statefuse.view import json_value
+
+if TYPE_CHECKING:
+    from sync.replica import MergeReport, Replica
+
+Key = tuple[str, str, str]
+
+#: The store used when neither ``--store`` nor ``$STATEFUSE_STORE`` names one.
+DEFAULT_STORE = "statefuse.db"
+#: Shortest claim id prefix accepted (shorter ones would soon be ambiguous in a large memory).
+MIN_PREFIX_CHARS = 8
+#: Exit statuses.
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-def _parser() -> argparse.ArgumentParser:
+class CliError(InputError, ValueError):
+    """A command-line argument the library cannot take as given (bad KEY syntax, an unknown or
+    ambiguous id prefix, a missing store). Shown as ``Error: <message>``."""
+
+
+# --- argument syntax ------------------------------------------------------------------------------
+
+
+def format_key(key: Sequence[str]) -> str:
+    """A key as the command line spells it (the inverse of `parse_key`)."""
+    return "/".join(part.replace("%", "%25").replace("/", "%2F") for part in key)
+
+
+def _key_parts(text: str, counts: range, spelled: str) -> tuple[str, ...]:
+    parts = text.split("/")
+    if len(parts) not in counts or not all(parts):
+        raise CliError("KEY", "key-syntax", f"{text!r} is not a key: write {spelled}")
+    try:
+        return tuple(unquote(p, errors="strict") for p in parts)
+    except UnicodeDecodeError:
+        raise CliError(
+            "KEY", "key-syntax", f"{text!r} is not a key: a %-escape is not UTF-8"
+        ) from None
+
+
+def parse_key(text: str) -> Key:
+    """``namespace/subject/predicate`` -> its three parts; raises CliError otherwise."""
+    ns, subject, predicate = _key_parts(text, range(3, 4), "namespace/subject/predicate")
+    return ns, subject, predicate
+
+
+def parse_key_prefix(text: str) -> tuple[str, ...]:
+    """``namespace``, ``namespace/subject`` or a whole key -> its parts."""
+    return _key_parts(text, range(1, 4), "namespace[/subject[/predicate]]")
+
+
+def _no_constants(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _from_json(v: Any) -> Value:
+    if isinstance(v, list):
+        return [_from_json(x) for x in v]
+    if isinstance(v, dict):
+        if set(v) == {"$bytes"} and isinstance(v["$bytes"], str):
+            try:
+                return bytes.fromhex(v["$bytes"])
+            except ValueError:
+                raise CliError(
+                    "VALUE", "bytes-hex", 'a {"$bytes": …} value needs hex digits'
+                ) from None
+        return {k: _from_json(x) for k, x in v.items()}
+    value: Value = v
+    return value
+
+
+def parse_value(text: str) -> Value:
+    """A VALUE argument: JSON when it parses as JSON, else the string itself."""
+    try:
+        parsed = json.loads(text, parse_constant=_no_constants)
+    except ValueError:
+        return text
+    return _from_json(parsed)
+
+
+def resolve_id(text: str, ids: Iterable[bytes], *, what: str) -> bytes:
+    """The one id in ``ids`` that starts with the hex prefix ``text`` (at least
+    `MIN_PREFIX_CHARS` digits). Raises CliError when none or several do."""
+    prefix = text.strip().lower()
+    if not re.fullmatch(rf"[0-9a-f]{{{MIN_PREFIX_CHARS},64}}", prefix):
+        raise CliError(
+            what, "id-prefix", f"{what} id {text!r} is not {MIN_PREFIX_CHARS} to 64 hex digits"
+        )
+    head = bytes.fromhex(prefix[: len(prefix) // 2 * 2])
+    found = sorted(i for i in ids if i.startswith(head) and i.hex().startswith(prefix))
+    if not found:
+        raise CliError(what, "known-id", f"no {what} has an id starting with {prefix}")
+    if len(found) > 1:
+        shown = ", ".join(i.hex()[: max(len(prefix) + 4, 12)] for i in found[:5])
+        more = ", …" if len(found) > 5 else ""
+        raise CliError(
+            what,
+            "unique-prefix",
+            f"{what} id {prefix} is ambiguous: it starts {len(found)} {what} ids"
+            f" ({shown}{more}); give more digits",
+        )
+    return found[0]
+
+
+def resolve_claim(state: State, text: str) -> ClaimAdded:
+    """The claim (active or retracted) whose id ``text`` names or starts."""
+    return state.claims[resolve_id(text, state.claims, what="claim")]
+
+
+def parse_author(text: str) -> bytes:
+    """A whole author id (64 hex digits)."""
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", text.strip()):
+        raise CliError(
+            "AUTHOR", "author-id", f"author {text!r} is not an author id (64 hex digits)"
+        )
+    return bytes.fromhex(text.strip())
+
+
+# --- one run of a command -------------------------------------------------------------------------
+
+
+class Progress:
+    """A progress bar on stderr: ``label [#####.....] done/total``, redrawn in place at most
+    ten times a second, and always at the end."""
+
+    WIDTH = 30
+
+    def __init__(self, label: str, stream: TextIO) -> None:
+        self.label = label
+        self.stream = stream
+        self._drawn = False
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - self._last < 0.1:
+            return
+        self._last = now
+        filled = self.WIDTH * done // total if total else self.WIDTH
+        bar = "#" * filled + "." * (self.WIDTH - filled)
+        self.stream.write(f"\r{self.label} [{bar}] {done}/{total}")
+        self.stream.flush()
+        self._drawn = True
+
+    def finish(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._drawn = False
+
+
+class Session:
+    """One run of one command: its arguments, its store (opened on first use, closed at the
+    end) and where its output goes."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.path = Path(args.store or os.environ.get("STATEFUSE_STORE") or DEFAULT_STORE)
+        self.json: bool = args.json
+        self._replica: Replica | None = None
+
+    def open(self, **options: Any) -> Replica:
+        """Open the store (``options`` go to `Replica.open`); a missing store and a store
+        locked by another process are user errors with a hint."""
+        from sync.replica import Replica
+
+        create = options.pop("create", False)
+        if not create and not self.path.exists():
+            raise CliError(
+                "--store",
+                "exists",
+                f"no store at {self.path} (create one with: statefuse init --space NAME)",
+            )
+        try:
+            self._replica = Replica.open(self.path, create=create, wait=self.args.wait, **options)
+        except StoreError as exc:
+            if exc.rule == "single-writer":
+                raise CliError(
+                    "--store",
+                    exc.rule,
+                    exc.message.replace("open with wait=SECONDS", "pass --wait SECONDS"),
+                ) from None
+            raise
+        return self._replica
+
+    def replica(self) -> Replica:
+        return self._replica if self._replica is not None else self.open()
+
+    def emit(self, data: Any, text: str) -> None:
+        """Print ``data`` as JSON with ``--json``, else ``text``."""
+        if self.json:
+            print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False), flush=True)
+        elif text:
+            print(text, flush=True)
+
+    def progress(self, label: str) -> Progress | None:
+        """A progress bar, when stderr is a terminal or ``--progress`` asks for one."""
+        if self.args.progress or sys.stderr.isatty():
+            return Progress(label, sys.stderr)
+        return None
+
+    def close(self) -> None:
+        if self._replica is not None:
+            self._replica.close()
+            self._replica = None
+
+
+# --- what commands show -------------------------------------------------------------------------
+
+
+def _hex(b: bytes | None) -> str | None:
+    return None if b is None else b.hex()
+
+
+def _author_json(author: bytes | str) -> str:
+    return author.hex() if isinstance(author, bytes) else author
+
+
+def _claim_json(c: ClaimAdded, state: State) -> dict[str, Any]:
+    return {
+        "claim_id": c.claim_id.hex(),
+        "claim_ref": c.claim_ref.hex(),
+        "key": [c.namespace, c.subject, c.predicate],
+        "scope": c.scope,
+        "value": json_value(c.value),
+        "author": _author_json(c.author),
+        "lamport": c.lamport,
+        "wall_ms": c.wall_ms,
+        "confidence": c.confidence,
+        "provenance": c.provenance,
+        "authority": c.authority,
+        "layer": c.layer.value,
+        "kind": c.kind,
+        "constraint": c.constraint,
+        "visibility": list(c.visibility),
+        "evidence": [e.hex() for e in c.evidence],
+        "depends_on": [d.hex() for d in c.depends_on],
+        "expires": c.expires,
+        "active": state.is_active(c.claim_id),
+    }
+
+
+def _key_of(c: ClaimAdded) -> Key:
+    return c.namespace, c.subject, c.predicate
+
+
+def _where(c: ClaimAdded) -> str:
+    """``key [scope] = value``, the way one-line confirmations name a claim."""
+    return f"{format_key(_key_of(c))} [{c.scope}] = {value_cell(c.value)}"
+
+
+def _report_json(report: MergeReport) -> dict[str, int]:
+    return {
+        "accepted": report.accepted,
+        "duplicate": report.duplicate,
+        "pending": report.pending,
+        "quarantined": report.quarantined,
+        "new_ops": report.new_ops,
+    }
+
+
+def _report_text(report: MergeReport) -> str:
+    return (
+        f"{report.accepted} accepted, {report.duplicate} already known, {report.pending} pending,"
+        f" {report.quarantined} quarantined; {plural(report.new_ops, 'new op')}"
+    )
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+
+def _cmd_init(s: Session) -> int:
+    from statefuse.store import StoreError
+    from sync.key import PublicKey, SigningKey
+    from sync.replica import key_path
+
+    a = s.args
+    if s.path.exists():
+        rep = s.open(space=a.space)
+        s.emit(
+            _init_json(rep, s.path, created=False),
+            f"Store {s.path} already holds space {rep.space!r} ({rep.mode.value} mode);"
+            " nothing changed",
+        )
+        return EXIT_OK
+    if a.key is not None and key_path(s.path).exists():
+        raise CliError(
+            "--key",
+            "new-key-file",
+            f"{key_path(s.path)} already exists; remove it or leave out --key",
+        )
+    key = SigningKey.load(a.key) if a.key is not None else None
+    root = PublicKey(parse_author(a.root)).author if a.root is not None else None
+    try:
+        rep = s.open(create=True, space=a.space, key=key, mode=a.mode, root=root)
+    except StoreError:
+        s.path.unlink(missing_ok=True)
+        raise
+    lines = [
+        ("author", rep.author.hex()),
+        ("key file", f"{key_path(s.path)} (private: never share it)"),
+    ]
+    if rep.root is not None:
+        lines.append(("root", rep.root.hex() + (" (you)" if rep.root == rep.author else "")))
+    s.emit(
+        _init_json(rep, s.path, created=True),
+        f"Created store {s.path} for space {rep.space!r} ({rep.mode.value} mode)\n" + fields(lines),
+    )
+    return EXIT_OK
+
+
+def _init_json(rep: Replica, path: Path, *, created: bool) -> dict[str, Any]:
+    from sync.replica import key_path
+
+    return {
+        "created": created,
+        "store": str(path),
+        "space": rep.space,
+        "mode": rep.mode.value,
+        "root": _hex(rep.root),
+        "author": rep.author.hex(),
+        "key_file": str(key_path(path)),
+    }
+
+
+def _cmd_claim(s: Session) -> int:
+    a = s.args
+    key = parse_key(a.key)
+    value = parse_value(a.value)
+    rep = s.replica()
+    state = rep.state()
+    depends = [resolve_claim(state, d).claim_id for d in a.depends_on]
+    c = rep.add_claim(
+        *key,
+        value,
+        scope=a.scope,
+        confidence=a.confidence,
+        provenance=a.provenance,
+        authority=a.authority,
+        layer=a.layer,
+        kind=a.kind,
+        constraint=a.constraint,
+        visibility=a.visibility,
+        depends_on=depends,
+        expires=a.expires,
+    )
+    s.emit(_claim_json(c, rep.state()), f"Added claim {c.claim_id.hex()}: {_where(c)}")
+    return EXIT_OK
+
+
+def _retraction_json(r: ClaimRetracted, state: State) -> dict[str, Any]:
+    hit = sorted(cid for cid, rets in state.retracted.items() if r in rets)
+    return {
+        "op_id": r.op_id.hex(),
+        "author": _author_json(r.author),
+        "lamport": r.lamport,
+        "target_claim_id": _hex(r.target_claim_id),
+        "target_claim_ref": _hex(r.target_claim_ref),
+        "reason": r.reason,
+        "superseded_by": _hex(r.superseded_by),
+        "retracted": [cid.hex() for cid in hit],
+    }
+
+
+def _cmd_retract(s: Session) -> int:
+    a = s.args
+    rep = s.replica()
+    claim = resolve_claim(rep.state(), a.claim)
+    if a.semantic:
+        r = rep.retract(claim_ref=claim.claim_ref, reason=a.reason)
+        data = _retraction_json(r, rep.state())
+        text = (
+            f"Retracted every claim like {claim.claim_id.hex()}"
+            f" ({plural(len(data['retracted']), 'claim')} now): {_where(claim)}"
+        )
+    else:
+        r = rep.retract(claim, reason=a.reason)
+        data = _retraction_json(r, rep.state())
+        text = f"Retracted claim {claim.claim_id.hex()}: {_where(claim)}"
+    s.emit(data, text)
+    return EXIT_OK
+
+
+def _cmd_supersede(s: Session) -> int:
+    a = s.args
+    value = parse_value(a.value)
+    rep = s.replica()
+    old = resolve_claim(rep.state(), a.claim)
+    new, r = rep.supersede(old, value, a.reason)
+    state = rep.state()
+    s.emit(
+        {"claim": _claim_json(new, state), "retraction": _retraction_json(r, state)},
+        f"Superseded claim {old.claim_id.hex()} with {new.claim_id.hex()}: {_where(new)}",
+    )
+    return EXIT_OK
+
+
+def _cmd_decide(s: Session) -> int:
+    a = s.args
+    rep = s.replica()
+    state = rep.state()
+    claim = resolve_claim(state, a.claim)
+    conflict = state.conflict_of(*_key_of(claim), claim.scope)
+    if conflict is None or claim.claim_id not in conflict.candidates:
+        raise CliError(
+            "CLAIM",
+            "candidate",
+            f"claim {short_id(claim.claim_id)} is not a candidate of a current conflict"
+            f" ({format_key(_key_of(claim))} [{claim.scope}])",
+        )
+    d = rep.decide(conflict, claim.claim_id, scope=a.scope, reason=a.reason)
+    s.emit(
+        _decision_json(d),
+        f"Decided {format_key(conflict.key)} [{conflict.scope}] for claim"
+        f" {claim.claim_id.hex()}: {value_cell(claim.value)}",
+    )
+    return EXIT_OK
+
+
+def _decision_json(d: DecisionAdded) -> dict[str, Any]:
+    return {
+        "op_id": d.op_id.hex(),
+        "author": _author_json(d.author),
+        "lamport": d.lamport,
+        "locus": d.locus.hex(),
+        "conflict_id": d.conflict_id.hex(),
+        "selected_claim_id": d.selected_claim_id.hex(),
+        "scope": d.scope,
+        "reason": d.reason,
+    }
+
+
+def _notes(c: ClaimAdded, state: State) -> list[str]:
+    notes = []
+    conflict = state.conflict_of(*_key_of(c), c.scope)
+    if conflict is not None:
+        decision = state.decision_for(conflict)
+        if decision is None:
+            notes.append("conflict")
+        else:
+            notes.append("chosen" if decision.selected_claim_id == c.claim_id else "overruled")
+    if c.claim_id in state.stale:
+        notes.append("stale")
+    return notes
+
+
+def _cmd_show(s: Session) -> int:
+    a = s.args
+    prefix = parse_key_prefix(a.prefix) if a.prefix is not None else ()
+    state = s.replica().state()
+    claims = sorted(
+        (
+            c
+            for c in state.active_claims()
+            if _key_of(c)[: len(prefix)] == prefix and a.scope in (None, c.scope)
+        ),
+        key=lambda c: (_key_of(c), c.scope, c.claim_id),
+    )
+    rows = [
+        [
+            short_id(c.claim_id),
+            format_key(_key_of(c)),
+            c.scope,
+            value_cell(c.value),
+            author_text(c.author),
+            ", ".join(_notes(c, state)),
+        ]
+        for c in claims
+    ]
+    text = (
+        table(["ID", "KEY", "SCOPE", "VALUE", "AUTHOR", "NOTE"], rows)
+        if rows
+        else "No active claims."
+    )
+    data = {"claims": [{**_claim_json(c, state), "notes": _notes(c, state)} for c in claims]}
+    s.emit(data, text)
+    return EXIT_OK
+
+
+def _conflict_text(conflict: ConflictSet, state: State) -> str:
+    decision = state.decision_for(conflict)
+    if decision is None:
+        status = "undecided"
+    else:
+        status = f"decided for {short_id(decision.selected_claim_id)}"
+        status += f" ({decision.reason})" if decision.reason else ""
+    group_of = {cid: i for i, g in enumerate(conflict.groups, 1) for cid in g.claim_ids}
+    rows = []
+    for cid in sorted(conflict.candidates, key=lambda c: (group_of[c], c)):
+        c = state.claims[cid]
+        rows.append(
+            [
+                str(group_of[cid]),
+                short_id(cid),
+                value_cell(c.value),
+                author_text(c.author),
+                c.provenance,
+            ]
+        )
+    head = (
+        f"{format_key(conflict.key)} [{conflict.scope}]:"
+        f" {plural(len(conflict.candidates), 'candidate')}"
+        f" in {plural(len(conflict.groups), 'group')}, {status}"
+    )
+    body = table(["GROUP", "ID", "VALUE", "AUTHOR", "PROVENANCE"], rows, indent="  ")
+    return head + "\n" + body
+
+
+def _conflict_json(conflict: ConflictSet, state: State) -> dict[str, Any]:
+    decision = state.decision_for(conflict)
+    return {
+        "key": list(conflict.key),
+        "scope": conflict.scope,
+        "locus": conflict.locus.hex(),
+        "conflict_id": conflict.conflict_id.hex(),
+        "groups": [[cid.hex() for cid in g.claim_ids] for g in conflict.groups],
+        "candidates": [_claim_json(state.claims[cid], state) for cid in conflict.candidates],
+        "decision": None if decision is None else _decision_json(decision),
+    }
+
+
+def _cmd_conflicts(s: Session) -> int:
+    state = s.replica().state()
+    conflicts = sorted(state.conflicts, key=lambda c: (c.key, c.scope))
+    text = "\n\n".join(_conflict_text(c, state) for c in conflicts) or "No conflicts."
+    s.emit({"conflicts": [_conflict_json(c, state) for c in conflicts]}, text)
+    return EXIT_OK
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    """One line of a key's history."""
+
+    lamport: int
+    op_id: bytes
+    event: str
+    author: bytes | str
+    claim: ClaimAdded
+    why: str
+    superseded_by: bytes | None = None
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "lamport": self.lamport,
+            "op_id": self.op_id.hex(),
+            "event": self.event,
+            "author": _author_json(self.author),
+            "claim_id": self.claim.claim_id.hex(),
+            "scope": self.claim.scope,
+            "value": json_value(self.claim.value),
+            "why": self.why,
+            "superseded_by": _hex(self.superseded_by),
+        }
+
+
+def _history(state: State, key: Key, scope: str | None) -> list[_Event]:
+    """Every assertion, retraction and decision of ``key``'s claims, in lamport order."""
+    claims = [c for c in state.all_claims() if _key_of(c) == key and scope in (None, c.scope)]
+    events = [_Event(c.lamport, c.op_id, "claim", c.author, c, c.provenance) for c in claims]
+    by_id = {c.claim_id: c for c in claims}
+    by_ref: dict[bytes, list[ClaimAdded]] = {}
+    for c in claims:
+        by_ref.setdefault(c.claim_ref, []).append(c)
+    for r in state.retractions.values():
+        targets = []
+        if r.target_claim_id in by_id:
+            targets.append(("retract", by_id[r.target_claim_id]))
+        if r.target_claim_ref is not None:
+            targets += [("retract-ref", c) for c in by_ref.get(r.target_claim_ref, ())]
+        why = r.reason
+        if r.superseded_by is not None:
+            why += ("; " if why else "") + f"superseded by {short_id(r.superseded_by)}"
+        events += [
+            _Event(r.lamport, r.op_id, kind, r.author, c, why, r.superseded_by)
+            for kind, c in targets
+        ]
+    loci = {locus_of(*key, c.scope) for c in claims}
+    for d in state.decisions:
+        if d.locus in loci and d.selected_claim_id in by_id:
+            why = d.reason if state.decision_applies(d) else f"{d.reason} (no longer applies)"
+            events.append(
+                _Event(d.lamport, d.op_id, "decide", d.author, by_id[d.selected_claim_id], why)
+            )
+    events.sort(key=lambda e: (e.lamport, e.op_id, e.claim.claim_id))
+    return events
+
+
+def _cmd_history(s: Session) -> int:
+    a = s.args
+    key = parse_key(a.key)
+    events = _history(s.replica().state(), key, a.scope)
+    rows = [
+        [
+            str(e.lamport),
+            e.event,
+            short_id(e.claim.claim_id),
+            e.claim.scope,
+            value_cell(e.claim.value),
+            author_text(e.author),
+            e.why.strip(),
+        ]
+        for e in events
+    ]
+    text = (
+        table(["LAMPORT", "EVENT", "CLAIM", "SCOPE", "VALUE", "AUTHOR", "WHY"], rows)
+        if rows
+        else f"No history for {format_key(key)}."
+    )
+    s.emit({"key": list(key), "events": [e.json() for e in events]}, text)
+    return EXIT_OK
+
+
+def _cmd_export(s: Session) -> int:
+    n = s.replica().export(s.args.file)
+    s.emit({"path": s.args.file, "changes": n}, f"Exported {plural(n, 'change')} to {s.args.file}")
+    return EXIT_OK
+
+
+def _cmd_import(s: Session) -> int:
+    rep = s.replica()
+    bar = s.progress("import")
+    try:
+        report = rep.import_(s.args.file, progress=bar)
+    finally:
+        if bar is not None:
+            bar.finish()
+    s.emit(
+        {"path": s.args.file, **_report_json(report)},
+        f"Imported {s.args.file}: {_report_text(report)}",
+    )
+    return EXIT_OK
+
+
+def _cmd_serve(s: Session) -> int:
+    from sync.http import serve
+
+    rep = s.replica()
+    server = serve(rep, host=s.args.host, port=s.args.port)
+    try:
+        s.emit(
+            {"url": server.url, "space": rep.space, "store": str(s.path)},
+            f"Serving space {rep.space!r} from {s.path} at {server.url} (Ctrl-C to stop)",
+        )
+        server.serve_forever()
+    finally:
+        server.close()
+    return EXIT_OK
+
+
+def _cmd_sync(s: Session) -> int:
+    from sync.http import SyncError, sync_with
+
+    rep = s.replica()
+    results: list[dict[str, Any]] = []
+    lines = []
+    failed = 0
+    for url in s.args.peers:
+        bar = s.progress(f"sync {url}")
+        try:
+            report = sync_with(rep, url, timeout=s.args.timeout, progress=bar)
+        except (SyncError, StateFuseError, OSError) as exc:
+            failed += 1
+            results.append({"url": url, "ok": False, "error": str(exc)})
+            print(f"Error: {url}: {exc}", file=sys.stderr)
+            continue
+        finally:
+            if bar is not None:
+                bar.finish()
+        results.append(
+            {
+                "url": url,
+                "ok": True,
+                "error": None,
+                "round_trips": report.round_trips,
+                "bytes_sent": report.bytes_sent,
+                "bytes_received": report.bytes_received,
+                "fetched": report.fetched,
+                "pushed": report.pushed,
+                "merge": _report_json(report.merge),
+            }
+        )
+        lines.append(
+            f"Synced with {url}: fetched {report.fetched}, pushed {report.pushed}"
+            f" in {plural(report.round_trips, 'round trip')}"
+            f" ({byte_size(report.bytes_sent)} sent, {byte_size(report.bytes_received)}"
+            f" received); {_report_text(report.merge)}"
+        )
+    s.emit({"peers": results}, "\n".join(lines))
+    return EXIT_ERROR if failed else EXIT_OK
+
+
+def _known_author(rep: Replica, text: str) -> bytes:
+    """A whole author id, or a unique prefix of an author this replica knows of."""
+    if len(text.strip()) == 64:
+        return parse_author(text)
+    trust = rep.trust()
+    known = {c.author for c in rep.log.changes()} | set(trust.admitted) | {rep.author}
+    return resolve_id(text, known, what="author")
+
+
+def _cmd_keys(s: Session) -> int:
+    sub = s.args.keys_command or "show"
+    if sub == "admit":
+        return _keys_admit(s)
+    if sub == "revoke":
+        return _keys_revoke(s)
+    return _keys_show(s)
+
+
+def _keys_show(s: Session) -> int:
+    rep = s.replica()
+    trust = rep.trust()
+    changes: dict[bytes, list[int]] = {}
+    for c in rep.log.changes():
+        changes.setdefault(c.author, []).append(c.seq)
+    equivocated: dict[bytes, int] = {}
+    for e in rep.log.equivocations():
+        equivocated.setdefault(e.author, e.seq)
+    authors = set(changes) | set(trust.admitted) | set(trust.cutoffs) | set(trust.roles)
+    authors |= {rep.author} | ({rep.root} if rep.root is not None else set())
+    entries, rows = [], []
+    for author in sorted(authors):
+        status = []
+        if author == rep.author:
+            status.append("you")
+        if author == rep.root:
+            status.append("root")
+        if author in trust.admitted:
+            status.append("admitted")
+        cut = trust.cutoffs.get(author)
+        if cut is not None:
+            status.append(f"revoked after seq {cut.through_seq}")
+        if author in equivocated:
+            status.append(f"equivocated at seq {equivocated[author]}")
+        if not trust.may_write(author):
+            status.append("not admitted")
+        seqs = changes.get(author, [])
+        roles = sorted(trust.roles.get(author, ()))
+        entries.append(
+            {
+                "author": author.hex(),
+                "changes": len(seqs),
+                "last_seq": max(seqs, default=0),
+                "status": status,
+                "roles": roles,
+            }
+        )
+        rows.append([author.hex(), str(len(seqs)), ", ".join(status), ", ".join(roles)])
+    head = [
+        ("space", f"{rep.space} ({rep.mode.value} mode)"),
+        ("store", str(s.path)),
+        ("you", rep.author.hex()),
+        ("root", rep.root.hex() if rep.root is not None else "none"),
+    ]
+    data = {
+        "space": rep.space,
+        "mode": rep.mode.value,
+        "you": rep.author.hex(),
+        "root": _hex(rep.root),
+        "authors": entries,
+    }
+    s.emit(data, fields(head) + "\n\n" + table(["AUTHOR", "CHANGES", "STATUS", "ROLES"], rows))
+    return EXIT_OK
+
+
+def _keys_admit(s: Session) -> int:
+    from sync.key import PublicKey
+
+    rep = s.replica()
+    author = PublicKey(_known_author(rep, s.args.author)).author
+    roles = sorted(set(s.args.role))
+    rep.admit(author, roles)
+    s.emit(
+        {"author": author.hex(), "roles": roles},
+        f"Admitted {author.hex()} ({'roles: ' + ', '.join(roles) if roles else 'no roles'})",
+    )
+    return EXIT_OK
+
+
+def _keys_revoke(s: Session) -> int:
+    rep = s.replica()
+    author = _known_author(rep, s.args.author)
+    if s.args.through_seq is None:
+        seq, through = rep.last_change(author)
+    else:
+        seq = s.args.through_seq
+        ids = [c.change_id for c in rep.log.changes() if c.author == author and c.seq == seq]
+        through = ids[0] if len(ids) == 1 else None
+    rep.revoke(author, through_seq=seq, through_change=through, reason=s.args.reason)
+    kept = f"changes after seq {seq} no longer count" if seq else "none of its changes count"
+    s.emit(
+        {"author": author.hex(), "through_seq": seq, "through_change": _hex(through)},
+        f"Revoked {author.hex()}: {kept}",
+    )
+    return EXIT_OK
+
+
+def _cmd_quarantine(s: Session) -> int:
+    records = s.replica().quarantine()
+    if s.args.show is not None:
+        key = resolve_id(s.args.show, (r.key for r in records), what="quarantine entry")
+        (r,) = [r for r in records if r.key == key]
+        data = r.data.hex()
+        text = fields(
+            [
+                ("id", r.key.hex()),
+                ("reason", r.reason),
+                ("message", r.message),
+                ("first seen", utc_time(r.first_seen_ms)),
+                ("last seen", utc_time(r.last_seen_ms)),
+                ("count", str(r.count)),
+                ("size", plural(len(r.data), "byte")),
+            ]
+        )
+        text += "\ndata\n" + "\n".join("  " + data[i : i + 64] for i in range(0, len(data), 64))
+        s.emit({**_quarantine_json(r), "data": data}, text)
+        return EXIT_OK
+    rows = [
+        [
+            short_id(r.key),
+            r.reason,
+            utc_time(r.first_seen_ms),
+            utc_time(r.last_seen_ms),
+            str(r.count),
+            r.message,
+        ]
+        for r in records
+    ]
+    text = (
+        table(["ID", "REASON", "FIRST SEEN", "LAST SEEN", "COUNT", "MESSAGE"], rows)
+        if rows
+        else "Quarantine is empty."
+    )
+    s.emit({"quarantine": [_quarantine_json(r) for r in records]}, text)
+    return EXIT_OK
+
+
+def _quarantine_json(r: QuarantineRecord) -> dict[str, Any]:
+    return {
+        "id": r.key.hex(),
+        "reason": r.reason,
+        "message": r.message,
+        "first_seen_ms": r.first_seen_ms,
+        "last_seen_ms": r.last_seen_ms,
+        "count": r.count,
+        "size": len(r.data),
+    }
+
+
+def _cmd_verify(s: Session) -> int:
+    from statefuse.materializer import materialize
+    from sync.change import UnverifiedChange
+    from sync.verify import VerificationError, verify_change
+
+    rep = s.replica()  # opening re-verifies every stored change into a fresh change log
+    problems = []
+    stored = 0
+    for pos, raw in rep.store.accepted():
+        stored += 1
+        try:
+            c = verify_change(UnverifiedChange(raw), space=rep.space)
+        except VerificationError as exc:
+            problems.append(f"stored change {pos} fails verification: {exc}")
+            continue
+        if rep.log.get(c.change_id) is None:
+            problems.append(
+                f"stored change {pos} ({short_id(c.change_id)}) is not accepted on reload:"
+                " its chain of predecessors is broken"
+            )
+    pending = rep.store.pending()
+    for raw in pending:
+        try:
+            verify_change(UnverifiedChange(raw), space=rep.space)
+        except VerificationError as exc:
+            problems.append(f"a pending change fails verification: {exc}")
+    state = rep.state()
+    fresh = materialize(rep.log.ops(), registry=rep.registry)
+    if state.digest() != fresh.digest():
+        problems.append(
+            f"the state digest {state.digest().hex()} differs from a fresh materialization"
+            f" ({fresh.digest().hex()})"
+        )
+    problems += _sqlite_problems(s.path)
+    ignored = len(rep.verdicts())
+    n_claims = len(state.claims)
+    active = len(state.active_claims())
+    counts = {
+        "accepted": stored,
+        "pending": len(pending),
+        "quarantined": len(rep.quarantine()),
+        "ignored": ignored,
+    }
+    data = {
+        "ok": not problems,
+        "store": str(s.path),
+        "space": rep.space,
+        "changes": counts,
+        "ops": sum(len(c.ops) for c in rep.log.changes()),
+        "claims": {"active": active, "retracted": n_claims - active},
+        "conflicts": len(state.conflicts),
+        "digest": state.digest().hex(),
+        "problems": problems,
+    }
+    lines = [
+        (
+            "changes",
+            f"{stored} accepted, {len(pending)} pending, {counts['quarantined']} quarantined"
+            f" (kept for audit), {ignored} not counted (trust)",
+        ),
+        ("ops", str(data["ops"])),
+        (
+            "claims",
+            f"{active} active, {n_claims - active} retracted;"
+            f" {plural(len(state.conflicts), 'conflict')}",
+        ),
+        ("digest", state.digest().hex()),
+    ]
+    verdict = (
+        "OK: every stored change verifies and the state equals a fresh materialization"
+        if not problems
+        else f"FAILED: {plural(len(problems), 'problem')}\n"
+        + "\n".join(f"  - {p}" for p in problems)
+    )
+    s.emit(data, f"Verified {s.path} (space {rep.space!r})\n" + fields(lines) + "\n" + verdict)
+    return EXIT_OK if not problems else EXIT_ERROR
+
+
+def _sqlite_problems(path: Path) -> list[str]:
+    """SQLite's own page-level check of the file (read-only; the store's lock is not needed)."""
+    try:
+        db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            rows = [r[0] for r in db.execute("PRAGMA integrity_check").fetchall()]
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        return [f"sqlite cannot check the file: {exc}"]
+    return [] if rows == ["ok"] else [f"sqlite integrity check: {r}" for r in rows]
+
+
+def _cmd_demo(s: Session) -> int:
+    from statefuse.demo import run
+
+    if s.json:
+        lines: list[str] = []
+        run(lines.append)
+        s.emit({"lines": lines}, "")
+    else:
+        run()
+    return EXIT_OK
+
+
+# --- the parser -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One subcommand: its name, one-line help, its arguments and what runs it."""
+
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[Session], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors in the ``Error: …`` form of every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"Error: {message}\n")
+
+
+def _no_arguments(p: argparse.ArgumentParser) -> None:
+    del p
+
+
+def _init_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--space", required=True, help="name of the shared memory (a new store)")
+    p.add_argument(
+        "--mode",
+        choices=["open", "closed"],
+        default="open",
+        help="open: any valid signature counts; closed: only the root and admitted authors",
+    )
+    p.add_argument(
+        "--root", metavar="AUTHOR", help="the space's root author id (default in closed mode: you)"
+    )
+    p.add_argument("--key", metavar="FILE", help="use this author key file instead of a new key")
+
+
+def _claim_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("key", metavar="KEY", help="namespace/subject/predicate")
+    p.add_argument("value", metavar="VALUE", help="JSON if it parses, else a string")
+    p.add_argument("--scope", default="global", help="global, task:ID, session:ID, hypothetical")
+    p.add_argument("--confidence", type=float, default=1.0, help="0 to 1 (default 1)")
+    p.add_argument("--provenance", default="", help="where the value comes from")
+    p.add_argument("--authority", default="", help="an authority label (e.g. owner)")
+    p.add_argument(
+        "--layer", choices=[m.value for m in Layer], default=Layer.FACT.value, help="memory layer"
+    )
+    p.add_argument("--kind", default="fact", help="fact, question, commitment, ...")
+    p.add_argument("--constraint", default="", help="a constraint kind: budget, deadline, ...")
+    p.add_argument(
+        "--visibility", metavar="ROLE", action="append", default=[], help="only ROLE may see it"
+    )
+    p.add_argument(
+        "--depends-on", metavar="CLAIM", action="append", default=[], help="a claim it rests on"
+    )
+    p.add_argument("--expires", metavar="MS", type=int, help="expiry, ms since the epoch")
+
+
+def _retract_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("claim", metavar="CLAIM", help="claim id or a unique prefix (8+ hex digits)")
+    p.add_argument("--reason", default="", help="why it is retracted")
+    p.add_argument(
+        "--semantic",
+        action="store_true",
+        help="retract every claim with this one's key, scope and value, also later copies",
+    )
+
+
+def _supersede_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("claim", metavar="CLAIM", help="the claim to replace")
+    p.add_argument("value", metavar="VALUE", help="the new value")
+    p.add_argument("--reason", default="", help="why it changed")
+
+
+def _decide_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("claim", metavar="CLAIM", help="the candidate to decide for")
+    p.add_argument("--reason", default="", help="why")
+    p.add_argument("--scope", default="global", help="where the decision applies")
+
+
+def _show_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "prefix", metavar="PREFIX", nargs="?", help="namespace[/subject[/predicate]] to show"
+    )
+    p.add_argument("--scope", help="only claims in this scope")
+
+
+def _history_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("key", metavar="KEY", help="namespace/subject/predicate")
+    p.add_argument("--scope", help="only this scope")
+
+
+def _file_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="a bundle file")
+
+
+def _serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
+    p.add_argument("--port", type=int, default=0, help="port (default: any free port)")
+
+
+def _sync_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("peers", metavar="URL", nargs="+", help="a peer's `statefuse serve` URL")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
+
+
+def _keys_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="keys_command", metavar="{show,admit,revoke}")
+    show = sub.add_parser("show", help="this replica's key, the root and every known author")
+    admit = sub.add_parser("admit", help="admit an author (root key only)")
+    admit.add_argument("author", metavar="AUTHOR", help="author id (64 hex digits)")
+    admit.add_argument("--role", action="append", default=[], help="a role to grant (repeat)")
+    revoke = sub.add_parser("revoke", help="revoke an author (root key only)")
+    revoke.add_argument("author", metavar="AUTHOR", help="author id or a known author's prefix")
+    revoke.add_argument(
+        "--through-seq", type=int, metavar="N", help="last change that stays (default: latest)"
+    )
+    revoke.add_argument("--reason", default="", help="why")
+    for each in (show, admit, revoke):
+        _global_options(each, suppress=True)
+
+
+def _quarantine_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--show", metavar="ID", help="dump one entry (id or 8+ hex digit prefix)")
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("init", "create a store for a space", _init_arguments, _cmd_init),
+    Command("claim", "assert a value for a key", _claim_arguments, _cmd_claim),
+    Command("retract", "retract a claim", _retract_arguments, _cmd_retract),
+    Command("supersede", "replace a claim with a new value", _supersede_arguments, _cmd_supersede),
+    Command("show", "list active claims", _show_arguments, _cmd_show),
+    Command("conflicts", "list conflicts with their candidates", _no_arguments, _cmd_conflicts),
+    Command("history", "every assertion and retraction of a key", _history_arguments, _cmd_history),
+    Command("decide", "decide a conflict for one candidate", _decide_arguments, _cmd_decide),
+    Command("export", "write every change to a signed bundle file", _file_argument, _cmd_export),
+    Command("import", "verify and take in a bundle file", _file_argument, _cmd_import),
+    Command("serve", "serve this store to peers over HTTP", _serve_arguments, _cmd_serve),
+    Command("sync", "sync with peers over HTTP", _sync_arguments, _cmd_sync),
+    Command("keys", "show, admit or revoke author keys", _keys_arguments, _cmd_keys),
+    Command("quarantine", "list refused changes", _quarantine_arguments, _cmd_quarantine),
+    Command("verify", "re-check the store end to end", _no_arguments, _cmd_verify),
+    Command("demo", "a multi-agent story, start to end", _no_arguments, _cmd_demo),
+    # `context` (issue 6: the assembled context one viewer's LLM reads) is added here.
+)
+
+
+def _global_options(p: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """The options every command takes, before or after its name (after it, argparse must not
+    overwrite a value given before it, hence ``SUPPRESS`` defaults in the subcommands)."""
+
+    def default(v: object) -> object:
+        return argparse.SUPPRESS if suppress else v
+
+    p.add_argument(
+        "--store",
+        metavar="PATH",
+        default=default(None),
+        help=f"the store (default: $STATEFUSE_STORE, else ./{DEFAULT_STORE})",
+    )
+    p.add_argument(
+        "--json", action="store_true", default=default(False), help="machine-readable output"
+    )
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        default=default(False),
+        help="show a progress bar on stderr even when it is not a terminal",
+    )
+    p.add_argument(
+        "--wait",
+        metavar="SECONDS",
+        type=float,
+        default=default(0.0),
+        help="wait this long for a store another process has open",
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``statefuse`` argument parser."""
     from statefuse import __version__
 
-    p = argparse.ArgumentParser(prog="statefuse", description="Conflict-preserving agent memory")
-    p.add_argument("--version", action="version", version=f"statefuse {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="two agent branches learn conflicting facts and merge")
-    return p
+    top = _Parser(prog="statefuse", description="Conflict-preserving memory for agent teams")
+    top.add_argument("--version", action="version", version=f"statefuse {__version__}")
+    _global_options(top, suppress=False)
+    common = _Parser(add_help=False)
+    _global_options(common, suppress=True)
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        p = sub.add_parser(
+            command.name, parents=[common], help=command.help, description=command.help
+        )
+        command.arguments(p)
+    return top
+
+
+def _describe(exc: BaseException) -> str:
+    from sync.bundle import BundleError
+    from sync.replica import ReplicaError
+
+    if isinstance(exc, (CliError, StoreError, BundleError, ReplicaError)):
+        return exc.message  # their fields name internals, not what the user typed
+    if isinstance(exc, InputError):
+        return f"{exc.field}: {exc.message}"  # e.g. ``value.price: float nan is not finite``
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return str(exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run ``statefuse`` with ``argv`` (default: the process's arguments); returns the exit
+    status."""
     try:
-        if args.command == "demo":
-            from statefuse.demo import run
-
-            run()
-            return 0
-    except StateFuseError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return 1
-    return 2
+        args = parser().parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    run = {c.name: c.run for c in COMMANDS}[args.command]
+    session = Session(args)
+    try:
+        return run(session)
+    except KeyboardInterrupt:
+        print("Interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader went away (``statefuse show | head``): stop quietly, as a filter does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_ERROR
+    except (StateFuseError, OSError) as exc:
+        print(f"Error: {_describe(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        session.close()

@@ -1,44 +1,915 @@
-"""The command line: the demo runs, prints the story and exits 0; errors never show tracebacks."""
+"""The command line: exact output and exit status of every command, for success and for each
+user error, and a README that documents every command and option.
+
+Expected texts are written out by hand from the documented formats (columns two spaces apart,
+ids shortened to 12 hex digits, values spelled as JSON); the ids in them are read through the
+library, never from the output under test.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import NamedTuple
 
-from statefuse.cli import main
-from statefuse.demo import run
+import blake3
+import pytest
 
+from statefuse import DEFAULT_REGISTRY, Writer
+from statefuse.cli import COMMANDS, main, parser
+from sync.bundle import write_bundle
+from sync.change import sign_change
+from sync.key import SigningKey
+from sync.replica import Replica
 
-def test_the_demo_merges_two_branches_and_shows_the_deadline_conflict():
-    lines: list[str] = []
-    state = run(lines.append)
-    text = "\n".join(lines)
-    (conflict,) = state.conflicts
-    assert conflict.key == ("project", "launch", "deadline")
-    assert "conflicts kept, not overwritten: 1" in text
-    assert "merging B into A instead: same digest" in text
-    values = {state.claims[c].value for c in conflict.candidates}
-    assert values == {"2026-03-25", "2026-04-01"}
-    prices = [c for c in state.active_claims() if c.predicate == "price"]
-    assert len(prices) == 2 and all("1,200" not in str(c.value) for c in prices)
-
-
-def test_statefuse_demo_exits_zero_and_prints_the_merge(capsys):
-    assert main(["demo"]) == 0
-    out = capsys.readouterr().out
-    assert "merge A and B" in out and "deadline" in out
+ROOT = Path(__file__).resolve().parents[1]
+SEED = bytes(range(32))
+#: 2026-01-01 00:00:00 UTC, the clock of replicas written through the library here.
+WALL = 1_767_225_600_000
 
 
-def test_the_module_entry_point_runs_the_demo_in_a_fresh_process():
-    proc = subprocess.run(
-        [sys.executable, "-m", "statefuse", "demo"], capture_output=True, text=True, timeout=120
+class Run(NamedTuple):
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):
+    def run(*argv: str) -> Run:
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return Run(code, out, err)
+
+    return run
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> Path:
+    """A new store of space ``team``, named by ``$STATEFUSE_STORE``."""
+    path = tmp_path / "team.db"
+    monkeypatch.setenv("STATEFUSE_STORE", str(path))
+    assert cli("init", "--space", "team").code == 0
+    return path
+
+
+@contextmanager
+def opened(path: Path, **options: object) -> Iterator[Replica]:
+    """The store through the library (closed again before the next command runs)."""
+    replica = Replica.open(path, **options)  # type: ignore[arg-type]
+    try:
+        yield replica
+    finally:
+        replica.close()
+
+
+def short(ident: bytes) -> str:
+    return ident.hex()[:12]
+
+
+def utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+# --- init -----------------------------------------------------------------------------------------
+
+
+def test_init_creates_the_store_and_a_private_key_and_prints_the_author(tmp_path, cli):
+    path = tmp_path / "team.db"
+    result = cli("--store", str(path), "init", "--space", "team")
+    author = SigningKey.load(f"{path}.key").author.hex()
+    assert result == Run(
+        0,
+        f"Created store {path} for space 'team' (open mode)\n"
+        f"author    {author}\n"
+        f"key file  {path}.key (private: never share it)\n",
+        "",
     )
-    assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr and "state digest" in proc.stdout
+    assert os.stat(f"{path}.key").st_mode & 0o777 == 0o600
 
 
-def test_an_unknown_command_exits_nonzero_without_a_traceback():
-    proc = subprocess.run(
-        [sys.executable, "-m", "statefuse", "nonsense"], capture_output=True, text=True, timeout=60
+def test_init_in_closed_mode_makes_you_the_root(tmp_path, cli):
+    path = tmp_path / "team.db"
+    result = cli("--store", str(path), "init", "--space", "team", "--mode", "closed")
+    me = SigningKey.load(f"{path}.key").author.hex()
+    assert result.out.splitlines()[1:] == [
+        f"author    {me}",
+        f"key file  {path}.key (private: never share it)",
+        f"root      {me} (you)",
+    ]
+    with opened(path) as r:
+        assert r.root == r.author and r.mode.value == "closed"
+
+
+def test_init_with_an_existing_key_file_uses_that_key(tmp_path, cli):
+    key = SigningKey.from_seed(SEED)
+    key.save(tmp_path / "me.key")
+    path = tmp_path / "team.db"
+    assert (
+        cli("--store", str(path), "init", "--space", "team", "--key", str(tmp_path / "me.key"))[0]
+        == 0
     )
+    with opened(path) as r:
+        assert r.author == key.author
+
+
+def test_init_again_with_the_same_space_changes_nothing(store, cli):
+    assert cli("init", "--space", "team") == Run(
+        0, f"Store {store} already holds space 'team' (open mode); nothing changed\n", ""
+    )
+
+
+def test_init_with_another_space_on_an_existing_store_is_refused(store, cli):
+    assert cli("init", "--space", "other") == Run(
+        1, "", f"Error: {store} holds space 'team', not 'other'\n"
+    )
+
+
+# --- claim and its syntax -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("typed", "stored"),
+    [
+        ("42", 42),
+        ("1.5", 1.5),
+        ("true", True),
+        ("null", None),
+        ('"42"', "42"),
+        ("2026-03-25", "2026-03-25"),
+        ("Dana Smith", "Dana Smith"),
+        ('[1, "a"]', [1, "a"]),
+        ('{"b": 2, "a": [true]}', {"a": [True], "b": 2}),
+        ("NaN", "NaN"),
+        ("Infinity", "Infinity"),
+        ('{"$bytes": "00ff"}', b"\x00\xff"),
+    ],
+)
+def test_a_value_is_read_as_json_when_it_parses_and_as_a_string_otherwise(
+    store, cli, typed, stored
+):
+    code, out, err = cli("claim", "team/plan/note", typed)
+    with opened(store) as r:
+        (claim,) = r.state().active_claims()
+    assert claim.value == stored and type(claim.value) is type(stored)
+    shown = {
+        '{"b": 2, "a": [true]}': '{"a": [true], "b": 2}',
+        "2026-03-25": '"2026-03-25"',
+        "Dana Smith": '"Dana Smith"',
+        "NaN": '"NaN"',
+        "Infinity": '"Infinity"',
+        '{"$bytes": "00ff"}': '{"$bytes": "00ff"}',
+    }.get(typed, typed)
+    assert (code, err) == (0, "")
+    assert out == f"Added claim {claim.claim_id.hex()}: team/plan/note [global] = {shown}\n"
+
+
+def test_claim_options_become_the_claims_metadata(store, cli):
+    assert cli("claim", "project/launch/deadline", "2026-03-25").code == 0
+    with opened(store) as r:
+        (base,) = r.state().active_claims()
+    code, _, _ = cli(
+        "claim",
+        "project/launch/budget",
+        "50000",
+        "--scope",
+        "task:release",
+        "--confidence",
+        "0.5",
+        "--provenance",
+        "finance sheet",
+        "--authority",
+        "owner",
+        "--layer",
+        "working",
+        "--kind",
+        "commitment",
+        "--constraint",
+        "budget",
+        "--visibility",
+        "finance",
+        "--visibility",
+        "exec",
+        "--depends-on",
+        base.claim_id.hex()[:10],
+        "--expires",
+        "1800000000000",
+    )
+    assert code == 0
+    with opened(store) as r:
+        (c,) = r.state().active_at("project", "launch", "budget", "task:release")
+    assert (c.value, c.confidence, c.provenance, c.authority) == (
+        50000,
+        0.5,
+        "finance sheet",
+        "owner",
+    )
+    assert (c.layer.value, c.kind, c.constraint) == ("working", "commitment", "budget")
+    assert c.visibility == ("exec", "finance") and c.depends_on == (base.claim_id,)
+    assert c.expires == 1_800_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("typed", "message"),
+    [
+        ("99999999999999999999", "value: integer 99999999999999999999 outside signed 64-bit range"),
+        ("1e400", "value: float inf is not finite"),
+        ('{"$bytes": "zz"}', 'a {"$bytes": …} value needs hex digits'),
+    ],
+)
+def test_a_value_outside_the_value_model_is_a_user_error(store, cli, typed, message):
+    assert cli("claim", "team/plan/note", typed) == Run(1, "", f"Error: {message}\n")
+    with opened(store) as r:
+        assert len(r) == 0
+
+
+@pytest.mark.parametrize("key", ["a/b", "a/b/c/d", "a//c", "/b/c", "abc", "a/b/c/"])
+def test_a_key_that_is_not_three_parts_is_a_user_error(store, cli, key):
+    assert cli("claim", key, "1") == Run(
+        1, "", f"Error: {key!r} is not a key: write namespace/subject/predicate\n"
+    )
+
+
+def test_a_bad_scope_is_a_user_error_naming_the_field(store, cli):
+    code, out, err = cli("claim", "a/b/c", "1", "--scope", "team")
+    assert (code, out) == (1, "")
+    assert err == (
+        "Error: scope: 'team' is not one of global, hypothetical, draft, task:<id>, session:<id>\n"
+    )
+
+
+def test_slash_and_percent_inside_a_key_part_are_percent_escaped_both_ways(store, cli):
+    assert cli("claim", "docs/a%2Fb/100%25", "1").code == 0
+    with opened(store) as r:
+        (c,) = r.state().active_claims()
+    assert (c.namespace, c.subject, c.predicate) == ("docs", "a/b", "100%")
+    assert "docs/a%2Fb/100%25" in cli("show").out
+    (event,) = cli("history", "docs/a%2Fb/100%25").out.splitlines()[1:]
+    assert event.split()[1:3] == ["claim", short(c.claim_id)]
+
+
+# --- show, conflicts, decide ----------------------------------------------------------------------
+
+
+def _seed_launch(store: Path):
+    with opened(store) as r:
+        a = r.add_claim("project", "launch", "deadline", "2026-03-25", provenance="kickoff")
+        b = r.add_claim("project", "launch", "deadline", "2026-04-01", provenance="vendor email")
+        t = r.add_claim("project", "launch", "deadline", "2026-05-01", scope="task:t1")
+        p = r.add_claim("vendor", "acme", "price", 1150)
+        return a, b, t, p, short(r.author)
+
+
+def test_show_lists_active_claims_by_key_and_scope_with_conflict_notes(store, cli):
+    a, b, t, p, me = _seed_launch(store)
+    first, second = sorted([a, b], key=lambda c: c.claim_id)
+    assert cli("show") == Run(
+        0,
+        "ID            KEY                      SCOPE    VALUE         AUTHOR        NOTE\n"
+        f"{short(first.claim_id)}  project/launch/deadline  global   {json.dumps(first.value)}"
+        f"  {me}  conflict\n"
+        f"{short(second.claim_id)}  project/launch/deadline  global   {json.dumps(second.value)}"
+        f"  {me}  conflict\n"
+        f'{short(t.claim_id)}  project/launch/deadline  task:t1  "2026-05-01"  {me}\n'
+        f"{short(p.claim_id)}  vendor/acme/price        global   1150          {me}\n",
+        "",
+    )
+
+
+def test_show_filters_by_key_prefix_and_scope(store, cli):
+    _, _, t, p, me = _seed_launch(store)
+    assert cli("show", "vendor").out == (
+        "ID            KEY                SCOPE   VALUE  AUTHOR        NOTE\n"
+        f"{short(p.claim_id)}  vendor/acme/price  global  1150   {me}\n"
+    )
+    assert cli("show", "project/launch", "--scope", "task:t1").out == (
+        "ID            KEY                      SCOPE    VALUE         AUTHOR        NOTE\n"
+        f'{short(t.claim_id)}  project/launch/deadline  task:t1  "2026-05-01"  {me}\n'
+    )
+    assert cli("show", "nothing/here") == Run(0, "No active claims.\n", "")
+
+
+def test_conflicts_shows_each_conflict_with_its_groups_and_then_its_decision(store, cli):
+    a, b, _, _, me = _seed_launch(store)
+    by_value = f'{short(a.claim_id)}  "2026-03-25"  {me}  kickoff\n'
+    other = f'{short(b.claim_id)}  "2026-04-01"  {me}  vendor email\n'
+    # groups are ordered by the canonical bytes of their values: 2026-03-25 first
+    body = (
+        "  GROUP  ID            VALUE         AUTHOR        PROVENANCE\n"
+        f"  1      {by_value}"
+        f"  2      {other}"
+    )
+    assert cli("conflicts") == Run(
+        0,
+        "project/launch/deadline [global]: 2 candidates in 2 groups, undecided\n" + body,
+        "",
+    )
+    assert cli("decide", b.claim_id.hex()[:8], "--reason", "vendor confirmed") == Run(
+        0,
+        f'Decided project/launch/deadline [global] for claim {b.claim_id.hex()}: "2026-04-01"\n',
+        "",
+    )
+    assert cli("conflicts").out == (
+        "project/launch/deadline [global]: 2 candidates in 2 groups,"
+        f" decided for {short(b.claim_id)} (vendor confirmed)\n" + body
+    )
+    notes = [
+        line.rsplit("  ", 1)[1]
+        for line in cli("show", "project/launch/deadline").out.splitlines()[1:3]
+    ]
+    assert sorted(notes) == ["chosen", "overruled"]
+
+
+def test_conflicts_on_a_memory_without_any_says_so(store, cli):
+    assert cli("conflicts") == Run(0, "No conflicts.\n", "")
+
+
+def test_deciding_for_a_claim_that_is_in_no_conflict_is_a_user_error(store, cli):
+    *_, p, _ = _seed_launch(store)
+    assert cli("decide", p.claim_id.hex()) == Run(
+        1,
+        "",
+        f"Error: claim {short(p.claim_id)} is not a candidate of a current conflict"
+        " (vendor/acme/price [global])\n",
+    )
+
+
+# --- retract, supersede, history ------------------------------------------------------------------
+
+
+def test_retract_removes_exactly_one_claim(store, cli):
+    a, b, _, _, _ = _seed_launch(store)
+    assert cli("retract", a.claim_id.hex()[:9], "--reason", "typo") == Run(
+        0,
+        f'Retracted claim {a.claim_id.hex()}: project/launch/deadline [global] = "2026-03-25"\n',
+        "",
+    )
+    with opened(store) as r:
+        state = r.state()
+        assert not state.is_active(a.claim_id) and state.is_active(b.claim_id)
+        (retraction,) = state.retracted[a.claim_id]
+    assert retraction.reason == "typo" and retraction.target_claim_id == a.claim_id
+    assert cli("conflicts").out == "No conflicts.\n"
+
+
+def test_a_semantic_retraction_also_kills_copies_written_later(store, cli):
+    with opened(store) as r:
+        old = r.add_claim("vendor", "acme", "price", 1200)
+        twin = r.add_claim("vendor", "acme", "price", 1200, provenance="another source")
+        stale = r.fork()  # a branch (in memory) that will never see the retraction
+    assert cli("retract", "--semantic", old.claim_id.hex(), "--reason", "quote expired") == Run(
+        0,
+        f"Retracted every claim like {old.claim_id.hex()} (2 claims now):"
+        " vendor/acme/price [global] = 1200\n",
+        "",
+    )
+    copy = stale.add_claim("vendor", "acme", "price", 1200)
+    with opened(store) as r:
+        r.merge(stale)
+        r.add_claim("vendor", "acme", "price", 1150)
+        state = r.state()
+        assert copy.claim_id in state.claims and not state.is_active(copy.claim_id)
+        assert not state.is_active(twin.claim_id)
+    assert [line.split()[3] for line in cli("show").out.splitlines()[1:]] == ["1150"]
+
+
+def test_supersede_replaces_a_value_and_history_tells_the_story_in_lamport_order(store, cli):
+    a, b, _, _, me = _seed_launch(store)
+    code, out, _ = cli("supersede", a.claim_id.hex()[:8], "2026-03-28", "--reason", "typo")
+    with opened(store) as r:
+        (new,) = [
+            c
+            for c in r.state().active_at("project", "launch", "deadline")
+            if c.value == "2026-03-28"
+        ]
+    assert (code, out) == (
+        0,
+        f"Superseded claim {a.claim_id.hex()} with {new.claim_id.hex()}:"
+        ' project/launch/deadline [global] = "2026-03-28"\n',
+    )
+    assert cli("decide", new.claim_id.hex()[:12], "--reason", "user said so").code == 0
+    with opened(store) as r:
+        t = r.state().active_at("project", "launch", "deadline", "task:t1")[0]
+    ids = {c: short(c.claim_id) for c in (a, b, new, t)}
+    assert cli("history", "project/launch/deadline") == Run(
+        0,
+        "LAMPORT  EVENT    CLAIM         SCOPE    VALUE         AUTHOR        WHY\n"
+        f'1        claim    {ids[a]}  global   "2026-03-25"  {me}  kickoff\n'
+        f'2        claim    {ids[b]}  global   "2026-04-01"  {me}  vendor email\n'
+        f'3        claim    {ids[t]}  task:t1  "2026-05-01"  {me}\n'
+        f'5        claim    {ids[new]}  global   "2026-03-28"  {me}  kickoff\n'  # metadata kept
+        f'6        retract  {ids[a]}  global   "2026-03-25"  {me}  typo; superseded by {ids[new]}\n'
+        f'7        decide   {ids[new]}  global   "2026-03-28"  {me}  user said so\n',
+        "",
+    )
+    assert cli("history", "project/launch/deadline", "--scope", "task:t1").out == (
+        "LAMPORT  EVENT  CLAIM         SCOPE    VALUE         AUTHOR        WHY\n"
+        f'3        claim  {ids[t]}  task:t1  "2026-05-01"  {me}\n'
+    )
+
+
+def test_history_of_a_key_nobody_wrote_says_so(store, cli):
+    assert cli("history", "a/b/c") == Run(0, "No history for a/b/c.\n", "")
+
+
+# --- claim ids ------------------------------------------------------------------------------------
+
+#: Two claims whose ids share 9 hex digits: found once by searching values under this seed and
+#: clock (claim ids hash the op, so they stay put unless the op encoding changes).
+TWINS = ("a15755", "b20195")
+
+
+def test_a_claim_id_prefix_must_be_long_enough_known_and_unique(tmp_path, monkeypatch, cli):
+    path = tmp_path / "team.db"
+    monkeypatch.setenv("STATEFUSE_STORE", str(path))
+    with opened(path, space="team", key=SigningKey.from_seed(SEED), clock=lambda: WALL) as r:
+        one = r.add_claim("team", "twins", "note", TWINS[0]).claim_id.hex()
+        two = r.add_claim("team", "twins", "note", TWINS[1]).claim_id.hex()
+    assert one[:9] == two[:9] == "b96a1f2fb", "the pinned twins no longer share a prefix"
+    assert cli("retract", "b96a1f2f") == Run(
+        1,
+        "",
+        "Error: claim id b96a1f2f is ambiguous: it starts 2 claim ids"
+        " (b96a1f2fb362, b96a1f2fbe06); give more digits\n",
+    )
+    assert cli("retract", "b96a1f2") == Run(
+        1, "", "Error: claim id 'b96a1f2' is not 8 to 64 hex digits\n"
+    )
+    assert cli("retract", "b96a1f2g") == Run(
+        1, "", "Error: claim id 'b96a1f2g' is not 8 to 64 hex digits\n"
+    )
+    assert cli("retract", "0123456789") == Run(
+        1, "", "Error: no claim has an id starting with 0123456789\n"
+    )
+    assert cli("retract", "B96A1F2FB3").code == 0  # case does not matter; odd lengths work
+    with opened(path) as r:
+        assert [c.claim_id.hex() for c in r.state().active_claims()] == [one]
+
+
+# --- bundles and quarantine -----------------------------------------------------------------------
+
+
+def test_export_and_import_move_every_change_and_a_second_import_finds_them_known(
+    store, tmp_path, cli
+):
+    _seed_launch(store)
+    bundle = tmp_path / "team.bundle"
+    assert cli("export", str(bundle)) == Run(0, f"Exported 4 changes to {bundle}\n", "")
+    other = tmp_path / "other.db"
+    assert cli("--store", str(other), "init", "--space", "team").code == 0
+    assert cli("--store", str(other), "import", str(bundle)) == Run(
+        0,
+        f"Imported {bundle}: 4 accepted, 0 already known, 0 pending, 0 quarantined; 4 new ops\n",
+        "",
+    )
+    assert cli("--store", str(other), "import", str(bundle)).out == (
+        f"Imported {bundle}: 0 accepted, 4 already known, 0 pending, 0 quarantined; 0 new ops\n"
+    )
+    with opened(store) as a, opened(other) as b:
+        assert a.state().digest() == b.state().digest()
+
+
+def test_import_draws_a_progress_bar_on_stderr_when_asked(store, tmp_path, cli):
+    _seed_launch(store)
+    bundle = tmp_path / "team.bundle"
+    cli("export", str(bundle))
+    other = tmp_path / "other.db"
+    cli("--store", str(other), "init", "--space", "team")
+    result = cli("--store", str(other), "import", str(bundle), "--progress")
+    assert result.err == "\rimport [" + "#" * 30 + "] 4/4\n"
+    assert cli("--store", str(other), "import", str(bundle)).err == ""  # not a terminal
+
+
+def test_a_missing_or_unreadable_bundle_is_a_user_error(store, tmp_path, cli):
+    missing = tmp_path / "nope.bundle"
+    assert cli("import", str(missing)) == Run(
+        1, "", f"Error: cannot read bundle {missing}: No such file or directory\n"
+    )
+    junk = tmp_path / "junk.bundle"
+    junk.write_bytes(b"hello, not a bundle")
+    assert cli("import", str(junk)) == Run(
+        1, "", "Error: not a StateFuse bundle (bad magic or version)\n"
+    )
+
+
+def test_a_bundle_with_a_bad_signature_is_refused_whole(store, tmp_path, cli):
+    _seed_launch(store)
+    bundle = tmp_path / "team.bundle"
+    cli("export", str(bundle))
+    data = bytearray(bundle.read_bytes())
+    data[-1] ^= 1
+    bundle.write_bytes(bytes(data))
+    other = tmp_path / "other.db"
+    cli("--store", str(other), "init", "--space", "team")
+    assert cli("--store", str(other), "import", str(bundle)) == Run(
+        1, "", "Error: the bundle is not signed by its exporter\n"
+    )
+    with opened(other) as r:
+        assert len(r) == 0 and r.quarantine() == []
+
+
+def test_a_bundle_for_another_space_is_refused(store, tmp_path, cli):
+    bundle = tmp_path / "team.bundle"
+    cli("export", str(bundle))
+    other = tmp_path / "other.db"
+    cli("--store", str(other), "init", "--space", "elsewhere")
+    assert cli("--store", str(other), "import", str(bundle)) == Run(
+        1, "", "Error: bundle is for space 'team', not 'elsewhere'\n"
+    )
+
+
+def _forged_bundle(path: Path) -> bytes:
+    """A bundle, validly signed by its exporter, holding one change with a flipped signature."""
+    key = SigningKey.from_seed(SEED)
+    ops = [Writer(key.author, clock=lambda: WALL).claim("vendor", "acme", "price", 1)]
+    good = sign_change(
+        key, space="team", seq=1, prev=None, registry=DEFAULT_REGISTRY.fingerprint, ops=ops
+    )
+    forged = bytearray(good.data)
+    forged[good.data.rindex(good.signature)] ^= 1
+    write_bundle(path, SigningKey.generate(), "team", [bytes(forged)])
+    return bytes(forged)
+
+
+def test_a_forged_change_is_quarantined_and_listed_with_its_reason(store, tmp_path, cli):
+    forged = _forged_bundle(tmp_path / "forged.bundle")
+    assert cli("quarantine") == Run(0, "Quarantine is empty.\n", "")
+    assert cli("import", str(tmp_path / "forged.bundle")).out == (
+        f"Imported {tmp_path / 'forged.bundle'}: 0 accepted, 0 already known, 0 pending,"
+        " 1 quarantined; 0 new ops\n"
+    )
+    cli("import", str(tmp_path / "forged.bundle"))  # seen twice
+    with opened(store) as r:
+        (record,) = r.quarantine()
+    key = blake3.blake3(forged).digest()
+    assert record.key == key and record.reason == "bad-signature" and record.count == 2
+    first, last = utc(record.first_seen_ms), utc(record.last_seen_ms)
+    message = record.message
+    assert cli("quarantine") == Run(
+        0,
+        "ID            REASON         FIRST SEEN            LAST SEEN             COUNT  MESSAGE\n"
+        f"{short(key)}  bad-signature  {first}  {last}  2      {message}\n",
+        "",
+    )
+    hex_data = forged.hex()
+    rows = "".join(f"  {hex_data[i : i + 64]}\n" for i in range(0, len(hex_data), 64))
+    assert cli("quarantine", "--show", key.hex()[:8]) == Run(
+        0,
+        f"id          {key.hex()}\n"
+        "reason      bad-signature\n"
+        f"message     {message}\n"
+        f"first seen  {first}\n"
+        f"last seen   {last}\n"
+        "count       2\n"
+        f"size        {len(forged)} bytes\n"
+        "data\n" + rows,
+        "",
+    )
+    assert cli("quarantine", "--show", "00000000").code == 1
+
+
+# --- keys -----------------------------------------------------------------------------------------
+
+
+def test_keys_admit_and_revoke_decide_which_authors_count_in_a_closed_space(tmp_path, cli):
+    root_db, alice_db = tmp_path / "root.db", tmp_path / "alice.db"
+    cli("--store", str(root_db), "init", "--space", "team", "--mode", "closed")
+    root = SigningKey.load(f"{root_db}.key").author.hex()
+    cli("--store", str(alice_db), "init", "--space", "team", "--mode", "closed", "--root", root)
+    alice = SigningKey.load(f"{alice_db}.key").author.hex()
+    for value in ("1150", "1200", "1250"):
+        assert cli("--store", str(alice_db), "claim", "vendor/acme/price", value).code == 0
+    cli("--store", str(alice_db), "export", str(tmp_path / "alice.bundle"))
+    cli("--store", str(root_db), "import", str(tmp_path / "alice.bundle"))
+    assert cli("--store", str(root_db), "show").out == "No active claims.\n"  # not admitted
+
+    rows = sorted([f"{root}  0        you, root", f"{alice}  3        not admitted"])
+    head = "AUTHOR" + " " * 60 + "CHANGES  STATUS        ROLES"
+    assert cli("--store", str(root_db), "keys", "show") == Run(
+        0,
+        "space  team (closed mode)\n"
+        f"store  {root_db}\n"
+        f"you    {root}\n"
+        f"root   {root}\n"
+        "\n" + "\n".join([head, *rows]) + "\n",
+        "",
+    )
+    assert cli("--store", str(root_db), "keys", "admit", alice, "--role", "editor") == Run(
+        0, f"Admitted {alice} (roles: editor)\n", ""
+    )
+    assert len(cli("--store", str(root_db), "show").out.splitlines()) == 4
+    assert cli("--store", str(root_db), "keys", "revoke", alice[:8], "--through-seq", "1") == Run(
+        0, f"Revoked {alice}: changes after seq 1 no longer count\n", ""
+    )
+    shown = cli("--store", str(root_db), "show").out.splitlines()
+    assert len(shown) == 2 and " 1150 " in shown[1]
+    line = [x for x in cli("--store", str(root_db), "keys").out.splitlines() if x.startswith(alice)]
+    assert line == [f"{alice}  3        admitted, revoked after seq 1  editor"]
+
+
+def test_only_the_root_key_may_admit_or_revoke(tmp_path, cli):
+    root_db, alice_db = tmp_path / "root.db", tmp_path / "alice.db"
+    cli("--store", str(root_db), "init", "--space", "team", "--mode", "closed")
+    root = SigningKey.load(f"{root_db}.key").author.hex()
+    cli("--store", str(alice_db), "init", "--space", "team", "--mode", "closed", "--root", root)
+    someone = SigningKey.generate().author.hex()
+    assert cli("--store", str(alice_db), "keys", "admit", someone) == Run(
+        1, "", "Error: only the space's root key signs trust ops\n"
+    )
+    assert cli("--store", str(root_db), "keys", "admit", "abcd") == Run(
+        1, "", "Error: author id 'abcd' is not 8 to 64 hex digits\n"
+    )
+    assert cli("--store", str(root_db), "keys", "revoke", "abcdabcd") == Run(
+        1, "", "Error: no author has an id starting with abcdabcd\n"
+    )
+
+
+# --- verify ---------------------------------------------------------------------------------------
+
+
+def test_verify_reports_a_healthy_store(store, cli):
+    a, *_ = _seed_launch(store)
+    cli("retract", a.claim_id.hex())
+    with opened(store) as r:
+        digest = r.state().digest().hex()
+    assert cli("verify") == Run(
+        0,
+        f"Verified {store} (space 'team')\n"
+        "changes  5 accepted, 0 pending, 0 quarantined (kept for audit), 0 not counted (trust)\n"
+        "ops      5\n"
+        "claims   3 active, 1 retracted; 0 conflicts\n"
+        f"digest   {digest}\n"
+        "OK: every stored change verifies and the state equals a fresh materialization\n",
+        "",
+    )
+
+
+def test_verify_fails_on_a_store_whose_bytes_were_altered(store, cli):
+    _seed_launch(store)
+    db = sqlite3.connect(store)
+    (data,) = db.execute("SELECT data FROM changes WHERE pos = 2").fetchone()
+    tampered = bytearray(data)
+    tampered[-10] ^= 1  # inside the signature, the last field of the encoding
+    with db:
+        db.execute("UPDATE changes SET data = ? WHERE pos = 2", (bytes(tampered),))
+    db.close()
+    code, out, err = cli("verify")
+    assert (code, err) == (1, "")
+    lines = out.splitlines()
+    assert lines[-4] == "FAILED: 3 problems"
+    assert lines[-3].startswith("  - stored change 2 fails verification: bad-signature: ")
+    for seq, line in zip((3, 4), lines[-2:], strict=True):  # their predecessor is gone
+        assert re.fullmatch(
+            rf"  - stored change {seq} \([0-9a-f]{{12}}\) is not accepted on reload: its chain"
+            r" of predecessors is broken",
+            line,
+        )
+
+
+# --- the store and the process --------------------------------------------------------------------
+
+
+def test_a_missing_store_is_a_user_error_with_a_hint(tmp_path, cli):
+    path = tmp_path / "nowhere.db"
+    assert cli("--store", str(path), "show") == Run(
+        1, "", f"Error: no store at {path} (create one with: statefuse init --space NAME)\n"
+    )
+    assert not path.exists()
+
+
+def test_a_store_another_process_holds_is_a_user_error_naming_it(store, cli):
+    with opened(store):
+        assert cli("show") == Run(
+            1,
+            "",
+            f"Error: {store} is locked by process {os.getpid()}; close that replica first"
+            " (or pass --wait SECONDS)\n",
+        )
+    assert cli("show").code == 0
+
+
+def test_the_store_defaults_to_statefuse_db_in_the_working_directory(tmp_path, monkeypatch, cli):
+    monkeypatch.delenv("STATEFUSE_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert cli("init", "--space", "here").out.startswith(
+        "Created store statefuse.db for space 'here'"
+    )
+    assert (tmp_path / "statefuse.db").exists() and (tmp_path / "statefuse.db.key").exists()
+
+
+def test_global_options_work_before_and_after_the_command(store, tmp_path, cli):
+    other = tmp_path / "other.db"
+    cli("--store", str(other), "init", "--space", "x")
+    before = cli("--json", "--store", str(other), "keys", "show")
+    after = cli("keys", "show", "--store", str(other), "--json")
+    assert before == after and json.loads(before.out)["space"] == "x"
+    assert json.loads(cli("show", "--json").out) == {"claims": []}
+
+
+def test_an_interrupt_exits_130_without_a_traceback(store, cli, monkeypatch):
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("statefuse.cli.Session.replica", interrupted)
+    assert cli("show") == Run(130, "", "Interrupted\n")
+
+
+def test_a_file_that_cannot_be_written_is_a_user_error(store, tmp_path, cli):
+    code, out, err = cli("export", str(tmp_path / "no" / "such" / "dir" / "x.bundle"))
+    assert (code, out) == (1, "")
+    assert err.startswith("Error: No such file or directory: ") and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["claim", "a/b/c"], "the following arguments are required: VALUE"),
+        (
+            ["claim", "a/b/c", "1", "--confidence", "high"],
+            "argument --confidence: invalid float value: 'high'",
+        ),
+        (["init"], "the following arguments are required: --space"),
+        (["nonsense"], "argument COMMAND: invalid choice: 'nonsense'"),
+    ],
+)
+def test_usage_errors_exit_2_and_say_what_is_wrong(store, cli, argv, message):
+    code, out, err = cli(*argv)
+    assert (code, out) == (2, "")
+    assert err.startswith("usage: statefuse") and f"Error: {message}" in err
+
+
+# --- --json ---------------------------------------------------------------------------------------
+
+
+def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
+    a, b, _, _, _ = _seed_launch(store)
+    claim_keys = {
+        "active", "author", "authority", "claim_id", "claim_ref", "confidence", "constraint",
+        "depends_on", "evidence", "expires", "key", "kind", "lamport", "layer", "provenance",
+        "scope", "value", "visibility", "wall_ms",
+    }  # fmt: skip
+
+    def doc(*argv: str) -> dict:
+        result = cli("--json", *argv)
+        assert result.code == 0, result.err
+        return json.loads(result.out)
+
+    shown = doc("show")["claims"]
+    assert {tuple(c["key"]) for c in shown} == {
+        ("project", "launch", "deadline"),
+        ("vendor", "acme", "price"),
+    }
+    assert all(set(c) == claim_keys | {"notes"} for c in shown)
+    (conflict,) = doc("conflicts")["conflicts"]
+    assert set(conflict) == {
+        "candidates", "conflict_id", "decision", "groups", "key", "locus", "scope",
+    }  # fmt: skip
+    assert sorted(c["claim_id"] for c in conflict["candidates"]) == sorted(
+        [a.claim_id.hex(), b.claim_id.hex()]
+    )
+    decision = doc("decide", a.claim_id.hex())
+    assert decision["selected_claim_id"] == a.claim_id.hex() and len(decision["op_id"]) == 64
+    retraction = doc("retract", b.claim_id.hex(), "--reason", "no")
+    assert retraction["retracted"] == [b.claim_id.hex()] and retraction["reason"] == "no"
+    events = doc("history", "project/launch/deadline")["events"]
+    assert [e["event"] for e in events] == ["claim", "claim", "claim", "decide", "retract"]
+    assert all(
+        set(e)
+        == {
+            "author",
+            "claim_id",
+            "event",
+            "lamport",
+            "op_id",
+            "scope",
+            "superseded_by",
+            "value",
+            "why",
+        }
+        for e in events
+    )
+    added = doc("claim", "a/b/c", '{"$bytes": "0a"}')
+    assert set(added) == claim_keys and added["value"] == {"$bytes": "0a"}
+    sup = doc("supersede", added["claim_id"][:8], "2")
+    assert set(sup) == {"claim", "retraction"} and sup["claim"]["value"] == 2
+    assert doc("export", str(tmp_path / "b.bundle")) == {
+        "path": str(tmp_path / "b.bundle"),
+        "changes": 8,
+    }
+    imported = doc("import", str(tmp_path / "b.bundle"))
+    assert imported == {
+        "path": str(tmp_path / "b.bundle"),
+        "accepted": 0,
+        "duplicate": 8,
+        "pending": 0,
+        "quarantined": 0,
+        "new_ops": 0,
+    }
+    keys = doc("keys")
+    assert set(keys) == {"authors", "mode", "root", "space", "you"}
+    assert keys["authors"] == [
+        {"author": keys["you"], "changes": 8, "last_seq": 8, "roles": [], "status": ["you"]}
+    ]
+    assert doc("quarantine") == {"quarantine": []}
+    verified = doc("verify")
+    assert verified["ok"] is True and verified["problems"] == []
+    assert verified["changes"] == {"accepted": 8, "pending": 0, "quarantined": 0, "ignored": 0}
+    created = doc("--store", str(tmp_path / "new.db"), "init", "--space", "s")
+    assert set(created) == {"author", "created", "key_file", "mode", "root", "space", "store"}
+    assert created["created"] is True and created["root"] is None
+
+
+# --- the demo and real processes ------------------------------------------------------------------
+
+
+def test_statefuse_demo_runs_the_story_and_exits_zero(cli):
+    code, out, err = cli("demo")
+    assert code == 0 and "deadline" in out and "Traceback" not in err
+
+
+def _statefuse(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "statefuse", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+    )
+
+
+def test_the_module_entry_point_runs_commands_in_a_fresh_process(tmp_path):
+    env = {"STATEFUSE_STORE": str(tmp_path / "p.db")}
+    assert _statefuse("init", "--space", "team", env=env).returncode == 0
+    added = _statefuse("claim", "project/launch/owner", "Dana Smith", env=env)
+    assert added.returncode == 0 and added.stderr == ""
+    shown = _statefuse("show", env=env)
+    assert shown.returncode == 0 and '"Dana Smith"' in shown.stdout
+    failed = _statefuse("retract", "deadbeef", env=env)
+    assert (failed.returncode, failed.stdout) == (1, "")
+    assert failed.stderr == "Error: no claim has an id starting with deadbeef\n"
+
+
+def test_an_unknown_command_exits_2_without_a_traceback():
+    proc = _statefuse("nonsense")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "Error: argument COMMAND: invalid choice: 'nonsense'" in proc.stderr
+
+
+def test_the_demo_runs_in_a_fresh_process():
+    proc = _statefuse("demo")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "deadline" in proc.stdout
+
+
+# --- the README -----------------------------------------------------------------------------------
+
+
+def _readme_cli_section() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "\n## Command line\n" in text, "the README has no 'Command line' section"
+    return text.split("\n## Command line\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _subcommands(p) -> dict[str, object]:
+    import argparse
+
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def test_every_command_and_option_is_documented_in_the_readme():
+    section = _readme_cli_section()
+    missing = []
+    top = parser()
+    commands = _subcommands(top)
+    assert sorted(commands) == sorted(c.name for c in COMMANDS)
+    for option in (o for a in top._actions for o in a.option_strings):
+        if option not in ("-h", "--help") and option not in section:
+            missing.append(option)
+    for name, sub in commands.items():
+        nested = _subcommands(sub)
+        for full, p in [(name, sub)] + [(f"{name} {n}", q) for n, q in nested.items()]:
+            if f"statefuse {full}" not in section:
+                missing.append(f"statefuse {full}")
+            for action in p._actions:
+                for option in action.option_strings:
+                    if option not in ("-h", "--help") and option not in section:
+                        missing.append(f"{full} {option}")
+    assert not missing, f"undocumented in README 'Command line': {missing}"
+
+
+def test_the_readme_documents_the_exit_statuses_and_the_key_and_value_syntax():
+    section = _readme_cli_section()
+    for needle in ("namespace/subject/predicate", "%2F", "JSON", "$bytes", "130", "--json"):
+        assert needle in section, needle

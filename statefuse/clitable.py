@@ -1,0 +1,109 @@
+"""How the command line shows things to people: aligned tables and the text of their cells.
+
+Everything here turns data into text and nothing else (no I/O, no clock), so the exact output of
+``statefuse`` can be pinned by tests. Machine output (``--json``) does not come through here: it
+keeps full ids and whole values, while a cell may shorten both.
+
+Invariant: a table's columns line up in a terminal for any text, wide characters included (the
+width of a cell is its display width, not its length), and no line ends in spaces.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+
+from registry.value import Value
+from statefuse.view import json_value
+
+#: Hex digits of an id shown in a table cell (full ids are in ``--json`` output).
+SHORT_ID_CHARS = 12
+#: Longest value shown in a table cell, in display columns; longer ones end in ``…``.
+MAX_VALUE_WIDTH = 60
+_GAP = "  "
+
+
+def display_width(text: str) -> int:
+    """Columns ``text`` takes in a terminal: wide East Asian characters take two, combining
+    marks none."""
+    width = 0
+    for ch in text:
+        if unicodedata.combining(ch):
+            continue
+        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return width
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` display columns, ending in ``…`` when it was cut."""
+    if display_width(text) <= limit:
+        return text
+    out, width = [], 0
+    for ch in text:
+        w = display_width(ch)
+        if width + w > limit - 1:
+            break
+        out.append(ch)
+        width += w
+    return "".join(out) + "…"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, indent: str = "") -> str:
+    """``headers`` and ``rows`` as left-aligned columns two spaces apart, one line each."""
+    lines = [list(headers), *(list(r) for r in rows)]
+    widths = [max(display_width(line[i]) for line in lines) for i in range(len(headers))]
+    out = []
+    for line in lines:
+        cells = [c + " " * (w - display_width(c)) for c, w in zip(line, widths, strict=True)]
+        out.append((indent + _GAP.join(cells)).rstrip())
+    return "\n".join(out)
+
+
+def short_id(ident: bytes) -> str:
+    """The first `SHORT_ID_CHARS` hex digits of an id (a claim id prefix the CLI accepts)."""
+    return ident.hex()[:SHORT_ID_CHARS]
+
+
+def author_text(author: bytes | str) -> str:
+    """An author in a cell: a public key by its first hex digits, a plain name as it is."""
+    return short_id(author) if isinstance(author, bytes) else author
+
+
+def value_json(v: Value) -> str:
+    """A value spelled as JSON (the spelling the command line reads back); bytes become
+    ``{"$bytes": "<hex>"}``."""
+    return json.dumps(json_value(v), ensure_ascii=False, sort_keys=True)
+
+
+def value_cell(v: Value) -> str:
+    """`value_json`, clipped to `MAX_VALUE_WIDTH` columns."""
+    return clip(value_json(v), MAX_VALUE_WIDTH)
+
+
+def utc_time(ms: int) -> str:
+    """Milliseconds since the epoch as ``YYYY-MM-DD HH:MM:SSZ`` (UTC)."""
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def byte_size(n: int) -> str:
+    """A byte count for people: ``512 B``, ``1.5 kB``, ``2.0 MB`` (powers of 1000)."""
+    if n < 1000:
+        return f"{n} B"
+    value = n / 1000
+    for unit in ("kB", "MB"):
+        if value < 1000:
+            return f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``1 change``, ``2 changes``."""
+    return f"{n} {noun if n == 1 else (nouns or noun + 's')}"
+
+
+def fields(pairs: Sequence[tuple[str, str]], *, indent: str = "") -> str:
+    """``label  value`` lines with the values lined up."""
+    return table(pairs[0], pairs[1:], indent=indent) if pairs else ""
