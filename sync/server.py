@@ -348,7 +348,7 @@ class SyncServer:
                 port=port,
                 threads=threads,
                 channel_timeout=_whole_seconds(timeout),
-                max_request_body_size=MAX_BODY_BYTES,
+                max_request_body_size=MAX_BODY_BYTES + 1,  # waitress refuses length >= this
                 max_request_header_size=64 << 10,
                 asyncore_use_poll=True,
                 expose_tracebacks=False,
@@ -447,14 +447,19 @@ class SyncServer:
         if state is _State.CLOSED or self._stopped.is_set():
             return
         self._stopping.set()
-        self._wake.pull_trigger()
+        self._wake_loop()
         # Running requests finish here, while the loop still sends their answers.
         self._server.task_dispatcher.shutdown(timeout=_whole_seconds(self.timeout))
         self._draining.set()
-        self._wake.pull_trigger()
+        self._wake_loop()
         self._stopped.wait(self.timeout + 2)
         if self._thread is not None:
             self._thread.join(self.timeout + 2)
+
+    def _wake_loop(self) -> None:
+        # The loop may have closed the pipe already (it drained on its own): nothing to wake.
+        with contextlib.suppress(OSError):
+            self._wake.pull_trigger()
 
     def __enter__(self) -> SyncServer:
         if self._state is _State.BOUND:
@@ -500,5 +505,6 @@ def serve(
     stays open. ``lock`` (a new reentrant lock when not given; see `SyncApp`) serializes every
     use of the replica. Raises SyncError for a bad argument or a port that cannot be bound.
     """
+    _check_seconds("timeout", timeout)
     app = SyncApp(replica, lock=lock, lock_timeout=timeout)
     return SyncServer(app, host=host, port=port, threads=threads, timeout=timeout)
