@@ -30,8 +30,10 @@ import argparse
 import json
 import os
 import re
+import signal
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -326,7 +328,6 @@ def _report_text(report: MergeReport) -> str:
 
 
 def _cmd_init(s: Session) -> int:
-    from statefuse.store import StoreError
     from sync.key import PublicKey, SigningKey
     from sync.replica import key_path
 
@@ -347,10 +348,13 @@ def _cmd_init(s: Session) -> int:
         )
     key = SigningKey.load(a.key) if a.key is not None else None
     root = PublicKey(parse_author(a.root)).author if a.root is not None else None
+    made = [Path(f"{s.path}{end}") for end in ("", ".key", ".lock", "-wal", "-shm")]
+    made = [p for p in made if not p.exists()]
     try:
         rep = s.open(create=True, space=a.space, key=key, mode=a.mode, root=root)
-    except StoreError:
-        s.path.unlink(missing_ok=True)
+    except BaseException:
+        for p in made:  # a refused init (e.g. a bad space name) leaves nothing behind
+            p.unlink(missing_ok=True)
         raise
     lines = [
         ("author", rep.author.hex()),
@@ -687,62 +691,70 @@ def _cmd_import(s: Session) -> int:
     return EXIT_OK
 
 
+def _stop_on_sigterm(signum: int, frame: object) -> NoReturn:
+    raise KeyboardInterrupt  # the server shuts down on it as on Ctrl-C
+
+
 def _cmd_serve(s: Session) -> int:
     from sync.http import serve
 
     rep = s.replica()
     server = serve(rep, host=s.args.host, port=s.args.port)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if main_thread else None
     try:
         s.emit(
             {"url": server.url, "space": rep.space, "store": str(s.path)},
             f"Serving space {rep.space!r} from {s.path} at {server.url} (Ctrl-C to stop)",
         )
-        server.serve_forever()
+        server.serve_forever()  # returns on Ctrl-C or SIGTERM: stopping is not a failure
     finally:
         server.close()
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    print("Stopped.", file=sys.stderr)
     return EXIT_OK
 
 
 def _cmd_sync(s: Session) -> int:
-    from sync.http import SyncError, sync_with
+    from sync.http import SyncError, sync_all
 
     rep = s.replica()
-    results: list[dict[str, Any]] = []
+    bar = s.progress("sync")
+    try:
+        outcomes = sync_all(rep, s.args.peers, timeout=s.args.timeout, progress=bar)
+    finally:
+        if bar is not None:
+            bar.finish()
+    peers: list[dict[str, Any]] = []
     lines = []
-    failed = 0
-    for url in s.args.peers:
-        bar = s.progress(f"sync {url}")
-        try:
-            report = sync_with(rep, url, timeout=s.args.timeout, progress=bar)
-        except (SyncError, StateFuseError, OSError) as exc:
-            failed += 1
-            results.append({"url": url, "ok": False, "error": str(exc)})
-            print(f"Error: {url}: {exc}", file=sys.stderr)
+    for url, outcome in zip(s.args.peers, outcomes, strict=True):
+        if isinstance(outcome, SyncError):
+            print(f"Error: {outcome.message}", file=sys.stderr)
+            peers.append({"url": url, "ok": False, "error": outcome.message, "rule": outcome.rule})
             continue
-        finally:
-            if bar is not None:
-                bar.finish()
-        results.append(
+        peers.append(
             {
                 "url": url,
                 "ok": True,
                 "error": None,
-                "round_trips": report.round_trips,
-                "bytes_sent": report.bytes_sent,
-                "bytes_received": report.bytes_received,
-                "fetched": report.fetched,
-                "pushed": report.pushed,
-                "merge": _report_json(report.merge),
+                "rule": None,
+                "round_trips": outcome.round_trips,
+                "bytes_sent": outcome.bytes_sent,
+                "bytes_received": outcome.bytes_received,
+                "fetched": outcome.fetched,
+                "pushed": outcome.pushed,
+                "merge": _report_json(outcome.merge),
             }
         )
         lines.append(
-            f"Synced with {url}: fetched {report.fetched}, pushed {report.pushed}"
-            f" in {plural(report.round_trips, 'round trip')}"
-            f" ({byte_size(report.bytes_sent)} sent, {byte_size(report.bytes_received)}"
-            f" received); {_report_text(report.merge)}"
+            f"Synced with {url}: fetched {outcome.fetched}, pushed {outcome.pushed}"
+            f" in {plural(outcome.round_trips, 'round trip')}"
+            f" ({byte_size(outcome.bytes_sent)} sent, {byte_size(outcome.bytes_received)}"
+            f" received); {_report_text(outcome.merge)}"
         )
-    s.emit({"peers": results}, "\n".join(lines))
-    return EXIT_ERROR if failed else EXIT_OK
+    s.emit({"peers": peers}, "\n".join(lines))
+    return EXIT_OK if all(p["ok"] for p in peers) else EXIT_ERROR
 
 
 def _known_author(rep: Replica, text: str) -> bytes:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -825,6 +827,96 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
     created = doc("--store", str(tmp_path / "new.db"), "init", "--space", "s")
     assert set(created) == {"author", "created", "key_file", "mode", "root", "space", "store"}
     assert created["created"] is True and created["root"] is None
+
+
+# --- serve and sync -------------------------------------------------------------------------------
+
+
+@contextmanager
+def served(path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``statefuse serve`` on ``path`` in a real process; yields its URL and the process."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "statefuse", "--store", str(path), "serve"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        match = re.fullmatch(
+            rf"Serving space 'team' from {re.escape(str(path))} at (http://127\.0\.0\.1:\d+)"
+            r" \(Ctrl-C to stop\)\n",
+            first,
+        )
+        assert match, (first, proc.stderr.read() if proc.poll() is not None else "")
+        yield match.group(1), proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_sync_with_a_served_store_moves_changes_both_ways_and_serve_stops_on_sigterm(tmp_path, cli):
+    ours, theirs = tmp_path / "ours.db", tmp_path / "theirs.db"
+    for path, value in ((ours, "1150"), (theirs, "1200")):
+        cli("--store", str(path), "init", "--space", "team")
+        cli("--store", str(path), "claim", "vendor/acme/price", value)
+    with served(theirs) as (url, proc):
+        code, out, err = cli("--store", str(ours), "sync", url)
+        assert (code, err) == (0, "")
+        assert re.fullmatch(
+            rf"Synced with {re.escape(url)}: fetched 1, pushed 1 in \d+ round trips"
+            r" \(\d+ B sent, \d+ B received\); 1 accepted, 0 already known, 0 pending,"
+            r" 0 quarantined; 1 new op\n",
+            out,
+        ), out
+        again = json.loads(cli("--store", str(ours), "--json", "sync", url).out)
+        (peer,) = again["peers"]
+        assert (peer["url"], peer["ok"], peer["fetched"], peer["pushed"]) == (url, True, 0, 0)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert proc.stderr is not None and proc.stderr.read() == "Stopped.\n"
+    with opened(ours) as a, opened(theirs) as b:
+        assert a.state().digest() == b.state().digest()
+        assert len(a.state().conflicts) == 1
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_unreachable_peer_is_a_user_error_and_the_other_peers_still_sync(store, tmp_path, cli):
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    assert cli("sync", dead) == Run(1, "", f"Error: cannot reach {dead}: Connection refused\n")
+    theirs = tmp_path / "theirs.db"
+    cli("--store", str(theirs), "init", "--space", "team")
+    cli("--store", str(theirs), "claim", "a/b/c", "1")
+    with served(theirs) as (url, _):
+        code, out, err = cli("--json", "sync", dead, url)
+    assert code == 1 and err == f"Error: cannot reach {dead}: Connection refused\n"
+    first, second = json.loads(out)["peers"]
+    assert first == {
+        "url": dead,
+        "ok": False,
+        "error": f"cannot reach {dead}: Connection refused",
+        "rule": "unreachable",
+    }
+    assert second["ok"] is True and second["fetched"] == 1
+
+
+def test_sync_with_a_peer_of_another_space_is_refused(store, tmp_path, cli):
+    theirs = tmp_path / "theirs.db"
+    cli("--store", str(theirs), "init", "--space", "team")
+    with served(theirs) as (url, _):
+        cli("--store", str(tmp_path / "x.db"), "init", "--space", "elsewhere")
+        code, out, err = cli("--store", str(tmp_path / "x.db"), "sync", url)
+    assert (code, out) == (1, "")
+    assert err.startswith(f"Error: {url} answered ")
+    assert err.endswith(": this server holds space 'team', not 'elsewhere'\n")
 
 
 # --- the demo and real processes ------------------------------------------------------------------
