@@ -5,6 +5,8 @@ Only `verify_change` turns outside bytes into a `VerifiedChange`; a `ChangeLog` 
 (pending a missing predecessor) or quarantines every change it receives, and never drops one.
 """
 
+from typing import TYPE_CHECKING
+
 from sync.change import (
     CHANGE_FORMAT_VERSION,
     MAX_CHANGE_BYTES,
@@ -49,6 +51,9 @@ from sync.trust import (
 )
 from sync.verify import QuarantineReason, VerificationError, verify_change
 
+if TYPE_CHECKING:
+    from sync.http import SyncError, SyncReport, SyncServer, serve, sync_all, sync_with
+
 __all__ = [
     "CHANGE_FORMAT_VERSION",
     "MAX_CHANGE_BYTES",
@@ -81,6 +86,9 @@ __all__ = [
     "SigningKey",
     "SigningKeyError",
     "Status",
+    "SyncError",
+    "SyncReport",
+    "SyncServer",
     "TrustConfigError",
     "TrustMode",
     "TrustState",
@@ -89,8 +97,22 @@ __all__ = [
     "VerificationError",
     "VerifiedChange",
     "reconcile_in_memory",
+    "serve",
     "sign_change",
+    "sync_all",
+    "sync_with",
     "trust_state",
     "verify_change",
     "verify_signature",
 ]
+
+#: Sync over HTTP, imported when first used (it loads the HTTP stack: waitress, http.client).
+_FROM_HTTP = frozenset({"SyncError", "SyncReport", "SyncServer", "serve", "sync_all", "sync_with"})
+
+
+def __getattr__(name: str) -> object:
+    if name not in _FROM_HTTP:
+        raise AttributeError(f"module 'sync' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module("sync.http"), name)
