@@ -35,7 +35,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Union
 
 from registry.error import InputError
 from registry.value import Value
@@ -45,7 +45,7 @@ from statefuse.projection import project
 from statefuse.ranker import LexicalRanker, Ranker
 from statefuse.resolver import Resolver
 from statefuse.state import State
-from statefuse.tokenizer import Tokenizer, default_tokenizer
+from statefuse.tokenizer import CachedTokenizer, Tokenizer, default_tokenizer
 from statefuse.view import How, Key, SurfacedConflict, View, json_value
 
 #: Version of `Context.to_json`'s document.
@@ -201,6 +201,7 @@ class Context:
     and ``excluded`` counts by reason. `to_json` is deterministic."""
 
     __slots__ = (
+        "_expanded",
         "_omitted",
         "budget",
         "excluded",
@@ -223,7 +224,7 @@ class Context:
         tokenizer: str,
         query: str,
         policy: ContextPolicy,
-        omitted: Sequence[tuple[str, Sequence[ClaimAdded]]],
+        omitted: Sequence[tuple[str, _Omitted]],
         excluded: Mapping[str, int],
     ) -> None:
         self.text = text
@@ -233,23 +234,31 @@ class Context:
         self.tokenizer = tokenizer
         self.query = query
         self.policy = policy
-        self._omitted = {h: tuple(sorted(cs, key=_by_id)) for h, cs in omitted}
+        self._omitted = dict(omitted)
+        self._expanded: dict[str, tuple[ClaimAdded, ...]] = {}
         self.excluded = excluded
         self.included = tuple(cid for s in sections for cid in s.claim_ids)
 
     @property
     def omitted(self) -> dict[str, tuple[bytes, ...]]:
         """Handle -> ids of the claims left out under it (sorted), handles in text order."""
-        return {h: tuple(c.op_id for c in cs) for h, cs in self._omitted.items()}
+        return {h: tuple(c.op_id for c in self.expand(h)) for h in self._omitted}
 
     def expand(self, handle: str) -> tuple[ClaimAdded, ...]:
         """The claims left out under ``handle``, exactly, sorted by claim id. Raises
         ContextError if the handle is not one of this context's."""
-        found = self._omitted.get(handle)
+        found = self._expanded.get(handle)
         if found is None:
-            raise ContextError(
-                "handle", "known-handle", f"{handle!r} is not a handle of this context"
-            )
+            source = self._omitted.get(handle)
+            if source is None:
+                raise ContextError(
+                    "handle", "known-handle", f"{handle!r} is not a handle of this context"
+                )
+            if isinstance(source, _Rest):
+                found = source.claims()
+            else:
+                found = tuple(sorted(source, key=_by_id))
+            self._expanded[handle] = found
         return found
 
     def section(self, name: SectionName) -> Section | None:
@@ -452,7 +461,7 @@ class _Unit:
 class _Built:
     lines: list[str] = field(default_factory=list)
     shown: list[ClaimAdded] = field(default_factory=list)
-    omitted: list[tuple[str, list[ClaimAdded]]] = field(default_factory=list)
+    omitted: list[tuple[str, _Omitted]] = field(default_factory=list)
     cost: int = 0
 
 
@@ -518,50 +527,64 @@ def _greedy(
 # --- facts ----------------------------------------------------------------------------------------
 
 
-class _Facts:
-    """Ranks the facts once; lays them out for any token cap."""
+_Omitted = Union["_Rest", Sequence[ClaimAdded]]
 
-    def __init__(
-        self,
-        view: View,
-        parts: _Parts,
-        *,
-        query: str,
-        ranker: Ranker,
-        meter: _Meter,
-        policy: ContextPolicy,
-        previous: Mapping[bytes, Sequence[ClaimAdded]],
-    ) -> None:
+
+class _Rest:
+    """The claims of ``base`` (sorted by id) not in ``shown``: a group left out, listed only
+    when asked for (large memories leave most facts out, and most callers never expand)."""
+
+    __slots__ = ("base", "shown")
+
+    def __init__(self, base: tuple[ClaimAdded, ...], shown: frozenset[bytes]) -> None:
+        self.base = base
+        self.shown = shown
+
+    def claims(self) -> tuple[ClaimAdded, ...]:
+        shown = self.shown
+        return tuple(c for c in self.base if c.op_id not in shown)
+
+
+class _Prepared:
+    """What assembly needs from a View whatever the query: the View sorted into sections, the
+    stale claims placed under their parents, the facts by id and by namespace."""
+
+    def __init__(self, view: View, *, kept: bool) -> None:
         self.view = view
-        self.meter = meter
-        self.policy = policy
-        self.previous = previous
-        facts = parts.facts
-        scores = ranker.scores(query, facts) if facts else {}
-        self.scores = scores
-        hits = [c for c in facts if scores.get(c.op_id)] if scores else []
-        hits.sort(key=lambda c: (-scores[c.op_id], c.op_id))
-        self._hits = hits
-        self._zero = [c for c in facts if not scores.get(c.op_id)] if scores else facts
-        self._zero_sorted: list[ClaimAdded] | None = None
-        self.facts = facts
-        self.total = len(facts)
+        parts = self.parts = _partition(view)
+        # A kept preparation hands the ranker the same tuple each call, so it keeps postings.
+        self.facts: Sequence[ClaimAdded] = tuple(parts.facts) if kept else parts.facts
+        self.by_id = {c.op_id: c for c in parts.facts}
         self.placed: list[ClaimAdded] = []
         self.children: dict[bytes, list[ClaimAdded]] = {}
         self.orphans: list[tuple[ClaimAdded, str]] = []
         self._place_stale(parts)
+        self._sorted: tuple[ClaimAdded, ...] | None = None
+        self._everything: tuple[ClaimAdded, ...] | None = None
+        self._groups: dict[str, tuple[ClaimAdded, ...]] | None = None
 
-    def ranked(self, at_least: int) -> list[ClaimAdded]:
-        """The first ``at_least`` facts by rank (all of them if there are fewer)."""
-        need = at_least - len(self._hits)
-        if need <= 0:
-            return self._hits[:at_least]
-        zero = self._zero
-        if self._zero_sorted is not None or need * 4 >= len(zero):
-            if self._zero_sorted is None:
-                self._zero_sorted = sorted(zero, key=_by_id)
-            return self._hits + self._zero_sorted[:need]
-        return self._hits + heapq.nsmallest(need, zero, key=_by_id)
+    @property
+    def sorted_facts(self) -> tuple[ClaimAdded, ...]:
+        if self._sorted is None:
+            self._sorted = tuple(sorted(self.facts, key=_by_id))
+        return self._sorted
+
+    @property
+    def everything(self) -> tuple[ClaimAdded, ...]:
+        """Facts and the stale claims placed under them, sorted by id."""
+        if self._everything is None:
+            self._everything = tuple(sorted((*self.facts, *self.placed), key=_by_id))
+        return self._everything
+
+    @property
+    def groups(self) -> dict[str, tuple[ClaimAdded, ...]]:
+        """`everything` by namespace."""
+        if self._groups is None:
+            groups: dict[str, list[ClaimAdded]] = {}
+            for c in self.everything:
+                groups.setdefault(c.namespace, []).append(c)
+            self._groups = {ns: tuple(cs) for ns, cs in sorted(groups.items())}
+        return self._groups
 
     # -- inline repair --
 
@@ -569,8 +592,7 @@ class _Facts:
         """Put each stale claim under the fact now holding what it depends on (or under a
         stale claim placed that way); the others are orphans, for the needs-review list."""
         stale_notes = self.view.stale
-        facts_by_id = {c.op_id: c for c in parts.facts} if parts.stale_facts else {}
-        stale_ids = {c.op_id: c for c in parts.stale_facts}
+        facts_by_id = self.by_id
         elsewhere: dict[bytes, ClaimAdded] = {}
         for group in (parts.identity, parts.constraints, parts.working, parts.environment):
             elsewhere.update((c.op_id, c) for c in group)
@@ -602,7 +624,68 @@ class _Facts:
             named = sorted({r for n in notes for r in n.replacements if r in elsewhere})
             what = f"{render_key(elsewhere[named[0]].key)}, which changed" if named else ""
             self.orphans.append((c, what))
-        self.stale_ids = stale_ids
+
+
+class _Facts:
+    """Ranks the facts for one query; lays them out for any token cap."""
+
+    def __init__(
+        self,
+        prep: _Prepared,
+        *,
+        query: str,
+        ranker: Ranker,
+        meter: _Meter,
+        policy: ContextPolicy,
+        previous: Mapping[bytes, Sequence[ClaimAdded]],
+    ) -> None:
+        self.prep = prep
+        self.view = prep.view
+        self.meter = meter
+        self.policy = policy
+        self.previous = previous
+        self.children = prep.children
+        self.total = len(prep.facts)
+        scores = ranker.scores(query, prep.facts) if prep.facts else {}
+        self._scores = scores
+        self._best: list[ClaimAdded] = []
+        self._zero: list[ClaimAdded] = []
+        self._zero_from = 0
+
+    def _top(self, k: int) -> list[ClaimAdded]:
+        """The ``k`` best positively scored facts (by score, then claim id), found without
+        sorting them all: a layout rarely shows more than a few hundred."""
+        scores, by_id = self._scores, self.prep.by_id
+        if len(self._best) < k and len(self._best) < len(scores):
+            k = max(k, 2 * len(self._best), 64)
+            cut = heapq.nlargest(k, scores.values())[-1] if k < len(scores) else 0.0
+            top = sorted((-s, cid) for cid, s in scores.items() if s >= cut and s > 0)
+            self._best = [by_id[cid] for _, cid in top if cid in by_id][:k]
+        return self._best
+
+    def _negative(self) -> list[ClaimAdded]:
+        by_id = self.prep.by_id
+        low = sorted((-s, cid) for cid, s in self._scores.items() if s < 0 and cid in by_id)
+        return [by_id[cid] for _, cid in low]
+
+    def ranked(self, at_least: int) -> list[ClaimAdded]:
+        """The first ``at_least`` facts by rank (all if there are fewer): positive scores
+        first, then unscored facts by claim id, then negative scores."""
+        best = self._top(at_least)
+        if at_least <= len(best):
+            return best[:at_least]
+        zero, everything, scores = self._zero, self.prep.sorted_facts, self._scores
+        i = self._zero_from
+        while len(best) + len(zero) < at_least and i < len(everything):
+            c = everything[i]
+            if not scores.get(c.op_id):
+                zero.append(c)
+            i += 1
+        self._zero_from = i
+        out = best + zero
+        if i == len(everything) and len(out) < at_least:
+            out += self._negative()
+        return out[:at_least]
 
     def _recalc_lines(
         self, parent: ClaimAdded, depth: int = 1
@@ -703,29 +786,35 @@ class _Facts:
         handles: _Handles,
         room: int,
     ) -> _Built:
-        shown = {c.op_id for u in full for c in u.claims}
-        shown.update(c.op_id for _, c in summaries)
-        rest = [c for c in self.facts if c.op_id not in shown]
-        rest += [c for c in self.placed if c.op_id not in shown]
         meter = self.meter
+        shown = frozenset(
+            [*(c.op_id for u in full for c in u.claims), *(c.op_id for _, c in summaries)]
+        )
+        left = len(self.prep.facts) + len(self.prep.placed) - len(shown)
         groups: list[str] = []
-        if rest:
-            by_ns: dict[str, list[ClaimAdded]] = {}
-            for c in rest:
-                by_ns.setdefault(c.namespace, []).append(c)
+        if left:
+            shown_in: dict[str, int] = {}
+            for u in full:
+                for c in u.claims:
+                    shown_in[c.namespace] = shown_in.get(c.namespace, 0) + 1
+            for _, c in summaries:
+                shown_in[c.namespace] = shown_in.get(c.namespace, 0) + 1
             # One counted line per namespace if they all fit, else one line for them all.
             first = handles.used.get(SectionName.FACTS, 0) + 1
             per_ns = [
-                (_omission(len(cs), _FACTS, f"F{first + i}", f" in {render_value(ns)}"), cs)
-                for i, (ns, cs) in enumerate(sorted(by_ns.items()))
+                (ns, cs, len(cs) - shown_in.get(ns, 0)) for ns, cs in self.prep.groups.items()
             ]
-            cost = meter.lines(line for line, _ in per_ns)
-            if len(per_ns) > 1 and used + cost > room:
-                per_ns = [(_omission(len(rest), _FACTS, f"F{first}"), rest)]
-                cost = meter.line(per_ns[0][0])
-            lines = [line for line, _ in per_ns]
-            omitted = [(handles.next(SectionName.FACTS), cs) for _, cs in per_ns]
-            out.omitted = omitted
+            lines = [
+                _omission(k, _FACTS, f"F{first + i}", f" in {render_value(ns)}")
+                for i, (ns, _, k) in enumerate(x for x in per_ns if x[2])
+            ]
+            rests = [_Rest(cs, shown) for _, cs, k in per_ns if k]
+            cost = meter.lines(lines)
+            if len(lines) > 1 and used + cost > room:
+                lines = [_omission(left, _FACTS, f"F{first}")]
+                rests = [_Rest(self.prep.everything, shown)]
+                cost = meter.line(lines[0])
+            out.omitted = [(handles.next(SectionName.FACTS), r) for r in rests]
             if used + cost <= room:
                 groups = lines
                 used += cost
@@ -813,6 +902,47 @@ def _needs_review_line(c: ClaimAdded, what: str, was: str) -> str:
 # --- assembly -------------------------------------------------------------------------------------
 
 
+class ContextCache:
+    """Work kept between `assemble_context` calls: token counts per line (``tokenizer``, a
+    `CachedTokenizer`), words and postings per claim set (``ranker``), and for the last
+    ``views`` Views the View sorted into sections. Views are recognised by identity and held
+    while cached, so an id is never reused for another View. Caching never changes a result.
+    """
+
+    __slots__ = ("_views", "max_views", "ranker", "tokenizer")
+
+    def __init__(
+        self,
+        *,
+        tokenizer: Tokenizer | None = None,
+        ranker: Ranker | None = None,
+        max_views: int = 4,
+    ) -> None:
+        inner = default_tokenizer() if tokenizer is None else tokenizer
+        if not isinstance(inner, Tokenizer):
+            raise ContextError("tokenizer", "tokenizer", "tokenizer needs name and count(text)")
+        if ranker is not None and not isinstance(ranker, Ranker):
+            raise ContextError("ranker", "ranker", "ranker needs scores(query, claims)")
+        if type(max_views) is not int or max_views < 1:
+            raise ContextError("max_views", "positive-int", "max_views must be an int >= 1")
+        self.tokenizer: Tokenizer = (
+            inner if isinstance(inner, CachedTokenizer) else CachedTokenizer(inner)
+        )
+        self.ranker: Ranker = LexicalRanker() if ranker is None else ranker
+        self.max_views = max_views
+        self._views: list[_Prepared] = []
+
+    def prepared(self, view: View) -> _Prepared:
+        for i, prep in enumerate(self._views):
+            if prep.view is view:
+                self._views.insert(0, self._views.pop(i))
+                return prep
+        prep = _Prepared(view, kept=True)
+        self._views.insert(0, prep)
+        del self._views[self.max_views :]
+        return prep
+
+
 def _check(view: object, query: object, budget: object, policy: object) -> None:
     if not isinstance(view, View):
         raise ContextError("view", "view-type", f"expected a View, got {type(view).__name__}")
@@ -834,36 +964,38 @@ def assemble_context(
     ranker: Ranker | None = None,
     viewer: Lens | None = None,
     previous: Mapping[bytes, Sequence[ClaimAdded]] | None = None,
+    cache: ContextCache | None = None,
 ) -> Context:
     """The context an LLM reads for ``query``, at most ``budget`` tokens by ``tokenizer``.
 
-    ``tokenizer``: default `default_tokenizer()` (exact BPE, or a safe upper bound); pass a
-    `CachedTokenizer` and reuse one ``ranker`` across calls to keep per-claim work cached.
-    ``viewer``: the lens the View was made with, named in the identity section (roles, task,
-    session). ``previous``: retracted claims by the claim that replaced them (see
-    `previous_values`), shown only under ``PreviousValues.SHOW``. Pure and deterministic.
+    ``tokenizer``: default `default_tokenizer()` (exact BPE, or a safe upper bound).
+    ``ranker``: default a `LexicalRanker`. ``cache``: a `ContextCache` to reuse work across
+    calls (its tokenizer and ranker serve when none is given). ``viewer``: the lens the View
+    was made with, named in the identity section (roles, task, session). ``previous``:
+    retracted claims by the claim that replaced them (see `previous_values`), shown only under
+    ``PreviousValues.SHOW``. Pure and deterministic.
     Raises ContextError naming a bad argument.
     """
     _check(view, query, budget, policy)
+    if cache is not None and not isinstance(cache, ContextCache):
+        raise ContextError("cache", "cache-type", "cache must be a ContextCache or None")
     if tokenizer is None:
-        tokenizer = default_tokenizer()
+        tokenizer = cache.tokenizer if cache is not None else default_tokenizer()
     elif not isinstance(tokenizer, Tokenizer):
         raise ContextError("tokenizer", "tokenizer", "tokenizer needs name and count(text)")
     if ranker is None:
-        ranker = LexicalRanker()
+        ranker = cache.ranker if cache is not None else LexicalRanker()
     elif not isinstance(ranker, Ranker):
         raise ContextError("ranker", "ranker", "ranker needs scores(query, claims)")
     if viewer is not None and not isinstance(viewer, Lens):
         raise ContextError("viewer", "lens-type", "viewer must be a Lens or None")
     meter = _Meter(tokenizer)
-    parts = _partition(view)
+    prep = cache.prepared(view) if cache is not None else _Prepared(view, kept=False)
     prev = previous if previous is not None and policy.previous is PreviousValues.SHOW else {}
-    facts = _Facts(
-        view, parts, query=query, ranker=ranker, meter=meter, policy=policy, previous=prev
-    )
-    units = _units(view, parts, facts, meter, prev, viewer)
+    facts = _Facts(prep, query=query, ranker=ranker, meter=meter, policy=policy, previous=prev)
+    units = _units(view, prep, meter, prev, viewer)
     excluded = dict(view.excluded)
-    excluded["answered-question"] = parts.answered
+    excluded["answered-question"] = prep.parts.answered
 
     room = budget
     while True:
@@ -915,12 +1047,12 @@ def _viewer_unit(meter: _Meter, viewer: Lens) -> _Unit | None:
 
 def _units(
     view: View,
-    parts: _Parts,
-    facts: _Facts,
+    prep: _Prepared,
     meter: _Meter,
     previous: Mapping[bytes, Sequence[ClaimAdded]],
     viewer: Lens | None,
 ) -> _Units:
+    parts = prep.parts
     identity = [
         _plain_unit(meter, c, _claim_line(view, c))
         for c in sorted(parts.identity, key=lambda c: (c.key, c.op_id))
@@ -936,7 +1068,7 @@ def _units(
         _plain_unit(
             meter, c, _needs_review_line(c, what, _changed_from(previous.get(c.op_id, ()), "was"))
         )
-        for c, what in sorted(facts.orphans, key=lambda o: (o[0].key, o[0].op_id))
+        for c, what in sorted(prep.orphans, key=lambda o: (o[0].key, o[0].op_id))
     ]
     conflicts = [
         _conflict_unit(meter, sc) for sc in sorted(parts.conflicts, key=lambda s: (s.key, s.scope))
@@ -955,7 +1087,7 @@ def _need(units: Sequence[_Unit], meter: _Meter, section: SectionName) -> int:
 
 def _layout(
     units: _Units, facts: _Facts, meter: _Meter, policy: ContextPolicy, room: int
-) -> tuple[list[Section], list[tuple[str, list[ClaimAdded]]]]:
+) -> tuple[list[Section], list[tuple[str, _Omitted]]]:
     """Every section laid out within ``room`` tokens (by the sum of line costs)."""
     handles = _Handles()
     built: dict[SectionName, _Built] = {}
@@ -990,7 +1122,7 @@ def _layout(
         )
         left -= b.cost
     sections: list[Section] = []
-    omitted: list[tuple[str, list[ClaimAdded]]] = []
+    omitted: list[tuple[str, _Omitted]] = []
     for name in SectionName:
         b = built[name]
         omitted += b.omitted
@@ -1056,6 +1188,7 @@ def context_for(
     tokenizer: Tokenizer | None = None,
     ranker: Ranker | None = None,
     policy: ContextPolicy = DEFAULT_POLICY,
+    cache: ContextCache | None = None,
 ) -> Context:
     """Project ``state`` through ``lens`` and assemble the context (``query`` defaults to
     ``lens.query``; ``authority_order`` overrides the projection's default). What a CLI or an
@@ -1076,4 +1209,5 @@ def context_for(
         ranker=ranker,
         viewer=lens,
         previous=previous,
+        cache=cache,
     )

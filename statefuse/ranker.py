@@ -44,8 +44,8 @@ STOPWORDS = frozenset(_STOPWORDS_TEXT.split(" "))
 
 @runtime_checkable
 class Ranker(Protocol):
-    """Scores claims against a query; higher is more relevant. Claims missing from the
-    answer score 0. An embedding ranker fits the same shape."""
+    """Scores claims against a query, keyed by claim id; higher is more relevant. Claims
+    missing from the answer score 0. An embedding ranker fits the same shape."""
 
     def scores(self, query: str, claims: Sequence[ClaimAdded]) -> Mapping[bytes, float]: ...
 
@@ -85,17 +85,61 @@ def _idf(n: int, df: int) -> float:
     return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
 
+class _Index:
+    """Postings of one corpus (a tuple of claims): term -> [(claim id, tf)], identifier ->
+    [claim id], and each claim's BM25 length normalisation."""
+
+    __slots__ = ("claims", "idents", "norms", "weights", "words")
+
+    def __init__(self, claims: tuple[ClaimAdded, ...], docs: Sequence[_Doc]) -> None:
+        self.claims = claims
+        words: dict[str, list[tuple[bytes, int]]] = {}
+        idents: dict[str, list[bytes]] = {}
+        total = 0
+        for c, d in zip(claims, docs, strict=True):
+            total += d.length
+            cid = c.op_id
+            for t, f in d.tf.items():
+                words.setdefault(t, []).append((cid, f))
+            for t in d.idents:
+                idents.setdefault(t, []).append(cid)
+        avgdl = total / len(docs) if docs and total else 1.0
+        self.norms = {
+            c.op_id: K1 * (1.0 - B + B * d.length / avgdl)
+            for c, d in zip(claims, docs, strict=True)
+        }
+        self.words = words
+        self.idents = idents
+        self.weights: dict[str, list[tuple[bytes, float]]] = {}
+
+    def weighted(self, term: str) -> list[tuple[bytes, float]] | None:
+        """The postings of ``term`` with BM25's saturated term frequency, made on first use."""
+        found = self.weights.get(term)
+        if found is None:
+            postings = self.words.get(term)
+            if postings is None:
+                return None
+            norms = self.norms
+            found = self.weights[term] = [
+                (cid, f * (K1 + 1.0) / (f + norms[cid])) for cid, f in postings
+            ]
+        return found
+
+
 class LexicalRanker:
     """BM25 over key and value words with an identifier boost (see the module docstring).
 
-    Reuse one instance across calls to keep its per-claim memo of words.
+    Reuse one instance across calls to keep its per-claim memo of words. Handed a tuple of
+    claims it builds postings for them and keeps them while it is handed the same tuple again
+    (a tuple cannot change); handed any other sequence it scans the claims once.
     """
 
-    __slots__ = ("_memo", "max_entries")
+    __slots__ = ("_index", "_memo", "max_entries")
 
     def __init__(self, *, max_entries: int = DEFAULT_MEMO_ENTRIES) -> None:
         self.max_entries = max_entries
         self._memo: dict[bytes, _Doc] = {}
+        self._index: _Index | None = None
 
     def _doc(self, c: ClaimAdded) -> _Doc:
         d = self._memo.get(c.op_id)
@@ -105,39 +149,73 @@ class LexicalRanker:
             d = self._memo[c.op_id] = _Doc(c)
         return d
 
+    def _corpus(self, claims: tuple[ClaimAdded, ...]) -> _Index:
+        index = self._index
+        if index is None or index.claims is not claims:
+            memo, doc = self._memo, self._doc
+            index = self._index = _Index(claims, [memo.get(c.op_id) or doc(c) for c in claims])
+        return index
+
     def scores(self, query: str, claims: Sequence[ClaimAdded]) -> dict[bytes, float]:
-        qwords = frozenset(words(query))
-        qidents = query_identifiers(query)
+        qwords = sorted(frozenset(words(query)))
+        qidents = sorted(query_identifiers(query))
         if not claims or not (qwords or qidents):
             return {}
+        if type(claims) is not tuple:
+            return self._scan(qwords, qidents, claims)
+        index = self._corpus(claims)
+        n = len(claims)
+        acc: dict[bytes, float] = {}
+        get = acc.get
+        # Terms in sorted order, so each claim's sum is added up in one fixed order.
+        for t in qwords:
+            postings = index.weighted(t)
+            if postings:
+                idf = _idf(n, len(postings))
+                if acc:
+                    for cid, wt in postings:
+                        acc[cid] = get(cid, 0.0) + idf * wt
+                else:
+                    acc = {cid: idf * wt for cid, wt in postings}
+                    get = acc.get
+        for t in qidents:
+            ids = index.idents.get(t)
+            if ids:
+                boost = IDENTIFIER_BOOST * _idf(n, len(ids))
+                for cid in ids:
+                    acc[cid] = get(cid, 0.0) + boost
+        return acc
+
+    def _scan(
+        self, qwords: list[str], qidents: list[str], claims: Sequence[ClaimAdded]
+    ) -> dict[bytes, float]:
+        """The same scores as the postings give, from one pass over the claims."""
         memo, doc = self._memo, self._doc
+        wset, iset = frozenset(qwords), frozenset(qidents)
         total = 0
         hits: list[tuple[bytes, _Doc]] = []
         for c in claims:
             d = memo.get(c.op_id) or doc(c)
             total += d.length
-            if not (qwords.isdisjoint(d.terms) and qidents.isdisjoint(d.idents)):
+            if not (wset.isdisjoint(d.terms) and iset.isdisjoint(d.idents)):
                 hits.append((c.op_id, d))
-        if not hits:
-            return {}
         n = len(claims)
-        avgdl = total / n or 1.0
-        wterms = sorted(qwords)
-        iterms = sorted(qidents)
-        wdf = {t: sum(t in d.terms for _, d in hits) for t in wterms}
-        idf_df = {t: sum(t in d.idents for _, d in hits) for t in iterms}
-        widf = {t: _idf(n, df) for t, df in wdf.items() if df}
-        iidf = {t: IDENTIFIER_BOOST * _idf(n, df) for t, df in idf_df.items() if df}
+        avgdl = total / n if total else 1.0
+        wdf = {t: sum(t in d.terms for _, d in hits) for t in qwords}
+        idf_ = {t: sum(t in d.idents for _, d in hits) for t in qidents}
         out: dict[bytes, float] = {}
         for cid, d in hits:
             norm = K1 * (1.0 - B + B * d.length / avgdl)
-            s = 0.0
-            for t in wterms:
+            s: float | None = None
+            for t in qwords:
                 f = d.tf.get(t)
                 if f:
-                    s += widf[t] * f * (K1 + 1.0) / (f + norm)
-            for t in iterms:
+                    part = _idf(n, wdf[t]) * (f * (K1 + 1.0) / (f + norm))
+                    s = part if s is None else s + part
+            for t in qidents:
                 if t in d.idents:
-                    s += iidf[t]
-            out[cid] = s
+                    part = IDENTIFIER_BOOST * _idf(n, idf_[t])
+                    s = part if s is None else s + part
+            if s is not None:
+                out[cid] = s
         return out
