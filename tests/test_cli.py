@@ -16,6 +16,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -746,6 +747,36 @@ def test_usage_errors_exit_2_and_say_what_is_wrong(store, cli, argv, message):
     code, out, err = cli(*argv)
     assert (code, out) == (2, "")
     assert err.startswith("usage: statefuse") and f"Error: {message}" in err
+
+
+def test_a_refused_init_leaves_no_files_behind(tmp_path, cli):
+    path = tmp_path / "team.db"
+    assert cli("--store", str(path), "init", "--space", "") == Run(
+        1, "", "Error: a space is a non-empty name of up to 256 chars\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_wait_gives_a_store_another_replica_holds_time_to_free_up(store, cli):
+    holder = Replica.open(store)
+    timer = threading.Timer(0.3, holder.close)
+    timer.start()
+    try:
+        assert cli("--wait", "20", "show") == Run(0, "No active claims.\n", "")
+    finally:
+        timer.join()
+
+
+def test_tables_line_up_wide_characters_and_clip_long_values(store, cli):
+    with opened(store) as r:
+        tokyo = r.add_claim("a", "b", "tokyo", "東京")
+        long = r.add_claim("a", "b", "long", "x" * 100)
+        me = short(r.author)
+    assert cli("show").out == (
+        "ID            KEY        SCOPE   VALUE" + " " * 57 + "AUTHOR        NOTE\n"
+        f'{short(long.claim_id)}  a/b/long   global  "{"x" * 58}…  {me}\n'
+        f'{short(tokyo.claim_id)}  a/b/tokyo  global  "東京"{" " * 56}{me}\n'
+    )
 
 
 # --- --json ---------------------------------------------------------------------------------------
