@@ -25,6 +25,7 @@ import gc
 import json
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -94,7 +95,9 @@ def _time(view: View, query: str, **kw: object) -> float:
     return elapsed
 
 
-def bench_context(sizes: tuple[int, ...], repeat: int, progress) -> tuple[list[Row], dict]:
+def bench_context(
+    sizes: tuple[int, ...], repeat: int, progress: Callable[[str], None]
+) -> tuple[list[Row], dict[str, object]]:
     bpe = BpeTokenizer()
     rows: list[Row] = []
     stats: dict[str, object] = {}

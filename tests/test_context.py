@@ -21,6 +21,7 @@ from statefuse import (
 )
 from statefuse.context import (
     SYSTEM_PROMPT,
+    ContextCache,
     ContextError,
     ContextPolicy,
     PreviousValues,
@@ -497,6 +498,18 @@ def test_assemble_context_works_on_a_view_and_names_the_viewer_only_when_given()
     viewer_line = "- viewer: roles=planner; task=t1; session=s1\n"
     assert viewer_line in full.text and "- viewer:" not in bare.text
     assert full.text.replace(viewer_line, "") == bare.text
+
+
+def test_a_context_cache_changes_no_result_and_tells_views_apart():
+    ops, _ = procurement()
+    first = project(materialize(ops), LENS)
+    second = project(materialize([*ops, *many_facts(30)]), LENS)
+    cache = ContextCache(tokenizer=BpeTokenizer(), max_views=1)
+    for view in (first, second, first, second):
+        for query, budget in (("vendor_a", 120), ("launch filler", 400), ("", 2000)):
+            fresh = assemble_context(view, query=query, budget=budget, tokenizer=TOK)
+            kept = assemble_context(view, query=query, budget=budget, cache=cache)
+            assert kept.to_json() == fresh.to_json()
 
 
 def test_the_system_prompt_explains_every_marker_the_text_uses():
