@@ -516,6 +516,12 @@ def _cmd_show(s: Session) -> int:
         ),
         key=lambda c: (_key_of(c), c.scope, c.claim_id),
     )
+    notes = {c.claim_id: _notes(c, state) for c in claims}
+    if s.json:  # build only the form asked for: a memory may hold many claims
+        s.emit(
+            {"claims": [{**_claim_json(c, state), "notes": notes[c.claim_id]} for c in claims]}, ""
+        )
+        return EXIT_OK
     rows = [
         [
             short_id(c.claim_id),
@@ -523,17 +529,12 @@ def _cmd_show(s: Session) -> int:
             c.scope,
             value_cell(c.value),
             author_text(c.author),
-            ", ".join(_notes(c, state)),
+            ", ".join(notes[c.claim_id]),
         ]
         for c in claims
     ]
-    text = (
-        table(["ID", "KEY", "SCOPE", "VALUE", "AUTHOR", "NOTE"], rows)
-        if rows
-        else "No active claims."
-    )
-    data = {"claims": [{**_claim_json(c, state), "notes": _notes(c, state)} for c in claims]}
-    s.emit(data, text)
+    header = ["ID", "KEY", "SCOPE", "VALUE", "AUTHOR", "NOTE"]
+    s.emit(None, table(header, rows) if rows else "No active claims.")
     return EXIT_OK
 
 
