@@ -66,6 +66,10 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
         with planner.batch():
             planner.add_claim("project", "launch", "deadline", "2026-03-25", authority="user")
             planner.add_claim("project", "launch", "owner", "Dana  Smith")
+            planner.add_identity("planner", "role", "launch coordinator", authority="system")
+            planner.add_constraint(
+                "vendor", "acme", "budget", "USD 130", constraint="budget", authority="user"
+            )
         out("1. The planner writes the shared memory (one signed change, durably stored):")
         show(planner.state())
 
@@ -129,24 +133,16 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
 
         out("")
         out("7. The branches sync:")
-        try:
-            from sync.http import serve, sync_with
-        except ImportError:
-            serve = None
+        from sync.http import serve, sync_with
 
-        if serve is None:
+        with serve(planner, port=0) as server:
             for agent in (scout, analyst):
-                planner.merge(agent)
-                agent.merge(planner)
-        else:
-            with serve(planner, port=0) as server:
-                for agent in (scout, analyst):
-                    r = sync_with(agent, server.url)
-                    out(
-                        f"     {who(agent.author)} <-> planner over HTTP ({server.url}):"
-                        f" fetched {r.fetched}, pushed {r.pushed}, {r.round_trips} round trips,"
-                        f" {r.bytes_sent + r.bytes_received} bytes"
-                    )
+                r = sync_with(agent, server.url)
+                out(
+                    f"     {who(agent.author)} <-> planner over HTTP ({server.url}):"
+                    f" fetched {r.fetched}, pushed {r.pushed}, {r.round_trips} round trips,"
+                    f" {r.bytes_sent + r.bytes_received} bytes"
+                )
         bundle = home / "archivist.bundle"
         n = archivist.export(bundle)
         got = planner.import_(bundle)
@@ -172,6 +168,14 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
         out("9. What a planner's view makes of it (Conservative resolver):")
         for line in view.explanations.values():
             out(f"     {line}")
+        from statefuse.context import assemble_context
+
+        query = "When is the launch and what does acme charge?"
+        context = assemble_context(view, query=query, budget=400)
+        out("")
+        out(f"10. The context a planner's LLM reads ({context.token_count} of 400 tokens):")
+        for line in context.text.splitlines():
+            out(f"     | {line}")
         for agent in (planner, scout, analyst, archivist):
             agent.close()
         out("")

@@ -382,6 +382,37 @@ class Replica:
         op: ClaimAdded = self._emit(self.writer.claim(namespace, subject, predicate, value, **meta))
         return op
 
+    def add_identity(self, subject: str, predicate: str, value: Value, **meta: Any) -> ClaimAdded:
+        """A claim in the identity layer (who is asking, role, authority): `Writer.identity`."""
+        return self._layered(self.writer.identity(subject, predicate, value, **meta))
+
+    def add_constraint(
+        self, namespace: str, subject: str, predicate: str, value: Value, **meta: Any
+    ) -> ClaimAdded:
+        """A constraint (budget, deadline, policy, capacity…): `Writer.constraint`."""
+        return self._layered(self.writer.constraint(namespace, subject, predicate, value, **meta))
+
+    def add_turn(self, speaker: str, text: str, *, session: str, **meta: Any) -> ClaimAdded:
+        """A conversation turn in the working set of ``session``: `Writer.add_turn`."""
+        return self._layered(self.writer.add_turn(speaker, text, session=session, **meta))
+
+    def add_signal(
+        self, subject: str, predicate: str, value: Value, *, expires: int | None, **meta: Any
+    ) -> ClaimAdded:
+        """An environment signal that expires: `Writer.signal`."""
+        return self._layered(self.writer.signal(subject, predicate, value, expires=expires, **meta))
+
+    def add_question(
+        self, namespace: str, subject: str, predicate: str, text: str, **meta: Any
+    ) -> ClaimAdded:
+        """An open question about a key (a known unknown until answered): `Writer.question`."""
+        return self._layered(self.writer.question(namespace, subject, predicate, text, **meta))
+
+    def _layered(self, op: ClaimAdded) -> ClaimAdded:
+        self._check_open()
+        emitted: ClaimAdded = self._emit(op)
+        return emitted
+
     def retract(
         self,
         claim: bytes | ClaimAdded | None = None,

@@ -335,3 +335,20 @@ def test_an_op_too_big_for_any_change_is_refused_before_anything_is_stored():
     assert len(r) == 0 and r.state().active_claims() == []
     r.add_claim("ns", "s", "p", "fits")  # the feed is intact: seq 1 is still free
     assert r.last_change(r.author)[0] == 1
+
+
+def test_layer_conveniences_write_claims_of_their_layer_and_kind():
+    from statefuse import Layer
+
+    r = Replica.memory(space="team")
+    me = r.add_identity("planner", "role", "coordinator", authority="system")
+    budget = r.add_constraint("project", "launch", "budget", "USD 5000", constraint="budget")
+    turn = r.add_turn("user", "When do we launch?", session="s1")
+    signal = r.add_signal("ci", "status", "green", expires=None)
+    question = r.add_question("project", "launch", "venue", "Where is the launch?")
+    assert (me.layer, me.kind) == (Layer.IDENTITY, "identity")
+    assert (budget.kind, budget.constraint) == ("constraint", "budget")
+    assert (turn.layer, turn.scope) == (Layer.WORKING, "session:s1")
+    assert (signal.layer, signal.kind) == (Layer.ENVIRONMENT, "signal")
+    assert (question.kind, question.predicate) == ("question", "venue?")
+    assert len(r) == 5 and len(r.state().active_claims()) == 5
