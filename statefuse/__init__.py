@@ -17,6 +17,7 @@ from registry import (
 from statefuse.context import (
     SYSTEM_PROMPT,
     Context,
+    ContextCache,
     ContextError,
     ContextPolicy,
     PreviousValues,
@@ -104,6 +105,7 @@ __all__ = [
     "ConflictSet",
     "Conservative",
     "Context",
+    "ContextCache",
     "ContextError",
     "ContextPolicy",
     "ContractError",
