@@ -90,7 +90,6 @@ _REASONS = {
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
-    411: "Length Required",
     413: "Content Too Large",
     422: "Unprocessable Content",
     500: "Internal Server Error",

@@ -8,10 +8,14 @@ import http.client
 import io
 import json
 import pickle
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -699,3 +703,32 @@ def test_a_port_in_use_is_a_typed_error():
     with serve(_replica()) as first, pytest.raises(SyncError) as err:
         serve(_replica(), port=first.port)
     assert (err.value.field, err.value.rule) == ("port", "bind")
+
+
+def test_ctrl_c_ends_serve_forever_cleanly_and_it_returns():
+    script = (
+        "from sync.http import serve\n"
+        "from sync.replica import Replica\n"
+        "server = serve(Replica.memory(space='team'))\n"
+        "print(server.url, flush=True)\n"
+        "server.serve_forever()\n"
+        "print('returned', flush=True)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        host, port = proc.stdout.readline().strip().removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.request("GET", "/v1/info")
+        assert conn.getresponse().status == 200  # the loop runs: it answered
+        conn.close()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert (proc.returncode, out.strip()) == (0, "returned")
