@@ -14,14 +14,15 @@ the default resolver abstains). A policy that abstains also defers to the resolv
 abstained conflict is unresolved and surfaced with all its visible candidates.
 
 Speed: a projection visits every active key, so what no lens changes is worked out once per
-State (`_plan`, kept with `State.derived`). Keys whose one active claim is a plain sole candidate
-(functional, no expiry) — most keys — are put in buckets by visibility and scope; a lens sees a
-whole bucket or none of it, so it judges buckets, not claims, and the View reads the seen
-buckets through `statefuse.view.SelectedMap`, making each `Selection` only when it is read.
-Keys whose claims share one visibility and scope and do not expire get their agreement,
-candidate groups and explanation prepared once. What depends on a label (whether the lens sees
-a scope, a predicate's contract) is looked up once per label and call. The tests compare every
-View with a straightforward reference projection.
+State (`_plan`, kept with `State.derived`). Keys that need no resolution — a sole candidate,
+agreement, a multi-valued predicate — and whose claims share a visibility and a scope and do not
+expire (most keys) are put in buckets by that visibility and scope. A lens sees a whole bucket or
+none of it, so it judges buckets, not claims, and its View reads the seen buckets through
+`statefuse.view.SelectedMap`, which makes a sole candidate's `Selection` only when it is read.
+Conflicts of that shape get their groups and text prepared once; the few other keys (claims
+in several scopes or visibilities, or with an expiry) are worked out per call. Whether the lens
+sees a scope is looked up once per scope and call. The tests compare every View with a
+straightforward reference projection.
 """
 
 from __future__ import annotations
@@ -94,9 +95,8 @@ def _selection(
         return Selection(key, scope, rep, group, How.MULTI, "all values hold"), line
     how = How.SOLE if len(group) == 1 else How.AGREEMENT
     why = "only candidate" if how is How.SOLE else f"{len(group)} claims agree"
-    return Selection(
-        key, scope, rep, group, how, why
-    ), f"{name} [{scope}]: {_fmt(rep)} ({why}){note}"
+    line = f"{name} [{scope}]: {_fmt(rep)} ({why}){note}"
+    return Selection(key, scope, rep, group, how, why), line
 
 
 def _visible_groups(
@@ -116,20 +116,22 @@ def _visible_groups(
 
 @dataclass(frozen=True, slots=True)
 class _Bucket:
-    """Keys whose one active claim is functional, does not expire, and has this visibility and
-    scope: a lens sees all of them as sole candidates or none of them."""
+    """Keys that need no resolution and whose claims all have this visibility and scope, and do
+    not expire: a lens sees all of them or none. ``selected`` and ``lines`` hold each key's
+    Selection and explanation, or, for a key whose one claim is its only candidate, that claim
+    (the View makes both from it when read)."""
 
     visibility: tuple[str, ...]
     scope: str
-    claims: Mapping[Key, ClaimAdded]  # sorted by key
-    ids: tuple[bytes, ...]  # sorted
+    selected: Mapping[Key, Selection | ClaimAdded]  # sorted by key
+    lines: Mapping[Key, str | ClaimAdded]  # sorted by key
+    ids: tuple[bytes, ...]  # every claim of these keys, sorted
 
 
 @dataclass(frozen=True, slots=True)
-class _Plain:
-    """A key whose active claims share one visibility and scope and do not expire: a lens sees
-    all of them or none, so shadowing, grouping and the text of the explanation are fixed.
-    ``selection`` is set when they need no resolution (one group, or multi-valued)."""
+class _Conflict:
+    """A conflict whose candidates share one visibility and scope and do not expire: a lens sees
+    all of them or none, so the groups and the explanation's list of values are fixed."""
 
     key: Key
     visibility: tuple[str, ...]
@@ -137,57 +139,85 @@ class _Plain:
     claims: tuple[ClaimAdded, ...]  # sorted by claim_id
     ids: tuple[bytes, ...]
     policy: Policy
-    conflict: ConflictSet | None
+    conflict: ConflictSet
     groups: tuple[tuple[ClaimAdded, ...], ...]
-    selection: Selection | None
-    line: str  # the explanation, or the candidate values of an unresolved conflict
+    values: str
 
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
     buckets: tuple[_Bucket, ...]
-    #: Every other key in key order: a `_Plain`, or the key and its claims sorted by claim_id.
-    rest: tuple[_Plain | tuple[Key, tuple[ClaimAdded, ...]], ...]
+    #: Every other key in key order: a `_Conflict`, or the key and its claims sorted by claim_id.
+    rest: tuple[_Conflict | tuple[Key, tuple[ClaimAdded, ...]], ...]
+
+
+class _BucketMaker:
+    __slots__ = ("ids", "lines", "selected")
+
+    def __init__(self) -> None:
+        self.selected: dict[Key, Selection | ClaimAdded] = {}
+        self.lines: dict[Key, str | ClaimAdded] = {}
+        self.ids: list[bytes] = []
 
 
 def _plan(state: State) -> _Plan:
+    """Sort every active key (in key order) into a bucket or the rest (see `_Plan`)."""
     registry = state.registry
-    contracts: dict[tuple[str, str], PredicateContract] = {}
-    sole: dict[tuple[tuple[str, ...], str], dict[Key, ClaimAdded]] = {}
-    rest: list[_Plain | tuple[Key, tuple[ClaimAdded, ...]]] = []
+    ns_specific = frozenset(c.predicate for c in registry.contracts if c.namespace)
+    contracts: dict[str, PredicateContract] = {}
+    buckets: dict[tuple[tuple[str, ...], str], _BucketMaker] = {}
+    rest: list[_Conflict | tuple[Key, tuple[ClaimAdded, ...]]] = []
     for key, claims in state.active_by_key.items():
         first = claims[0]
-        ns_pred = (key[0], key[2])
-        contract = contracts.get(ns_pred)
-        if contract is None:
-            contract = contracts[ns_pred] = registry.contract_for(*ns_pred)
         vis, scope = first.visibility, first.scope
-        if any(c.expires is not None or c.visibility != vis or c.scope != scope for c in claims):
+        if first.expires is not None or (
+            len(claims) > 1
+            and any(
+                c.expires is not None or c.visibility != vis or c.scope != scope for c in claims
+            )
+        ):
             rest.append((key, claims))
-        elif len(claims) == 1 and contract.functional:
-            sole.setdefault((vis, scope), {})[key] = first
-        else:
-            rest.append(_plain(state, key, claims, contract.functional, contract.policy))
-    buckets = tuple(
-        _Bucket(vis, scope, MappingProxyType(keys), tuple(sorted(c.op_id for c in keys.values())))
-        for (vis, scope), keys in sorted(sole.items())
-    )
-    return _Plan(buckets, tuple(rest))
-
-
-def _plain(
-    state: State, key: Key, claims: tuple[ClaimAdded, ...], functional: bool, policy: Policy
-) -> _Plain:
-    first = claims[0]
-    conflict = state.conflict_of(*key, first.scope) if functional else None
-    groups = _visible_groups(conflict, claims)
-    ids = tuple(c.op_id for c in claims)
-    if len(groups) == 1:
-        selection, line = _selection(key, groups[0], functional, "")
-    else:
-        selection, line = None, " | ".join(_fmt(g[0]) for g in groups)
-    return _Plain(
-        key, first.visibility, first.scope, claims, ids, policy, conflict, groups, selection, line
+            continue
+        predicate = key[2]
+        contract = contracts.get(predicate)
+        if contract is None:
+            contract = registry.contract_for(key[0], predicate)
+            if predicate not in ns_specific:
+                contracts[predicate] = contract
+        bucket = buckets.get((vis, scope))
+        if bucket is None:
+            bucket = buckets[(vis, scope)] = _BucketMaker()
+        if len(claims) == 1:
+            bucket.ids.append(first.op_id)
+            if contract.functional:
+                bucket.selected[key] = bucket.lines[key] = first
+            else:
+                bucket.selected[key], bucket.lines[key] = _selection(key, claims, False, "")
+            continue
+        conflict = state.conflict_of(*key, scope) if contract.functional else None
+        groups = _visible_groups(conflict, claims)
+        if conflict is None or len(groups) == 1:
+            bucket.ids.extend(c.op_id for c in claims)
+            selection, line = _selection(key, groups[0], contract.functional, "")
+            bucket.selected[key], bucket.lines[key] = selection, line
+            continue
+        ids = tuple(c.op_id for c in claims)
+        values = " | ".join(_fmt(g[0]) for g in groups)
+        rest.append(
+            _Conflict(key, vis, scope, claims, ids, contract.policy, conflict, groups, values)
+        )
+    return _Plan(
+        tuple(
+            _Bucket(
+                vis,
+                scope,
+                MappingProxyType(b.selected),
+                MappingProxyType(b.lines),
+                tuple(sorted(b.ids)),
+            )
+            for (vis, scope), b in sorted(buckets.items())
+        ),
+        tuple(rest),
     )
 
 
@@ -267,38 +297,30 @@ class _Run:
         return True
 
     def view(self, plan: _Plan) -> View:
-        parts = [
-            b.claims for b in plan.buckets if self.sees(b.visibility, b.scope, len(b.ids), b.ids)
-        ]
+        seen = [b for b in plan.buckets if self.sees(b.visibility, b.scope, len(b.ids), b.ids)]
         for item in plan.rest:
-            if type(item) is _Plain:
-                self._plain(item)
+            if isinstance(item, _Conflict):
+                self._conflict(item)
             else:
-                self._key(*item)  # type: ignore[misc]
+                self._key(*item)
         ids = {
             "out-of-scope": tuple(sorted(self.out_of_scope)),
             "expired": tuple(sorted(self.expired)),
             "shadowed": tuple(sorted(self.shadowed)),
         }
         return View(
-            selected=SelectedMap(parts, self.selected),
+            selected=SelectedMap([b.selected for b in seen], self.selected),
             unresolved=tuple(self.unresolved),
             surfaced_conflicts=tuple(self.surfaced),
             stale=self._stale_notes(),
             excluded={"hidden": self.hidden, **{r: len(v) for r, v in ids.items()}},
             excluded_ids=ids,
-            explanations=ExplanationMap(parts, self.explanations),
+            explanations=ExplanationMap([b.lines for b in seen], self.explanations),
         )
 
-    def _plain(self, p: _Plain) -> None:
-        if not self.sees(p.visibility, p.scope, len(p.ids), p.ids):
-            return
-        if p.selection is not None:
-            self.selected[p.key] = p.selection
-            self.explanations[p.key] = p.line
-            return
-        assert p.conflict is not None
-        self._settle(p.key, p.conflict, p.claims, p.groups, p.policy, p.line, "")
+    def _conflict(self, p: _Conflict) -> None:
+        if self.sees(p.visibility, p.scope, len(p.ids), p.ids):
+            self._settle(p.key, p.conflict, p.claims, p.groups, p.policy, p.values, "")
 
     def _key(self, key: Key, claims: tuple[ClaimAdded, ...]) -> None:
         """Any other key: filter each claim, shadow wider scopes, then select or resolve."""

@@ -77,18 +77,20 @@ def sole_line(key: Key, claim: ClaimAdded) -> str:
 class _Lazy(Mapping[Key, _V]):
     """A read-only mapping, in key order, whose sole-candidate entries are made when read.
 
-    ``parts`` are mappings (each sorted by key) from keys whose one visible claim is their only
-    candidate — most keys of a large memory — to that claim, from which the entry is a pure
-    function; ``extra`` (sorted by key) holds the other keys' finished entries, or such a claim.
-    No key is in two of them. A projection of 100k keys thus makes 100k entries only for a
-    reader who asks for all of them. Made entries are kept, so each read returns the same object.
-    Every part holds only claims the View's lens may see.
+    ``parts`` and ``extra`` are mappings, each sorted by key, no key in two of them, from a key
+    to its finished entry or, for a key whose one visible claim is its only candidate (most keys
+    of a large memory), to that claim, from which the entry is a pure function. A projection of
+    100k keys thus makes 100k entries only for a reader who asks for all of them; made entries
+    are kept, so each read returns the same object. The projection shares ``parts`` between
+    Views (they are immutable), and hands a View only parts whose claims its lens may see.
     """
 
     __slots__ = ("_extra", "_len", "_made", "_parts")
 
     def __init__(
-        self, parts: Sequence[Mapping[Key, ClaimAdded]], extra: Mapping[Key, _V | ClaimAdded]
+        self,
+        parts: Sequence[Mapping[Key, _V | ClaimAdded]],
+        extra: Mapping[Key, _V | ClaimAdded],
     ) -> None:
         self._parts = tuple(p for p in parts if p)
         self._extra = extra
@@ -103,9 +105,9 @@ class _Lazy(Mapping[Key, _V]):
         if entry is not None:
             return entry
         for part in self._parts:
-            claim: ClaimAdded | None = part.get(key)  # type: ignore[call-overload]
-            if claim is not None:
-                return claim
+            entry = part.get(key)  # type: ignore[call-overload]
+            if entry is not None:
+                return entry
         return None
 
     def _entry(self, key: Key, entry: _V | ClaimAdded) -> _V:
