@@ -220,7 +220,7 @@ class Session:
     def open(self, **options: Any) -> Replica:
         """Open the store (``options`` go to `Replica.open`); a missing store and a store
         locked by another process are user errors with a hint."""
-        from sync.replica import Replica
+        from sync.replica import Replica, key_path
 
         create = options.pop("create", False)
         if not create and not self.path.exists():
@@ -228,6 +228,13 @@ class Session:
                 "--store",
                 "exists",
                 f"no store at {self.path} (create one with: statefuse init --space NAME)",
+            )
+        if self.path.exists() and not key_path(self.path).exists():
+            raise CliError(
+                "--store",
+                "key-file",
+                f"no author key at {key_path(self.path)}: a store opens with the key it was"
+                " created with",
             )
         try:
             self._replica = Replica.open(self.path, create=create, wait=self.args.wait, **options)

@@ -688,6 +688,15 @@ def test_a_missing_store_is_a_user_error_with_a_hint(tmp_path, cli):
     assert not path.exists()
 
 
+def test_a_store_without_its_key_file_is_a_user_error(store, cli):
+    Path(f"{store}.key").unlink()
+    assert cli("show") == Run(
+        1,
+        "",
+        f"Error: no author key at {store}.key: a store opens with the key it was created with\n",
+    )
+
+
 def test_a_store_another_process_holds_is_a_user_error_naming_it(store, cli):
     with opened(store):
         assert cli("show") == Run(
