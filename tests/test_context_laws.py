@@ -36,6 +36,9 @@ NOW = 1_000_000
 LENS_ARGS = {"roles": {"ops"}, "task": "t1", "session": "s1", "now": NOW}
 WORDS = ("launch", "deadline", "vendor", "price", "budget", "owner", "risk", "plan", "team")
 TOK = CachedTokenizer(BpeTokenizer())
+#: Each example materializes, projects and assembles several times: the CI profile's 1,000
+#: examples per property would take minutes, so these laws run at most 250.
+fewer = settings(max_examples=min(settings.default.max_examples, 250))
 
 EXTRA_KINDS = ("identity", "constraint", "turn", "signal", "question", "fact", "stale", "answer")
 HIDDEN_KINDS = (
@@ -147,6 +150,7 @@ def context_of(world, ops, budget, *, tokenizer=TOK, policy=None):
     )
 
 
+@fewer
 @given(worlds, budgets)
 def test_no_hidden_value_ever_appears_in_the_text_or_the_json(world, budget):
     ops, markers = build(world)
@@ -161,6 +165,7 @@ def test_no_hidden_value_ever_appears_in_the_text_or_the_json(world, budget):
             assert marker not in shown, marker
 
 
+@fewer
 @given(worlds, budgets)
 def test_the_final_text_is_never_over_budget_counted_whole(world, budget):
     ops, _ = build(world)
@@ -170,6 +175,7 @@ def test_the_final_text_is_never_over_budget_counted_whole(world, budget):
     assert bound.token_count == len(bound.text.encode()) <= budget
 
 
+@fewer
 @given(worlds, budgets)
 def test_constraints_are_all_present_whenever_they_fit(world, budget):
     ops, _ = build(world)
@@ -187,6 +193,7 @@ def test_constraints_are_all_present_whenever_they_fit(world, budget):
     assert got is not None and got.lines == rules.lines
 
 
+@fewer
 @given(worlds, budgets)
 def test_the_highest_ranked_included_fact_is_the_last_fact_line(world, budget):
     ops, _ = build(world)
@@ -222,6 +229,7 @@ def displayable(view) -> set[bytes]:
     return out
 
 
+@fewer
 @given(worlds, budgets)
 def test_expand_returns_exactly_the_claims_left_out(world, budget):
     ops, _ = build(world)
@@ -242,6 +250,7 @@ def test_expand_returns_exactly_the_claims_left_out(world, budget):
     assert len(unaccounted) == ctx.excluded["answered-question"]
 
 
+@fewer
 @given(worlds, budgets, st.data())
 def test_the_context_does_not_depend_on_the_order_ops_arrive_in(world, budget, data):
     ops, _ = build(world)
