@@ -27,9 +27,8 @@ straightforward reference projection.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 
 from registry.contract import Policy, PredicateContract
 from registry.error import InputError
@@ -117,14 +116,13 @@ def _visible_groups(
 @dataclass(frozen=True, slots=True)
 class _Bucket:
     """Keys that need no resolution and whose claims all have this visibility and scope, and do
-    not expire: a lens sees all of them or none. ``selected`` and ``lines`` hold each key's
-    Selection and explanation, or, for a key whose one claim is its only candidate, that claim
-    (the View makes both from it when read)."""
+    not expire: a lens sees all of them or none. ``entries`` holds each key's Selection and
+    explanation or, for a key whose one claim is its only candidate, that claim (the View makes
+    both from it when read)."""
 
     visibility: tuple[str, ...]
     scope: str
-    selected: Mapping[Key, Selection | ClaimAdded]  # sorted by key
-    lines: Mapping[Key, str | ClaimAdded]  # sorted by key
+    entries: dict[Key, ClaimAdded | tuple[Selection, str]]  # sorted by key; never changed
     ids: tuple[bytes, ...]  # every claim of these keys, sorted
 
 
@@ -151,23 +149,15 @@ class _Plan:
     rest: tuple[_Conflict | tuple[Key, tuple[ClaimAdded, ...]], ...]
 
 
-class _BucketMaker:
-    __slots__ = ("ids", "lines", "selected")
-
-    def __init__(self) -> None:
-        self.selected: dict[Key, Selection | ClaimAdded] = {}
-        self.lines: dict[Key, str | ClaimAdded] = {}
-        self.ids: list[bytes] = []
-
-
 def _plan(state: State) -> _Plan:
     """Sort every active key (in key order) into a bucket or the rest (see `_Plan`)."""
     registry = state.registry
     ns_specific = frozenset(c.predicate for c in registry.contracts if c.namespace)
     contracts: dict[str, PredicateContract] = {}
-    buckets: dict[tuple[tuple[str, ...], str], _BucketMaker] = {}
+    entries: dict[tuple[tuple[str, ...], str], dict[Key, ClaimAdded | tuple[Selection, str]]] = {}
+    ids: dict[tuple[tuple[str, ...], str], list[bytes]] = {}
     rest: list[_Conflict | tuple[Key, tuple[ClaimAdded, ...]]] = []
-    for key, claims in state.active_by_key.items():
+    for key, claims in state.active_by_key().items():
         first = claims[0]
         vis, scope = first.visibility, first.scope
         if first.expires is not None or (
@@ -184,41 +174,43 @@ def _plan(state: State) -> _Plan:
             contract = registry.contract_for(key[0], predicate)
             if predicate not in ns_specific:
                 contracts[predicate] = contract
-        bucket = buckets.get((vis, scope))
+        label = (vis, scope)
+        bucket = entries.get(label)
         if bucket is None:
-            bucket = buckets[(vis, scope)] = _BucketMaker()
+            bucket = entries[label] = {}
+            ids[label] = []
         if len(claims) == 1:
-            bucket.ids.append(first.op_id)
+            ids[label].append(first.op_id)
             if contract.functional:
-                bucket.selected[key] = bucket.lines[key] = first
+                bucket[key] = first
             else:
-                bucket.selected[key], bucket.lines[key] = _selection(key, claims, False, "")
+                bucket[key] = _selection(key, claims, False, "")
             continue
         conflict = state.conflict_of(*key, scope) if contract.functional else None
         groups = _visible_groups(conflict, claims)
         if conflict is None or len(groups) == 1:
-            bucket.ids.extend(c.op_id for c in claims)
-            selection, line = _selection(key, groups[0], contract.functional, "")
-            bucket.selected[key], bucket.lines[key] = selection, line
+            ids[label].extend(c.op_id for c in claims)
+            bucket[key] = _selection(key, groups[0], contract.functional, "")
             continue
-        ids = tuple(c.op_id for c in claims)
         values = " | ".join(_fmt(g[0]) for g in groups)
         rest.append(
-            _Conflict(key, vis, scope, claims, ids, contract.policy, conflict, groups, values)
-        )
-    return _Plan(
-        tuple(
-            _Bucket(
+            _Conflict(
+                key,
                 vis,
                 scope,
-                MappingProxyType(b.selected),
-                MappingProxyType(b.lines),
-                tuple(sorted(b.ids)),
+                claims,
+                tuple(c.op_id for c in claims),
+                contract.policy,
+                conflict,
+                groups,
+                values,
             )
-            for (vis, scope), b in sorted(buckets.items())
-        ),
-        tuple(rest),
+        )
+    buckets = (
+        _Bucket(vis, scope, entries[(vis, scope)], tuple(sorted(ids[(vis, scope)])))
+        for vis, scope in sorted(entries)
     )
+    return _Plan(tuple(buckets), tuple(rest))
 
 
 # --- one projection ------------------------------------------------------------------------------
@@ -309,13 +301,13 @@ class _Run:
             "shadowed": tuple(sorted(self.shadowed)),
         }
         return View(
-            selected=SelectedMap([b.selected for b in seen], self.selected),
+            selected=SelectedMap([b.entries for b in seen], self.selected),
             unresolved=tuple(self.unresolved),
             surfaced_conflicts=tuple(self.surfaced),
             stale=self._stale_notes(),
             excluded={"hidden": self.hidden, **{r: len(v) for r, v in ids.items()}},
             excluded_ids=ids,
-            explanations=ExplanationMap([b.lines for b in seen], self.explanations),
+            explanations=ExplanationMap([b.entries for b in seen], self.explanations),
         )
 
     def _conflict(self, p: _Conflict) -> None:

@@ -217,13 +217,10 @@ class State:
         """`conflict_at` by key and scope, without hashing a locus: a dict lookup."""
         return self._conflicts_by_locus_key.get((namespace, subject, predicate, scope))
 
-    @cached_property
-    def active_by_key(self) -> Mapping[tuple[str, str, str], tuple[ClaimAdded, ...]]:
-        """Active claims grouped by key over every scope; keys sorted, each group by claim_id.
-
-        Computed once per State, so that readers going through every key (projection) need not
-        regroup and re-sort a hundred thousand claims on each call.
-        """
+    def active_by_key(self) -> dict[tuple[str, str, str], tuple[ClaimAdded, ...]]:
+        """Active claims grouped by key over every scope, keys sorted, each group by claim_id:
+        a new dict on each call, linear in the active claims plus a sort of the keys (projection
+        reads it once per State and keeps what it derives, see `derived`)."""
         claims = self._ix.claims
         ids_by_key: dict[tuple[str, str, str], tuple[bytes, ...]] = {}
         for lk, m in self._ix.members.items():
@@ -238,7 +235,7 @@ class State:
                 out[key] = (claims[at_key[0]],)
             else:
                 out[key] = tuple(claims[c] for c in sorted(at_key))
-        return MappingProxyType(out)
+        return out
 
     # --- decisions (§6) --------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import ItemsView, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union
 
 from registry.value import Value
 from statefuse.op import ClaimAdded
@@ -74,23 +74,26 @@ def sole_line(key: Key, claim: ClaimAdded) -> str:
     return f"{'/'.join(key)} [{claim.scope}]: {claim.value!r} (only candidate)"
 
 
+#: What a View's lazy mappings hold per key: a finished entry; a claim that is its key's only
+#: candidate (the entry is made from it when read); or, in the projection's shared parts, the
+#: key's finished `Selection` and explanation together.
+_Entry = Union[_V, ClaimAdded, "tuple[Selection, str]"]
+
+
 class _Lazy(Mapping[Key, _V]):
     """A read-only mapping, in key order, whose sole-candidate entries are made when read.
 
-    ``parts`` and ``extra`` are mappings, each sorted by key, no key in two of them, from a key
-    to its finished entry or, for a key whose one visible claim is its only candidate (most keys
-    of a large memory), to that claim, from which the entry is a pure function. A projection of
-    100k keys thus makes 100k entries only for a reader who asks for all of them; made entries
-    are kept, so each read returns the same object. The projection shares ``parts`` between
-    Views (they are immutable), and hands a View only parts whose claims its lens may see.
+    ``parts`` and ``extra`` are mappings, each sorted by key, no key in two of them, to an
+    `_Entry`. A projection of 100k keys thus makes 100k entries only for a reader who asks for
+    all of them; made entries are kept, so each read returns the same object. The projection
+    shares ``parts`` between Views (never changing them), and hands a View only parts whose
+    claims its lens may see.
     """
 
     __slots__ = ("_extra", "_len", "_made", "_parts")
 
     def __init__(
-        self,
-        parts: Sequence[Mapping[Key, _V | ClaimAdded]],
-        extra: Mapping[Key, _V | ClaimAdded],
+        self, parts: Sequence[Mapping[Key, _Entry[_V]]], extra: Mapping[Key, _Entry[_V]]
     ) -> None:
         self._parts = tuple(p for p in parts if p)
         self._extra = extra
@@ -100,8 +103,11 @@ class _Lazy(Mapping[Key, _V]):
     def _make(self, key: Key, claim: ClaimAdded) -> _V:
         raise NotImplementedError
 
-    def _find(self, key: object) -> _V | ClaimAdded | None:
-        entry: _V | ClaimAdded | None = self._extra.get(key)  # type: ignore[call-overload]
+    def _pick(self, prepared: tuple[Selection, str]) -> _V:
+        raise NotImplementedError
+
+    def _find(self, key: object) -> _Entry[_V] | None:
+        entry: _Entry[_V] | None = self._extra.get(key)  # type: ignore[call-overload]
         if entry is not None:
             return entry
         for part in self._parts:
@@ -110,7 +116,9 @@ class _Lazy(Mapping[Key, _V]):
                 return entry
         return None
 
-    def _entry(self, key: Key, entry: _V | ClaimAdded) -> _V:
+    def _entry(self, key: Key, entry: _Entry[_V]) -> _V:
+        if isinstance(entry, tuple):
+            return self._pick(entry)
         if not isinstance(entry, ClaimAdded):
             return entry
         made = self._made.get(key)
@@ -127,7 +135,7 @@ class _Lazy(Mapping[Key, _V]):
     def __contains__(self, key: object) -> bool:
         return self._find(key) is not None
 
-    def _sources(self) -> list[Mapping[Key, _V | ClaimAdded]]:
+    def _sources(self) -> list[Mapping[Key, _Entry[_V]]]:
         return [p for p in (self._extra, *self._parts) if p]
 
     def __iter__(self) -> Iterator[Key]:
@@ -183,6 +191,9 @@ class SelectedMap(_Lazy[Selection]):
     def _make(self, key: Key, claim: ClaimAdded) -> Selection:
         return Selection(key, claim.scope, claim, (claim,), How.SOLE, "only candidate")
 
+    def _pick(self, prepared: tuple[Selection, str]) -> Selection:
+        return prepared[0]
+
 
 class ExplanationMap(_Lazy[str]):
     """``View.explanations``: key -> line, sole-candidate lines made on first access."""
@@ -191,6 +202,9 @@ class ExplanationMap(_Lazy[str]):
 
     def _make(self, key: Key, claim: ClaimAdded) -> str:
         return sole_line(key, claim)
+
+    def _pick(self, prepared: tuple[Selection, str]) -> str:
+        return prepared[1]
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
 
 import pytest
 from hypothesis import given
@@ -634,7 +636,7 @@ def test_reading_a_view_in_any_way_gives_the_same_entries(state, lens):
 
 @given(rich_states)
 def test_the_state_helpers_agree_with_the_plain_answers(state):
-    by_key = state.active_by_key
+    by_key = state.active_by_key()
     assert list(by_key) == sorted(by_key)
     flat = [c for claims in by_key.values() for c in claims]
     assert sorted(c.claim_id for c in flat) == [c.claim_id for c in state.active_claims()]
@@ -665,6 +667,14 @@ def test_a_view_holds_no_reference_to_a_hidden_claim(state, lens):
             continue
         todo.extend(gc.get_referents(obj))
     assert not hidden & {id(o) for o in reachable if isinstance(o, ClaimAdded)}
+
+
+@given(rich_states, rich_lenses)
+def test_a_view_survives_pickling_and_deep_copying(state, lens):
+    view = project(state, lens, resolver=Conservative())
+    for copied in (pickle.loads(pickle.dumps(view)), copy.deepcopy(view)):
+        assert copied.to_json() == view.to_json()
+        assert list(copied.explanations.items()) == list(view.explanations.items())
 
 
 # --- authority order from the registry ------------------------------------------------------------
