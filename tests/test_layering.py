@@ -281,7 +281,8 @@ def test_statefuse_reaches_sync_only_through_the_lazy_names_of_its_package():
         for m, (src, _) in sources.items()
         if m.split(".")[0] != "registry" and "import_module(" in src
     ]
-    assert dynamic == ["statefuse"], f"only statefuse/__init__ may import by name: {dynamic}"
+    # package surfaces resolve lazy names; no other module imports by name
+    assert "statefuse" in dynamic and set(dynamic) <= {"statefuse", "sync"}, dynamic
 
 
 @pytest.mark.parametrize("module", PURE_CORE)
