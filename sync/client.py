@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
@@ -44,6 +43,7 @@ from sync.protocol import (
     PeerTimeoutError,
     PeerUnreachableError,
     SyncError,
+    check_seconds,
     decode_frames,
     encode_frames,
 )
@@ -305,13 +305,10 @@ def sync_with(
     """
     if not isinstance(replica, Replica):
         raise SyncError("replica", "replica-type", f"expected a Replica, got {replica!r}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise SyncError("timeout", "range", f"expected seconds, got {timeout!r}")
-    if not 0 < timeout < math.inf:
-        raise SyncError("timeout", "range", f"expected a positive number of seconds: {timeout}")
+    seconds = check_seconds("timeout", timeout)
     page_size = _check_page_size(page_size)
     start = time.perf_counter()
-    conn = _Connection(url, float(timeout))
+    conn = _Connection(url, seconds)
     merge = peer_merge = MergeReport()
     try:
         reconciler = _reconcile(conn, replica, lock)
@@ -351,7 +348,7 @@ def sync_with(
         bytes_sent=conn.sent,
         bytes_received=conn.received,
         fetched=fetched,
-        pushed=len(give),
+        pushed=len(outgoing),
         merge=merge,
         peer_merge=peer_merge,
         seconds=time.perf_counter() - start,

@@ -41,6 +41,7 @@ Errors, all raised on purpose, all carrying ``field`` and ``rule``::
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -64,6 +65,7 @@ __all__ = [
     "PeerTimeoutError",
     "PeerUnreachableError",
     "SyncError",
+    "check_seconds",
     "decode_frames",
     "decode_space",
     "encode_frames",
@@ -128,6 +130,13 @@ class PeerRejectedError(SyncError):
 class MalformedResponseError(SyncError):
     """A response that breaks the protocol (framing, sizes, a reconcile message the reconciler
     refuses, a JSON body of the wrong shape). Nothing from it was applied."""
+
+
+def check_seconds(field: str, value: object) -> float:
+    """``value`` as seconds, if it is a positive finite number; else SyncError (rule ``range``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise SyncError(field, "range", f"expected a positive number of seconds, got {value!r}")
+    return float(value)
 
 
 def limits() -> dict[str, int]:

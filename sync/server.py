@@ -47,6 +47,7 @@ from sync.protocol import (
     PROTOCOL_VERSION,
     Lock,
     SyncError,
+    check_seconds,
     decode_frames,
     decode_space,
     encode_frames,
@@ -116,7 +117,7 @@ class SyncApp:
     ) -> None:
         if not isinstance(replica, Replica):
             raise SyncError("replica", "replica-type", f"expected a Replica, got {replica!r}")
-        _check_seconds("lock_timeout", lock_timeout)
+        check_seconds("lock_timeout", lock_timeout)
         if type(page_bytes) is not int or not MAX_CHANGE_FRAME_BYTES <= page_bytes <= PAGE_BYTES:
             raise SyncError(
                 "page_bytes",
@@ -332,7 +333,7 @@ class SyncServer:
             raise SyncError("port", "range", "expected an int in [0, 65535] (0: any free port)")
         if type(threads) is not int or not 1 <= threads <= 256:
             raise SyncError("threads", "range", "expected an int in [1, 256]")
-        _check_seconds("timeout", timeout)
+        check_seconds("timeout", timeout)
         self.app = app
         self.timeout = float(timeout)
         self._map: dict[Any, Any] = {}
@@ -481,11 +482,6 @@ def _whole_seconds(seconds: float) -> int:
     return max(1, math.ceil(seconds))
 
 
-def _check_seconds(field: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise SyncError(field, "range", f"expected a positive number of seconds, got {value!r}")
-
-
 def serve(
     replica: Replica,
     *,
@@ -504,6 +500,6 @@ def serve(
     stays open. ``lock`` (a new reentrant lock when not given; see `SyncApp`) serializes every
     use of the replica. Raises SyncError for a bad argument or a port that cannot be bound.
     """
-    _check_seconds("timeout", timeout)
+    check_seconds("timeout", timeout)
     app = SyncApp(replica, lock=lock, lock_timeout=timeout)
     return SyncServer(app, host=host, port=port, threads=threads, timeout=timeout)
