@@ -12,10 +12,12 @@ while StateFuse keeps them apart.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import repeat
 from operator import attrgetter
 from typing import Any, ClassVar, Union
 
@@ -26,13 +28,15 @@ from registry import Registry
 from registry.error import ValueRuleError, ValueTypeError
 from registry.value import (
     INT_MAX,
+    INT_MIN,
     MAX_ENCODED_BYTES,
+    MAX_STRING_BYTES,
     Value,
     canonical_value,
     encode_value,
     unpack_strict,
 )
-from statefuse.error import EncodingError, OpRuleError
+from statefuse.error import EncodingError, OpRuleError, StateFuseError
 
 #: Version of the op encoding; stored in every op as ``"v"``.
 OP_FORMAT_VERSION = 1
@@ -550,9 +554,10 @@ def decode_op(data: bytes) -> Op:
     version, missing or extra fields, or a value outside the value model (with that rule);
     OpRuleError for a field that breaks the op schema.
 
-    Fast path on purpose (ingest verifies every op of every change): the bytes are unpacked
-    once, the fields validated and the op encoded once to derive its id; the bytes are canonical
-    iff their blake3 equals that id, which replaces a second encoding and comparison.
+    This is also the reference the batch decoder `decode_ops` is tested against, so it stays
+    plain: the bytes are unpacked once, the fields validated and the op encoded once to derive
+    its id; the bytes are canonical iff their blake3 equals that id, which replaces a second
+    encoding and comparison.
     """
     raw = unpack_strict(data, "op")
     if type(raw) is not dict:
@@ -601,4 +606,354 @@ def as_ops(items: Iterable[object]) -> list[Op]:
         if not isinstance(item, _OpBase):
             raise OpRuleError(f"ops[{i}]", "op-type", f"expected an op, got {type(item).__name__}")
         out.append(item)  # type: ignore[arg-type]
+    return out
+
+
+# --- batch decoding: the ingest fast path ---------------------------------------------------------
+#
+# `decode_op` validates one op field by field, encodes it and hashes the encoding: about
+# twenty Python calls per field. Ingest decodes ops by the hundred, so `decode_ops` works on a
+# batch at once, column by column, with C-level passes (``set(map(type, column))``, ``min``,
+# ``max``...) and one msgpack call for the canonical check. It is only ever a shortcut to the
+# reference verdict: whenever it meets anything it does not fully vouch for (a rare field shape,
+# a failed rule, an op type it does not know), it returns None and the reference decoder
+# decides, so errors and their messages are the reference's by construction.
+#
+# Why accepting is sound: every item is unpacked on its own as exactly one msgpack object; the
+# parsed fields pass checks that accept exactly what the schema validators accept *and* leave
+# unchanged in a form that packs the same (the checks return None for inputs a validator would
+# rewrite, such as an int confidence or an unsorted id list); the key order is the canonical one;
+# and msgpack packs the parsed batch back to exactly the concatenated input. Msgpack objects are
+# self-delimiting, so the concatenations agree only if every item packs back to itself: each
+# input is then the canonical encoding of the op built from it, which is what the reference
+# checks through the id.
+
+_NoneType = type(None)
+_VALUE_TYPES = frozenset({_NoneType, bool, int, float, str, bytes, list, dict})
+_LAYER_BY_VALUE = {m.value: m for m in Layer}
+
+#: (field name, parsed column, set of the column's types) -> the stored column, or None to leave
+#: the verdict to the reference decoder.
+_ColumnCheck = Callable[[str, Sequence[Any], set[type]], Union[Sequence[Any], None]]  # noqa: UP007
+
+
+def _col_author(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+    if not types <= {bytes, str}:
+        return None
+    return col if all(1 <= len(u) <= MAX_NAME_CHARS for u in set(col)) else None
+
+
+def _col_int(lo: int) -> _ColumnCheck:
+    def check(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+        return col if types == {int} and min(col) >= lo and max(col) <= INT_MAX else None
+
+    return check
+
+
+def _col_opt_ms(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+    if types == {_NoneType}:
+        return col
+    if not types <= {int, _NoneType}:
+        return None
+    ints = [v for v in col if v is not None]
+    return col if min(ints) >= 0 and max(ints) <= INT_MAX else None
+
+
+def _col_id(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+    return col if types == {bytes} and set(map(len, col)) == {ID_BYTES} else None
+
+
+def _col_opt_id(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+    if types == {_NoneType}:
+        return col
+    if not types <= {bytes, _NoneType}:
+        return None
+    return col if {len(v) for v in col if v is not None} == {ID_BYTES} else None
+
+
+def _col_name(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+    # Strings parsed from msgpack are valid UTF-8 (the unpacker decodes strictly).
+    if types != {str}:
+        return None
+    lengths = list(map(len, col))
+    return col if min(lengths) >= 1 and max(lengths) <= MAX_NAME_CHARS else None
+
+
+def _col_text(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+    return col if types == {str} and max(map(len, col)) <= MAX_TEXT_CHARS else None
+
+
+def _shared_column(col: Sequence[str], distinct: set[str]) -> list[str]:
+    for s in distinct:
+        if s not in _shared_labels:
+            _share(s)
+    return list(map(_shared_labels.get, col, col))
+
+
+def _col_label(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+    if types != {str}:
+        return None
+    distinct = set(col)
+    if not all(1 <= len(u) <= MAX_NAME_CHARS for u in distinct):
+        return None
+    return _shared_column(col, distinct)
+
+
+def _col_opt_label(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+    if types != {str}:
+        return None
+    distinct = set(col)
+    distinct.discard("")  # stored as is, never shared (as `_opt_label` does)
+    if not all(len(u) <= MAX_NAME_CHARS for u in distinct):
+        return None
+    return _shared_column(col, distinct) if distinct else col
+
+
+def _col_scope(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+    if types != {str}:
+        return None
+    distinct = set(col)
+    if not all(_SCOPE_RE.match(u) for u in distinct):
+        return None
+    return _shared_column(col, distinct)
+
+
+def _col_layer(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+    if types != {str}:
+        return None
+    stored = list(map(_LAYER_BY_VALUE.get, col))
+    return None if None in stored else stored
+
+
+def _col_confidence(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+    # An int 0 or 1 is valid but stored as a float, which encodes differently: the reference
+    # decides (and finds the bytes non-canonical).
+    if types != {float}:
+        return None
+    return col if all(0.0 <= u <= 1.0 for u in set(col)) else None
+
+
+def _col_sorted_unique(check: Callable[[str, object], tuple[Any, ...]]) -> _ColumnCheck:
+    def column(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+        if types != {list}:
+            return None
+        if col.count([]) == len(col):
+            return [()] * len(col)
+        stored: list[tuple[Any, ...]] = []
+        for v in col:
+            try:
+                t = check(name, v) if v else ()
+            except OpRuleError:
+                return None
+            if len(t) != len(v) or any(a != b for a, b in zip(t, v, strict=True)):
+                return None  # unsorted or repeated items: stored sorted, so not canonical
+            stored.append(t)
+        return stored
+
+    return column
+
+
+def _col_value(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+    # No string or bytes needs a length check: the batch path takes items of at most
+    # MAX_STRING_BYTES, so nothing inside one can be longer.
+    if not types <= _VALUE_TYPES:
+        return None
+    if int in types:
+        ints = [v for v in col if type(v) is int]
+        if min(ints) < INT_MIN or max(ints) > INT_MAX:
+            return None
+    if float in types and not all(math.isfinite(v) for v in col if type(v) is float):
+        return None
+    if list not in types and dict not in types:
+        return col
+    stored = list(col)
+    for i, v in enumerate(col):
+        if type(v) is list or type(v) is dict:
+            try:
+                stored[i] = canonical_value(v, name, depth=2)
+            except (ValueRuleError, ValueTypeError):
+                return None
+    return stored
+
+
+#: The column form of each field check; a field whose check is missing here (the trust ops'
+#: subject keys, say) sends its op type to the reference decoder.
+_COLUMN_CHECKS: dict[Callable[..., Any], _ColumnCheck] = {
+    _author: _col_author,
+    _lamport: _col_int(1),
+    _ms: _col_int(0),
+    _opt_ms: _col_opt_ms,
+    _id: _col_id,
+    _opt_id: _col_opt_id,
+    _name: _col_name,
+    _text: _col_text,
+    _label: _col_label,
+    _opt_label: _col_opt_label,
+    _scope: _col_scope,
+    _layer: _col_layer,
+    _confidence: _col_confidence,
+    _ids: _col_sorted_unique(_ids),
+    _roles: _col_sorted_unique(_roles),
+    _value: _col_value,
+}
+
+
+def _retraction_targets(stored: dict[str, Sequence[Any]]) -> bool:
+    return not any(
+        a is None and b is None
+        for a, b in zip(stored["target_claim_id"], stored["target_claim_ref"], strict=True)
+    )
+
+
+#: Rules a type's ``__post_init__`` adds to its field checks, over the stored columns.
+_ROW_RULES: dict[type, Callable[[dict[str, Sequence[Any]]], bool]] = {
+    ClaimRetracted: _retraction_targets,
+}
+
+
+class _FastType:
+    """How to check and build one op type from parsed maps whose keys are in canonical order."""
+
+    __slots__ = ("cls", "fields", "kind_at", "set_id", "version_at")
+
+    def __init__(self, cls: type[_OpBase]) -> None:
+        order = _encoding_order(cls)
+        checks = dict(cls._SCHEMA)
+        self.cls = cls
+        self.kind_at = order.index("op")
+        self.version_at = order.index("v")
+        self.fields = tuple(
+            (
+                order.index(name),
+                name,
+                _COLUMN_CHECKS[checks[name]],
+                cls.__dict__[name].__set__,
+                checks[name] is _value,
+            )
+            for name, _ in cls._SCHEMA
+        )
+        self.set_id = cls.__dict__["op_id"].__set__
+
+    def build(self, rows: list[dict[str, Any]], ids: list[bytes]) -> list[Any] | None:
+        """The ops of ``rows`` (parsed maps of this type), or None if the reference must decide.
+
+        Rows whose stored value differs from the parsed one (values with maps, whose keys are
+        stored sorted) get the stored value written back, so the caller's canonical check sees
+        what the op would encode.
+        """
+        n = len(rows)
+        cols = list(zip(*map(dict.values, rows), strict=True))
+        kinds, versions = cols[self.kind_at], cols[self.version_at]
+        if kinds.count(self.cls.KIND) != n:
+            return None
+        if set(map(type, versions)) != {int} or versions.count(OP_FORMAT_VERSION) != n:
+            return None
+        stored: dict[str, Sequence[Any]] = {}
+        for at, name, check, _, rewrites in self.fields:
+            col = cols[at]
+            out = check(name, col, set(map(type, col)))
+            if out is None:
+                return None
+            if rewrites and out is not col:
+                for row, old, new in zip(rows, col, out, strict=True):
+                    if new is not old:
+                        row[name] = new
+            stored[name] = out
+        rule = _ROW_RULES.get(self.cls)
+        if rule is not None and not rule(stored):
+            return None
+        ops = list(map(object.__new__, repeat(self.cls, n)))
+        # Slot setters return None, so any() runs each one over its whole column.
+        for _, name, _, setter, _ in self.fields:
+            any(map(setter, ops, stored[name]))
+        any(map(self.set_id, ops, ids))
+        return ops
+
+
+#: Core op types by their canonical key order (each type's order is distinct).
+_FAST_TYPES: dict[tuple[str, ...], _FastType] = {
+    _encoding_order(t): _FastType(t)
+    for t in (EvidenceAdded, ClaimAdded, ClaimRetracted, DecisionAdded)
+}
+_digest = blake3.blake3.digest
+#: Fewer ops of one type than this are decoded one by one: the column checks cost about as much
+#: as `decode_op` for a single op, and win from about three.
+_MIN_BATCH = 3
+
+
+def _array_header(n: int) -> bytes:
+    if n <= 15:
+        return bytes((0x90 | n,))
+    if n <= 0xFFFF:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def decode_ops(datas: Sequence[bytes]) -> list[Op]:
+    """The ops whose canonical encodings are ``datas``, in order.
+
+    Exactly ``[decode_op(d) for d in datas]``: the same ops, or the error `decode_op` raises for
+    the first bad item. Faster per op for batches (the ops of a change): see the notes above.
+    """
+    ops = decode_ops_fast(datas)
+    return [decode_op(d) for d in datas] if ops is None else ops
+
+
+def decode_ops_fast(datas: Sequence[bytes]) -> list[Op] | None:
+    """The ops of ``datas`` if the batch path vouches for every item, else None: then
+    `decode_op` decides each item (it may still accept them all).
+
+    For callers with their own fallback, such as a verifier that checks more per op and must
+    report the first failure of any kind. Never raises for bad bytes.
+    """
+    n = len(datas)
+    if n < _MIN_BATCH:
+        try:
+            return [decode_op(d) for d in datas]
+        except StateFuseError:
+            return None
+    # Above MAX_STRING_BYTES an item could hold a string the strict unpacker refuses; the
+    # default limits used here are the item's own length.
+    if set(map(type, datas)) != {bytes} or max(map(len, datas)) > MAX_STRING_BYTES:
+        return None
+    try:
+        raws = list(map(msgpack.unpackb, datas))
+    except Exception:  # any unpacking trouble is the reference decoder's to name
+        return None
+    if set(map(type, raws)) != {dict}:
+        return None
+    ids = list(map(_digest, map(blake3.blake3, datas)))
+    layouts = list(map(tuple, raws))
+    groups: dict[tuple[str, ...], Sequence[int]]
+    if layouts.count(layouts[0]) == n:
+        groups = {layouts[0]: range(n)}
+    else:
+        by_layout: dict[tuple[str, ...], list[int]] = {}
+        for i, layout in enumerate(layouts):
+            by_layout.setdefault(layout, []).append(i)
+        groups = dict(by_layout)
+    out: list[Any] = [None] * n
+    for layout, where in groups.items():
+        fast = _FAST_TYPES.get(layout)
+        if fast is None or len(where) < _MIN_BATCH:
+            try:  # few ops of this type, another layer's op types, or a malformed op
+                for i in where:
+                    out[i] = decode_op(datas[i])
+            except StateFuseError:
+                return None
+            continue
+        whole = len(where) == n
+        built = fast.build(
+            raws if whole else [raws[i] for i in where], ids if whole else [ids[i] for i in where]
+        )
+        if built is None:
+            return None
+        if whole:
+            out = built
+        else:
+            for i, op in zip(where, built, strict=True):
+                out[i] = op
+    packed = msgpack.packb(raws, use_bin_type=True, use_single_float=False)
+    if packed != _array_header(n) + b"".join(datas):
+        return None
     return out

@@ -12,10 +12,14 @@ bytes with that reason; nothing is dropped in silence.
 from __future__ import annotations
 
 from enum import Enum
+from itertools import chain
+from operator import attrgetter
+
+import msgpack
 
 from registry.error import InputError, StateFuseError
-from registry.value import decode_value
-from statefuse.op import ID_BYTES, decode_op
+from registry.value import INT_MAX, INT_MIN, decode_value
+from statefuse.op import ID_BYTES, Op, decode_op, decode_ops_fast
 from sync.change import (
     CHANGE_FORMAT_VERSION,
     MAX_CHANGE_BYTES,
@@ -83,32 +87,44 @@ def _id(value: object, what: str) -> bytes:
     return value
 
 
+class _Decoding(Enum):
+    """How `_verify` decodes: through the batch fast paths (falling back to the reference code
+    whenever they cannot vouch for the input) or through the reference code only."""
+
+    FAST = "fast"
+    REFERENCE = "reference"
+
+
 def verify_change(change: UnverifiedChange, *, space: str) -> VerifiedChange:
     """Check ``change`` completely and return it as a VerifiedChange.
 
     Checks, in order: size; canonical encoding and schema of the signed change and of the
     change; version; space; seq/prev consistency; the author's key (not small-order or
-    degenerate); the op count; every op's canonical bytes, recomputed id and author; and the
-    signature over the change id. Raises VerificationError with the QuarantineReason of the
-    first failed check.
+    degenerate); the op count; the signature over the change id; every op's canonical bytes,
+    recomputed id and author. Raises VerificationError with the QuarantineReason of the first
+    failed check.
+
+    Same verdicts, reasons and messages as `verify_change_reference`, faster: the envelope and
+    the ops are decoded in batches, and any input the batch paths cannot vouch for goes through
+    the reference steps.
     """
+    return _verify(change, space, _Decoding.FAST)
+
+
+def verify_change_reference(change: UnverifiedChange, *, space: str) -> VerifiedChange:
+    """`verify_change` through the plain reference decoders only: the oracle the fast paths
+    are tested against. Same contract."""
+    return _verify(change, space, _Decoding.REFERENCE)
+
+
+def _verify(change: UnverifiedChange, space: str, decoding: _Decoding) -> VerifiedChange:
     data = change.data
     if type(data) is not bytes:
         raise _fail(QuarantineReason.MALFORMED, "a change must be bytes")
     if len(data) > MAX_CHANGE_BYTES:
         raise _fail(QuarantineReason.OVERSIZED, f"{len(data)} bytes exceeds {MAX_CHANGE_BYTES}")
-    try:
-        outer = _map(decode_value(data, "signed"), "signed change", {"change", "sig", "v"})
-        body = outer["change"]
-        if type(body) is not bytes:
-            raise _fail(QuarantineReason.MALFORMED, "change body is not bytes")
-        inner = _map(
-            decode_value(body, "change"),
-            "change",
-            {"author", "ops", "prev", "registry", "seq", "space", "v"},
-        )
-    except InputError as exc:
-        raise _fail(QuarantineReason.MALFORMED, str(exc)) from None
+    envelope = _envelope_fast(data) if decoding is _Decoding.FAST else None
+    outer, body, inner = _envelope(data) if envelope is None else envelope
     signature = outer["sig"]
     if type(signature) is not bytes or len(signature) != SIGNATURE_BYTES:
         raise _fail(QuarantineReason.MALFORMED, f"signature is not {SIGNATURE_BYTES} bytes")
@@ -152,6 +168,93 @@ def verify_change(change: UnverifiedChange, *, space: str) -> VerifiedChange:
     except PublicKeyError as exc:
         raise _fail(QuarantineReason.BAD_AUTHOR_KEY, str(exc)) from None
 
+    ops = _ops_fast(raw_ops, author) if decoding is _Decoding.FAST else None
+    if ops is None:
+        ops = _ops(raw_ops, author)
+    return VerifiedChange(
+        space=got_space,
+        author=author,
+        seq=seq,
+        prev=prev,
+        registry=registry,
+        ops=tuple(ops),
+        change_id=change_id,
+        signature=signature,
+        data=data,
+    )
+
+
+_Envelope = tuple[dict[str, object], bytes, dict[str, object]]
+_SIGNED_KEYS = ("change", "sig", "v")
+_CHANGE_KEYS = ("author", "ops", "prev", "registry", "seq", "space", "v")
+
+
+def _envelope(data: bytes) -> _Envelope:
+    """The signed change and the change it carries, decoded strictly (the reference step)."""
+    try:
+        outer = _map(decode_value(data, "signed"), "signed change", set(_SIGNED_KEYS))
+        body = outer["change"]
+        if type(body) is not bytes:
+            raise _fail(QuarantineReason.MALFORMED, "change body is not bytes")
+        inner = _map(decode_value(body, "change"), "change", set(_CHANGE_KEYS))
+    except InputError as exc:
+        raise _fail(QuarantineReason.MALFORMED, str(exc)) from None
+    return outer, body, inner
+
+
+def _envelope_fast(data: bytes) -> _Envelope | None:
+    """What `_envelope` returns, if the input has the expected shape and `_envelope` would
+    accept it; else None (then `_envelope` decides).
+
+    The reference decoder walks every item of the op list in Python to check the value model;
+    here the shape is checked with C-level passes (every field of an exact type, the op list of
+    ``[bytes, bytes]`` pairs, no more items than a change may hold, keys in canonical order),
+    which implies the value model, and canonical form is checked by packing back. Both inputs
+    are at most MAX_CHANGE_BYTES, so no string in them can exceed the strict decoder's limit.
+    """
+    try:
+        outer = msgpack.unpackb(data)
+        if type(outer) is not dict or tuple(outer) != _SIGNED_KEYS:
+            return None
+        body, signature, version = outer.values()
+        if type(body) is not bytes or type(signature) is not bytes:
+            return None
+        if type(version) is not int or version != CHANGE_FORMAT_VERSION:
+            return None
+        inner = msgpack.unpackb(body)
+    except Exception:  # any unpacking trouble is the reference decoder's to name
+        return None
+    if type(inner) is not dict or tuple(inner) != _CHANGE_KEYS:
+        return None
+    author, ops, prev, registry, seq, space, version = inner.values()
+    if type(version) is not int or version != CHANGE_FORMAT_VERSION:
+        return None
+    if type(author) is not bytes or type(registry) is not bytes or type(space) is not str:
+        return None
+    if prev is not None and type(prev) is not bytes:
+        return None
+    if type(seq) is not int or not INT_MIN <= seq <= INT_MAX:
+        return None
+    if type(ops) is not list or len(ops) > MAX_OPS_PER_CHANGE:
+        return None
+    if ops and (
+        set(map(type, ops)) != {list}
+        or set(map(len, ops)) != {2}
+        or set(map(type, chain.from_iterable(ops))) != {bytes}
+    ):
+        return None
+    if _pack(inner) != body or _pack(outer) != data:
+        return None
+    return outer, body, inner
+
+
+def _pack(value: object) -> bytes:
+    packed: bytes = msgpack.packb(value, use_bin_type=True, use_single_float=False)
+    return packed
+
+
+def _ops(raw_ops: list[object], author: bytes) -> list[Op]:
+    """Every op checked in order (the reference step): the first failure is reported."""
     ops = []
     for i, item in enumerate(raw_ops):
         if type(item) is not list or len(item) != 2 or type(item[1]) is not bytes:
@@ -172,14 +275,24 @@ def verify_change(change: UnverifiedChange, *, space: str) -> VerifiedChange:
                 f"ops[{i}] is by {op.author!r}, not by the change author",
             )
         ops.append(op)
-    return VerifiedChange(
-        space=got_space,
-        author=author,
-        seq=seq,
-        prev=prev,
-        registry=registry,
-        ops=tuple(ops),
-        change_id=change_id,
-        signature=signature,
-        data=data,
-    )
+    return ops
+
+
+def _ops_fast(raw_ops: list[object], author: bytes) -> list[Op] | None:
+    """What `_ops` returns, if every op is well formed, has the claimed id and is by
+    ``author``; else None (then `_ops` finds and reports the first failure)."""
+    if set(map(type, raw_ops)) != {list} or set(map(len, raw_ops)) != {2}:  # type: ignore[arg-type]
+        return None
+    claimed, datas = zip(*raw_ops, strict=True)
+    if set(map(type, claimed)) != {bytes} or set(map(len, claimed)) != {ID_BYTES}:
+        return None
+    ops = decode_ops_fast(datas)
+    if ops is None:
+        return None
+    if list(map(_op_id, ops)) != list(claimed) or list(map(_author, ops)).count(author) != len(ops):
+        return None
+    return ops
+
+
+_op_id = attrgetter("op_id")
+_author = attrgetter("author")
