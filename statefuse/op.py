@@ -629,6 +629,9 @@ def as_ops(items: Iterable[object]) -> list[Op]:
 # checks through the id.
 
 _NoneType = type(None)
+#: Types whose values are equal only to values of the same type with the same encoding (unlike
+#: ``1 == 1.0 == True`` or ``0.0 == -0.0``), so that ``column.count(x)`` proves a column uniform.
+_EQUAL_MEANS_SAME = frozenset({str, bytes, _NoneType})
 _VALUE_TYPES = frozenset({_NoneType, bool, int, float, str, bytes, list, dict})
 _LAYER_BY_VALUE = {m.value: m for m in Layer}
 
@@ -851,7 +854,15 @@ class _FastType:
         stored: dict[str, Sequence[Any]] = {}
         for at, name, check, _, rewrites in self.fields:
             col = cols[at]
-            out = check(name, col, set(map(type, col)))
+            first = col[0]
+            out: Sequence[Any] | None
+            if (type(first) in _EQUAL_MEANS_SAME or first == []) and col.count(first) == n:
+                # One value throughout (an author, a namespace, empty id lists...): check it
+                # once, and let every op share the one stored object.
+                one = check(name, (first,), {type(first)})
+                out = None if one is None else [one[0]] * n
+            else:
+                out = check(name, col, set(map(type, col)))
             if out is None:
                 return None
             if rewrites and out is not col:
