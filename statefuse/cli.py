@@ -21,7 +21,7 @@ Exit statuses: 0 success; 1 a user error (``Error: …`` on stderr, never a trac
 130 interrupted (Ctrl-C).
 
 Adding a command: write ``_cmd_<name>(session) -> int`` and one `Command` entry in `COMMANDS`.
-The ``context`` command (issue 6: the assembled context one viewer's LLM reads) belongs there.
+``context`` assembles the token-budgeted context one viewer's LLM reads (`statefuse.context`).
 """
 
 from __future__ import annotations
@@ -1154,6 +1154,59 @@ def _quarantine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--show", metavar="ID", help="dump one entry (id or 8+ hex digit prefix)")
 
 
+def _context_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--query", required=True, help="what the planner is asking (ranks the facts)")
+    p.add_argument("--budget", type=int, default=2000, help="token budget (default 2000)")
+    p.add_argument("--role", action="append", default=[], help="a viewer role (repeat)")
+    p.add_argument("--task", help="the viewer's task (opens task:TASK claims)")
+    p.add_argument("--session", help="the viewer's session (opens session:SESSION claims)")
+    p.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        choices=["hypothetical", "draft"],
+        help="also show this speculative scope (repeat)",
+    )
+    p.add_argument(
+        "--resolver",
+        default="conservative",
+        choices=sorted(_RESOLVERS),
+        help="how conflicts are resolved (default conservative)",
+    )
+
+
+_RESOLVERS = ("abstain", "authority", "conservative", "latest")
+
+
+def _cmd_context(s: Session) -> int:
+    from statefuse.context import context_for
+    from statefuse.lens import Lens
+    from statefuse.resolver import AbstainAll, AuthorityRank, Conservative, LatestWins
+
+    a = s.args
+    replica = s.replica()
+    lens = Lens(
+        roles=frozenset(a.role),
+        task=a.task,
+        session=a.session,
+        include=frozenset(a.include),
+        now=time.time_ns() // 1_000_000,
+        query=a.query,
+    )
+    order = replica.registry.authority_order
+    resolver = {
+        "abstain": AbstainAll(),
+        "authority": AuthorityRank(order),
+        "conservative": Conservative(authority_order=order),
+        "latest": LatestWins(),
+    }[a.resolver]
+    if a.budget < 1:
+        raise CliError("--budget", "positive", "the budget is a positive number of tokens")
+    context = context_for(replica.state(), lens, budget=a.budget, resolver=resolver)
+    s.emit(json.loads(context.to_json()), context.text)
+    return EXIT_OK
+
+
 COMMANDS: tuple[Command, ...] = (
     Command("init", "create a store for a space", _init_arguments, _cmd_init),
     Command("claim", "assert a value for a key", _claim_arguments, _cmd_claim),
@@ -1171,7 +1224,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("quarantine", "list refused changes", _quarantine_arguments, _cmd_quarantine),
     Command("verify", "re-check the store end to end", _no_arguments, _cmd_verify),
     Command("demo", "a multi-agent story, start to end", _no_arguments, _cmd_demo),
-    # `context` (issue 6: the assembled context one viewer's LLM reads) is added here.
+    Command("context", "the context a planner's LLM reads", _context_arguments, _cmd_context),
 )
 
 
