@@ -4,6 +4,10 @@ Invariant: a View holds only what its lens may see. Hidden claims appear nowhere
 values, ids, candidates, repair notes or explanations — only as a count under
 ``excluded["hidden"]``. Every visible conflict is either in ``selected`` (with how it was
 chosen) or in ``unresolved`` and ``surfaced_conflicts`` with all its visible candidates.
+
+``selected`` and ``explanations`` are read-only mappings in key order (`SelectedMap`,
+`ExplanationMap`) that make the entry of a sole-candidate key when it is first read, so a
+projection over a large memory costs what its conflicts cost, not what its keys cost.
 """
 
 from __future__ import annotations
