@@ -31,10 +31,11 @@ class QuarantineEntry:
 class Quarantine:
     """An append-only, in-memory quarantine (the store keeps it durable in a later layer)."""
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "_nbytes")
 
     def __init__(self) -> None:
         self._entries: dict[bytes, QuarantineEntry] = {}
+        self._nbytes = 0
 
     def add(
         self, data: bytes, reason: QuarantineReason, message: str, *, seen_ms: int
@@ -44,12 +45,18 @@ class Quarantine:
         entry = self._entries.get(key)
         if entry is None:
             entry = QuarantineEntry(key, data, reason, message, seen_ms, seen_ms)
+            self._nbytes += len(data)
         else:
             entry = replace(
                 entry, last_seen_ms=max(entry.last_seen_ms, seen_ms), count=entry.count + 1
             )
         self._entries[key] = entry
         return entry
+
+    @property
+    def nbytes(self) -> int:
+        """Total size of the kept bytes (each entry counted once, however often seen)."""
+        return self._nbytes
 
     def get(self, key: bytes) -> QuarantineEntry | None:
         return self._entries.get(key)

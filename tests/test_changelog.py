@@ -6,9 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import sync.changelog as changelog_module
 from registry import DEFAULT_REGISTRY, encode_value
 from statefuse import Writer
 from sync.change import (
+    ChangeInputError,
     UnverifiedChange,
     change_body,
     change_id_of,
@@ -16,7 +18,7 @@ from sync.change import (
     signed_message,
     wire,
 )
-from sync.changelog import ChangeLog, Status
+from sync.changelog import Area, AreaFullError, Bounds, BoundsConfigError, ChangeLog, Status
 from sync.key import SigningKey
 from sync.verify import QuarantineReason, VerificationError, verify_change
 
@@ -218,3 +220,175 @@ def test_seq_one_with_a_prev_is_refused():
     with pytest.raises(VerificationError) as err:
         verify_change(UnverifiedChange(_resign(a.key, body)), space=SPACE)
     assert err.value.reason is QuarantineReason.BAD_SEQUENCE
+
+
+# --- receiving many at once -------------------------------------------------------------------
+
+
+def _log_state(log: ChangeLog) -> tuple[object, ...]:
+    return (
+        log.change_ids(),
+        [c.change_id for c in log.pending()],
+        log.quarantine.verdicts(),
+        [(e.count, e.first_seen_ms, e.last_seen_ms) for e in log.quarantine],
+        log.equivocations(),
+    )
+
+
+def _receipt(r) -> tuple[object, ...]:
+    return (r.status, r.change_id, [c.change_id for c in r.admitted], r.reason, r.message)
+
+
+def _mixed_feed() -> list[bytes]:
+    """Two authors' feeds with a fork, a forged copy, a replay and a change for another space."""
+    a, b = Author(), Author()
+    first = a.change(3)
+    second = a.change()
+    a.seq, a.prev = 1, first.change_id
+    fork = a.change(2)
+    forged = bytearray(second.data)
+    forged[-70] ^= 1
+    return [
+        first.data,
+        second.data,
+        fork.data,
+        bytes(forged),
+        b.change(5).data,
+        b.change(1).data,
+        b.change(4).data,
+        Author().change(2, space="elsewhere").data,
+        first.data,
+        b"\x81\xa1v\x01",
+    ]
+
+
+@given(st.permutations(range(10)), st.sampled_from([1, 3, 256]))
+def test_receive_all_gives_the_receipts_and_log_of_receiving_one_by_one(order, batch):
+    feed = _mixed_feed()
+    changes = [feed[i] for i in order]
+    one_by_one = ChangeLog(SPACE)
+    expected = [_receipt(one_by_one.receive(c, seen_ms=5)) for c in changes]
+    together = ChangeLog(SPACE)
+    saved, changelog_module._RECEIVE_BATCH = changelog_module._RECEIVE_BATCH, batch
+    try:
+        got = [_receipt(r) for r in together.receive_all(changes, seen_ms=5)]
+    finally:
+        changelog_module._RECEIVE_BATCH = saved
+    assert got == expected
+    assert _log_state(together) == _log_state(one_by_one)
+
+
+def test_receive_all_takes_in_the_changes_before_an_item_that_is_not_bytes():
+    a = Author()
+    first, second = a.change(), a.change()
+    log = ChangeLog(SPACE)
+    with pytest.raises(ChangeInputError):
+        log.receive_all([first.data, second.data, "not bytes", a.change().data], seen_ms=0)
+    assert log.change_ids() == sorted([first.change_id, second.change_id])
+
+
+def test_a_pending_change_received_again_is_a_duplicate_until_and_after_it_is_admitted():
+    a = Author()
+    first, second = a.change(), a.change()
+    log = ChangeLog(SPACE)
+    assert log.receive(second.data, seen_ms=0).status is Status.PENDING
+    assert log.receive(second.data, seen_ms=0).status is Status.DUPLICATE
+    assert log.receive(first.data, seen_ms=0).status is Status.ACCEPTED
+    assert log.receive(second.data, seen_ms=0).status is Status.DUPLICATE
+    assert log.pending() == [] and len(log) == 2
+
+
+# --- bounds on what is kept outside the accepted changes ----------------------------------------
+
+
+def test_a_change_that_would_overfill_the_pending_area_is_refused_and_nothing_changes():
+    a = Author()
+    feed = [a.change() for _ in range(4)]
+    log = ChangeLog(SPACE, bounds=Bounds(pending_changes=2))
+    for c in feed[1:3]:
+        assert log.receive(c.data, seen_ms=0).status is Status.PENDING
+    before = _log_state(log)
+    with pytest.raises(AreaFullError) as err:
+        log.receive(feed[3].data, seen_ms=0)
+    assert (err.value.area, err.value.bound, err.value.limit) == (
+        Area.PENDING,
+        "pending_changes",
+        2,
+    )
+    assert _log_state(log) == before
+    # Once the predecessor arrives the area drains, and the refused change is welcome.
+    assert log.receive(feed[0].data, seen_ms=0).status is Status.ACCEPTED
+    assert log.receive(feed[3].data, seen_ms=0).status is Status.ACCEPTED
+    assert len(log) == 4 and log.pending() == []
+
+
+def test_the_pending_area_is_bounded_in_bytes_too():
+    a = Author()
+    feed = [a.change(), a.change(), a.change(20)]
+    log = ChangeLog(SPACE, bounds=Bounds(pending_bytes=len(feed[1].data) + 100))
+    assert log.receive(feed[1].data, seen_ms=0).status is Status.PENDING
+    with pytest.raises(AreaFullError) as err:
+        log.receive(feed[2].data, seen_ms=0)
+    assert (err.value.area, err.value.bound) == (Area.PENDING, "pending_bytes")
+    assert [c.change_id for c in log.pending()] == [feed[1].change_id]
+
+
+def test_bad_bytes_that_would_overfill_the_quarantine_are_refused_but_known_ones_are_counted():
+    log = ChangeLog(SPACE, bounds=Bounds(quarantine_entries=2))
+    bad = [b"\xc0", b"\xc1", b"\xc2"]
+    for data in bad[:2]:
+        assert log.receive(data, seen_ms=1).status is Status.QUARANTINED
+    with pytest.raises(AreaFullError) as err:
+        log.receive(bad[2], seen_ms=2)
+    assert (err.value.area, err.value.bound, err.value.limit) == (
+        Area.QUARANTINE,
+        "quarantine_entries",
+        2,
+    )
+    assert bad[2] not in log.quarantine and len(log.quarantine) == 2
+    assert log.receive(bad[0], seen_ms=3).status is Status.QUARANTINED  # seen before: no growth
+    assert [e.count for e in log.quarantine if e.data == bad[0]] == [2]
+
+
+def test_the_quarantine_is_bounded_in_bytes_and_keeps_count_of_them():
+    log = ChangeLog(SPACE, bounds=Bounds(quarantine_bytes=10))
+    log.receive(b"\xc1" * 6, seen_ms=0)
+    assert log.quarantine.nbytes == 6
+    with pytest.raises(AreaFullError) as err:
+        log.receive(b"\xc1" * 5, seen_ms=0)
+    assert err.value.bound == "quarantine_bytes" and log.quarantine.nbytes == 6
+    log.receive(b"\xc1" * 4, seen_ms=0)
+    assert log.quarantine.nbytes == 10
+
+
+def test_a_parked_change_whose_link_breaks_is_quarantined_even_past_the_bound():
+    a = Author()
+    first = a.change()
+    body = change_body(
+        space=SPACE,
+        author=a.key.author,
+        seq=3,
+        prev=first.change_id,
+        registry=FP,
+        ops=[a.writer.claim("p", "x", "v", 9)],
+    )
+    broken = _resign(a.key, body)
+    log = ChangeLog(SPACE, bounds=Bounds(quarantine_entries=1))
+    log.receive(b"\xc1", seen_ms=0)
+    assert log.receive(broken, seen_ms=0).status is Status.PENDING
+    assert log.receive(first.data, seen_ms=0).status is Status.ACCEPTED
+    assert broken in log.quarantine and len(log.quarantine) == 2  # moved, never dropped
+    assert log.pending() == []
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 1.5, "3"])
+def test_a_bound_that_is_not_a_positive_int_is_refused_by_name(value):
+    with pytest.raises(BoundsConfigError) as err:
+        Bounds(quarantine_bytes=value)
+    assert err.value.field == "quarantine_bytes"
+
+
+def test_a_change_log_needs_bounds_as_a_bounds_value():
+    with pytest.raises(BoundsConfigError) as err:
+        ChangeLog(SPACE, bounds=5)  # type: ignore[arg-type]
+    assert err.value.field == "bounds"

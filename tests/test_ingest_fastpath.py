@@ -39,7 +39,13 @@ from sync import verify as verify_module
 from sync.change import UnverifiedChange, change_id_of, signed_message
 from sync.key import SigningKey
 from sync.trust import TrustWriter
-from sync.verify import VerificationError, verify_change, verify_change_reference
+from sync.verify import (
+    QuarantineReason,
+    VerificationError,
+    verify_change,
+    verify_change_reference,
+    verify_changes,
+)
 
 SPACE = "fast-path"
 KEY = SigningKey.from_seed(bytes([7]) * 32)
@@ -547,6 +553,42 @@ def test_a_well_formed_change_is_verified_without_the_one_op_at_a_time_steps(mon
     monkeypatch.setattr(verify_module, "_envelope", refuse)
     monkeypatch.setattr(verify_module, "_ops", refuse)
     assert expected[0] == "ok" and verdict(verify_change, data) == expected
+
+
+def _verdict_of(result: Any) -> tuple[object, ...]:
+    if isinstance(result, VerificationError):
+        return ("error", result.reason, result.message)
+    c = result
+    fields = (c.space, c.author, c.seq, c.prev, c.registry, c.change_id, c.signature, c.data)
+    return ("ok", fields, [summary(op) for op in c.ops])
+
+
+@given(st.lists(signed_changes(), max_size=6))
+def test_verify_changes_gives_each_change_the_verdict_verify_change_gives_it(datas):
+    expected = [verdict(verify_change_reference, d) for d in datas]
+    for n in THRESHOLDS:
+        with batch_threshold(n):
+            got = verify_changes([UnverifiedChange(d) for d in datas], space=SPACE)
+        assert [_verdict_of(r) for r in got] == expected
+
+
+def test_verify_changes_settles_a_bundle_of_many_small_changes_in_shared_batches(monkeypatch):
+    changes = [_signed(_claims(2, author=KEY.author)) for _ in range(5)]
+    bad = [[op.op_id, op.encode()] for op in _claims(3, author=OTHER_KEY.author)]
+    changes.insert(2, _signed_items(bad))
+    expected = [verdict(verify_change_reference, d) for d in changes]
+    calls = []
+    real = statefuse.op.decode_ops_fast
+
+    def spy(datas: Any) -> Any:
+        calls.append(len(datas))
+        return real(datas)
+
+    monkeypatch.setattr(verify_module, "decode_ops_fast", spy)
+    got = verify_changes([UnverifiedChange(d) for d in changes], space=SPACE)
+    assert [_verdict_of(r) for r in got] == expected
+    assert expected[2][1] is QuarantineReason.OP_AUTHOR_MISMATCH
+    assert calls[0] == 13  # every op of the bundle in one batch
 
 
 def _by_other_author(item: list[bytes]) -> list[bytes]:
