@@ -137,11 +137,16 @@ def verify_changes(
         group.append((len(results), signed))
         results.append(None)  # settled with its group
         ops_in_group += len(signed.raw_ops)
-        if ops_in_group >= MAX_OPS_PER_CHANGE:
+        if ops_in_group >= _SHARED_BATCH_OPS:
             _settle(group, results)
             group, ops_in_group = [], 0
     _settle(group, results)
     return [r for r in results if r is not None]
+
+
+#: Ops per shared batch in `verify_changes`: enough to spread the per-batch cost thin, few enough
+#: that a batch's working set stays in cache.
+_SHARED_BATCH_OPS = 256
 
 
 def _verify(change: UnverifiedChange, space: str, decoding: _Decoding) -> VerifiedChange:
