@@ -2,7 +2,9 @@
 
 Invariant: an op's ``op_id`` is blake3 of its canonical encoding, computed from the content when
 the op is built, so ids can never be chosen, only derived. Every field is validated when an op is
-built (by a writer or by `decode_op`), so a well-formed op has exactly one encoding and one id.
+built (by a writer or by `decode_op`; `decode_ops` validates a batch column by column and builds
+only ops `decode_op` would build, with the same ids), so a well-formed op has exactly one encoding
+and one id.
 Set-valued fields (roles, evidence ids, dependencies, re-asserted retractions) are kept sorted and
 unique for the same reason.
 
@@ -620,13 +622,14 @@ def as_ops(items: Iterable[object]) -> list[Op]:
 # decides, so errors and their messages are the reference's by construction.
 #
 # Why accepting is sound: every item is unpacked on its own as exactly one msgpack object; the
-# parsed fields pass checks that accept exactly what the schema validators accept *and* leave
-# unchanged in a form that packs the same (the checks return None for inputs a validator would
-# rewrite, such as an int confidence or an unsorted id list); the key order is the canonical one;
-# and msgpack packs the parsed batch back to exactly the concatenated input. Msgpack objects are
-# self-delimiting, so the concatenations agree only if every item packs back to itself: each
-# input is then the canonical encoding of the op built from it, which is what the reference
-# checks through the id.
+# parsed fields pass checks that accept only what the schema validators accept *and* store in a
+# form that packs the same (a check returns None for an input its validator would rewrite, such
+# as an int confidence or an unsorted id list; map values are replaced by the sorted copy the
+# validator stores); the keys are in canonical order; and msgpack packs the parsed batch back to
+# exactly the concatenated input. Msgpack objects are self-delimiting, so the concatenations
+# agree only if every item packs back to itself: each input is then the canonical encoding of the
+# op built from it, the condition the reference checks through the id. The ids are the blake3 of
+# the inputs, as the reference computes them.
 
 _NoneType = type(None)
 #: Types whose values are equal only to values of the same type with the same encoding (unlike
