@@ -1,12 +1,18 @@
 """The one door from bytes to a `VerifiedChange` (SEMANTICS §8, intrinsic checks).
 
-Invariant: `verify_change` is the only code that builds a VerifiedChange from outside bytes, and
+Invariant: this module is the only code that builds a VerifiedChange from outside bytes, and
 its verdict depends only on the bytes and the expected space — never on arrival order or on what
 else the replica holds — so every replica reaches the same verdict for the same bytes. Checks
 that need other changes (the ``prev`` link, trust, equivocation) happen later, in the change log.
 
 Every failure is a `VerificationError` carrying a `QuarantineReason`: the caller quarantines the
 bytes with that reason; nothing is dropped in silence.
+
+The door has two halves with one contract. `verify_change_reference` runs each check plainly,
+one op at a time. `verify_change` (and `verify_changes`, for many changes at once) decodes the
+envelope and the ops in batches with C-level passes, and hands any input its batch paths cannot
+vouch for to the reference steps, so its verdicts, reasons and messages are the reference's;
+tests compare the two on damaged bytes. Only the batch paths are fast enough for ingest.
 """
 
 from __future__ import annotations
