@@ -26,7 +26,10 @@
     │   ├── KeyFileError (ValueError)       a key file that is missing, malformed or too open
     │   ├── ChangeInputError (TypeError)    something that is not bytes handed over as a change
     │   ├── TrustConfigError (ValueError)   a change log set up against the trust rules
-    │   └── ReconcileError (ValueError)     a malformed or hostile reconciliation message
+    │   ├── ReconcileError (ValueError)     a malformed or hostile reconciliation message
+    │   └── BoundsConfigError (ValueError)  a change-log bound that is not a positive int
+    ├── AreaFullError                   a change would pass a bound of the pending area or the
+    │                                   quarantine (the change log is left unchanged)
     └── VerificationError (ValueError)  bytes that are not a valid signed change; carries the
                                         QuarantineReason the change log records
 

@@ -16,7 +16,18 @@ from sync.change import (
     VerifiedChange,
     sign_change,
 )
-from sync.changelog import ChangeLog, Equivocation, Ignored, Receipt, Status, TrustConfigError
+from sync.changelog import (
+    Area,
+    AreaFullError,
+    Bounds,
+    BoundsConfigError,
+    ChangeLog,
+    Equivocation,
+    Ignored,
+    Receipt,
+    Status,
+    TrustConfigError,
+)
 from sync.key import (
     KeyFileError,
     PublicKey,
@@ -49,7 +60,7 @@ from sync.trust import (
     TrustWriter,
     trust_state,
 )
-from sync.verify import QuarantineReason, VerificationError, verify_change
+from sync.verify import QuarantineReason, VerificationError, verify_change, verify_changes
 
 if TYPE_CHECKING:
     from sync.http import SyncError, SyncReport, SyncServer, serve, sync_all, sync_with
@@ -63,8 +74,12 @@ __all__ = [
     "MAX_OPS_PER_CHANGE",
     "MAX_RANGES_PER_MESSAGE",
     "SIGNATURE_DOMAIN",
+    "Area",
+    "AreaFullError",
     "AuthorAdmitted",
     "AuthorRevoked",
+    "Bounds",
+    "BoundsConfigError",
     "ChangeLog",
     "Equivocation",
     "Ignored",
@@ -103,6 +118,7 @@ __all__ = [
     "sync_with",
     "trust_state",
     "verify_change",
+    "verify_changes",
     "verify_signature",
 ]
 
