@@ -1181,7 +1181,7 @@ _RESOLVERS = ("abstain", "authority", "conservative", "latest")
 def _cmd_context(s: Session) -> int:
     from statefuse.context import context_for
     from statefuse.lens import Lens
-    from statefuse.resolver import AbstainAll, AuthorityRank, Conservative, LatestWins
+    from statefuse.resolver import AbstainAll, AuthorityRank, Conservative, LatestWins, Resolver
 
     a = s.args
     replica = s.replica()
@@ -1194,12 +1194,13 @@ def _cmd_context(s: Session) -> int:
         query=a.query,
     )
     order = replica.registry.authority_order
-    resolver = {
+    resolvers: dict[str, Resolver] = {
         "abstain": AbstainAll(),
         "authority": AuthorityRank(order),
         "conservative": Conservative(authority_order=order),
         "latest": LatestWins(),
-    }[a.resolver]
+    }
+    resolver = resolvers[a.resolver]
     if a.budget < 1:
         raise CliError("--budget", "positive", "the budget is a positive number of tokens")
     context = context_for(replica.state(), lens, budget=a.budget, resolver=resolver)
