@@ -782,8 +782,8 @@ def _col_value(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any]
     return stored
 
 
-#: The column form of each field check; a field whose check is missing here (the trust ops'
-#: subject keys, say) sends its op type to the reference decoder.
+#: The column form of each field check of the core op types. Other layers' op types (the trust
+#: ops, whose subject keys need a curve check) always go to the reference decoder.
 _COLUMN_CHECKS: dict[Callable[..., Any], _ColumnCheck] = {
     _author: _col_author,
     _lamport: _col_int(1),
