@@ -392,3 +392,31 @@ def test_a_change_log_needs_bounds_as_a_bounds_value():
     with pytest.raises(BoundsConfigError) as err:
         ChangeLog(SPACE, bounds=5)  # type: ignore[arg-type]
     assert err.value.field == "bounds"
+
+
+@given(
+    st.permutations(range(10)),
+    st.integers(1, 3),
+    st.integers(1, 3),
+)
+def test_a_bounded_log_refuses_without_changing_and_never_holds_what_an_unbounded_one_would_not(
+    order, pending_changes, quarantine_entries
+):
+    feed = _mixed_feed()
+    bounded = ChangeLog(
+        SPACE,
+        bounds=Bounds(pending_changes=pending_changes, quarantine_entries=quarantine_entries),
+    )
+    unbounded = ChangeLog(SPACE)
+    for i in order:
+        unbounded.receive(feed[i], seen_ms=0)
+        before = _log_state(bounded)
+        try:
+            bounded.receive(feed[i], seen_ms=0)
+        except AreaFullError:
+            assert _log_state(bounded) == before
+        assert len(bounded.pending()) <= pending_changes
+    assert set(bounded.change_ids()) <= set(unbounded.change_ids())
+    assert set(bounded.quarantine.verdicts().items()) <= set(
+        unbounded.quarantine.verdicts().items()
+    )
