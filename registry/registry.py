@@ -23,21 +23,28 @@ FINGERPRINT_DOMAIN = b"statefuse/registry/v1"
 DEFAULT_AUTHORITY_ORDER: tuple[str, ...] = ("system", "user", "operator", "tool", "agent")
 
 
-def _authority_order(order: object) -> tuple[str, ...]:
+def check_authority_order(
+    order: object,
+    *,
+    field: str = "authority_order",
+    allow_empty: bool = False,
+    error: type[InputError] = ContractError,
+) -> tuple[str, ...]:
+    """``order`` as a tuple of distinct non-empty labels, highest first; raises ``error`` naming
+    ``field`` (or the bad item) and the rule. Shared by the registry and the resolvers, so an
+    order means the same wherever it is given."""
     if isinstance(order, (str, bytes)) or not isinstance(order, Sequence):
-        raise ContractError(
-            "authority_order", "sequence-of-str", f"expected a sequence of labels, got {order!r}"
-        )
-    if not order:
-        raise ContractError("authority_order", "non-empty", "list at least one authority label")
+        raise error(field, "sequence-of-str", f"expected a sequence of labels, got {order!r}")
+    if not order and not allow_empty:
+        raise error(field, "non-empty", "list at least one authority label")
     seen: set[str] = set()
     for i, label in enumerate(order):
         if type(label) is not str or not label:
-            raise ContractError(
-                f"authority_order[{i}]", "non-empty-str", f"expected a non-empty str, got {label!r}"
+            raise error(
+                f"{field}[{i}]", "non-empty-str", f"expected a non-empty str, got {label!r}"
             )
         if label in seen:
-            raise ContractError(f"authority_order[{i}]", "unique", f"{label!r} is listed twice")
+            raise error(f"{field}[{i}]", "unique", f"{label!r} is listed twice")
         seen.add(label)
     return tuple(order)
 
@@ -72,7 +79,7 @@ class Registry:
         default: PredicateContract = DEFAULT_CONTRACT,
         authority_order: Sequence[str] = DEFAULT_AUTHORITY_ORDER,
     ) -> None:
-        self._authority_order = _authority_order(authority_order)
+        self._authority_order = check_authority_order(authority_order)
         custom = dict(normalizers or {})
         for name in custom:
             if name in BUILTIN_NORMALIZERS:

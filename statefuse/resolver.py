@@ -28,6 +28,7 @@ from decimal import Decimal
 from typing import NamedTuple, Protocol
 
 from registry.error import InputError
+from registry.registry import check_authority_order
 from statefuse.op import ClaimAdded
 from statefuse.state import ConflictSet
 
@@ -205,22 +206,9 @@ def run_resolver(resolver: Resolver, inp: ResolverInput) -> Select | Abstain:
 
 
 def _check_order(name: str, order: object, *, allow_empty: bool) -> tuple[str, ...]:
-    if isinstance(order, (str, bytes)) or not isinstance(order, Sequence):
-        raise ResolverConfigError(
-            name, "sequence-of-str", f"expected a sequence of authority labels, got {order!r}"
-        )
-    if not order and not allow_empty:
-        raise ResolverConfigError(name, "non-empty", "list at least one authority label")
-    seen: set[str] = set()
-    for i, label in enumerate(order):
-        if type(label) is not str or not label:
-            raise ResolverConfigError(
-                f"{name}[{i}]", "non-empty-str", f"expected a non-empty str, got {label!r}"
-            )
-        if label in seen:
-            raise ResolverConfigError(f"{name}[{i}]", "unique", f"{label!r} is listed twice")
-        seen.add(label)
-    return tuple(order)
+    return check_authority_order(
+        order, field=name, allow_empty=allow_empty, error=ResolverConfigError
+    )
 
 
 def _authority_scores(order: tuple[str, ...]) -> dict[str, int]:
