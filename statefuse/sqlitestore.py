@@ -234,10 +234,6 @@ class SQLiteStore:
     def count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM changes").fetchone()[0])
 
-    def last_position(self) -> int:
-        row = self._db.execute("SELECT max(pos) FROM changes").fetchone()
-        return int(row[0] or 0)
-
     def save_snapshot(self, upto: int, blob: bytes) -> None:
         with self._transaction() as db:
             db.execute(
