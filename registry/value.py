@@ -105,10 +105,15 @@ def _utf8(value: str, field: str) -> bytes:
         raise ValueRuleError(field, "utf8", "string is not valid UTF-8 (lone surrogate)") from None
 
 
+#: Reused: creating a packer costs more than packing a small value. It has no ``default`` hook,
+#: so packing runs no Python code and cannot be interleaved by another thread.
+_PACKER = msgpack.Packer(
+    use_bin_type=True, use_single_float=False, strict_types=True, autoreset=True
+)
+
+
 def _pack(value: Any) -> bytes:
-    packed: bytes = msgpack.packb(
-        value, use_bin_type=True, use_single_float=False, strict_types=True
-    )
+    packed: bytes = _PACKER.pack(value)
     return packed
 
 

@@ -35,6 +35,7 @@ from registry.value import (
     MAX_STRING_BYTES,
     Value,
     canonical_value,
+    encode_canonical,
     encode_value,
     unpack_strict,
 )
@@ -75,6 +76,16 @@ def compute_claim_ref(
     blake3("statefuse/claim_ref/v1" ‖ canonical([namespace, subject, predicate, scope, ref_value]))
     """
     body = encode_value([namespace, subject, predicate, scope, ref_value], "claim_ref")
+    return blake3.blake3(CLAIM_REF_DOMAIN + body).digest()
+
+
+def _checked_claim_ref(
+    namespace: str, subject: str, predicate: str, scope: str, ref_value: Value
+) -> bytes:
+    """`compute_claim_ref` for names a writer has validated already (only ``ref_value``, which
+    may come from a normalizer, is checked): the same bytes, without re-validating the names."""
+    ref_value = canonical_value(ref_value, "claim_ref[4]", depth=2)
+    body = encode_canonical([namespace, subject, predicate, scope, ref_value], "claim_ref")
     return blake3.blake3(CLAIM_REF_DOMAIN + body).digest()
 
 
@@ -271,23 +282,89 @@ def _encoding_order(cls: type[_OpBase]) -> tuple[str, ...]:
     return order
 
 
-def _encoder(cls: type[_OpBase]) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
-    """The op's map keys in canonical order and a getter of its values in that order."""
+@dataclass(frozen=True, slots=True)
+class _Encoder:
+    """How to encode one op type fast.
+
+    A msgpack map is its header followed by key, value, key, value...: exactly what an array of
+    the keys and values interleaved packs to after the array's own header. So the op's values
+    are fetched in canonical key order with one C-level getter, interleaved with the keys by
+    slice assignment and packed as a flat list, and the array header is swapped for the map
+    header: no dict is built, and the C packer never calls back into Python.
+    """
+
+    keys: tuple[str, ...]
+    fetch: Callable[[Any], tuple[Any, ...]]
+    #: Where Layer values sit in the fetched tuple (packed as their string value).
+    layers: tuple[int, ...]
+    map_header: bytes
+    #: Length of the flat array's header, replaced by ``map_header``.
+    array_header_len: int
+
+
+def _encoder(cls: type[_OpBase]) -> _Encoder:
     enc = _ENCODERS.get(cls)
     if enc is None:
         order = _encoding_order(cls)
         names = ("KIND" if n == "op" else "FORMAT_VERSION" if n == "v" else n for n in order)
-        enc = _ENCODERS[cls] = (order, attrgetter(*names))
+        fields = dict(cls._SCHEMA)
+        n = len(order)
+        enc = _ENCODERS[cls] = _Encoder(
+            keys=order,
+            fetch=attrgetter(*names),
+            layers=tuple(i for i, name in enumerate(order) if fields.get(name) is _layer),
+            map_header=bytes((0x80 | n,)) if n <= 15 else b"\xde" + n.to_bytes(2, "big"),
+            array_header_len=1 if 2 * n <= 15 else 3,
+        )
     return enc
 
 
-_ENCODERS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
+_ENCODERS: dict[type, _Encoder] = {}
+#: Reused: creating a packer costs more than packing an op. It is never given a ``default``
+#: hook, so packing runs no Python code and cannot be interleaved by another thread.
+_PACKER = msgpack.Packer(use_bin_type=True, use_single_float=False, autoreset=True)
 
 
 def _plain(obj: object) -> object:
     if isinstance(obj, Layer):
         return obj.value
     raise TypeError(f"{type(obj).__name__} is not encodable")
+
+
+def _pack_plain(value: dict[str, Any]) -> bytes:
+    packed: bytes = msgpack.packb(value, use_bin_type=True, use_single_float=False, default=_plain)
+    return packed
+
+
+_Plan = tuple[tuple[str, Union[Callable[[str, Any], Any], None], Callable[[Any, Any], None]], ...]  # noqa: UP007
+_PLANS: dict[tuple[type, frozenset[str]], _Plan] = {}
+
+
+def _build_plan(cls: type[_OpBase], checked: frozenset[str]) -> _Plan:
+    """Per field of ``cls`` in ``_SCHEMA`` order: its name, its check (None when the caller
+    checked it) and its slot setter (which bypasses frozen-ness, as dataclass ``__init__``
+    itself does)."""
+    plan = _PLANS.get((cls, checked))
+    if plan is None:
+        plan = _PLANS[cls, checked] = tuple(
+            (name, None if name in checked else check, cls.__dict__[name].__set__)
+            for name, check in cls._SCHEMA
+        )
+    return plan
+
+
+#: The op sealed last and its encoding. An op is usually built and at once put into a change,
+#: which needs its bytes again: `sealed_encoding` hands them over instead of encoding twice.
+#: One slot, so nothing accumulates (keeping every op's bytes would double its memory).
+_LAST_SEALED: list[Any] = [None, b""]
+
+
+def sealed_encoding(op: _OpBase) -> bytes:
+    """``op.encode()``, taken from the seal when ``op`` is the op built last (no re-encoding)."""
+    if _LAST_SEALED[0] is op:
+        data: bytes = _LAST_SEALED[1]
+        return data
+    return op.encode()
 
 
 class _OpBase:
@@ -305,12 +382,29 @@ class _OpBase:
             new = check(name, old)
             if new is not old:
                 object.__setattr__(self, name, new)
+        self._seal()
+
+    @classmethod
+    def _from_checked(cls, checked: frozenset[str], values: Sequence[Any]) -> Any:
+        """Build an op from its field ``values`` in ``_SCHEMA`` order, skipping the checks of
+        the fields named in ``checked``: the caller (a writer) has just validated those into
+        their stored form with the very checks ``_SCHEMA`` names. The rest are checked and the
+        op is sealed exactly as the constructor does. For types whose constructor adds rules
+        of its own (`_ROW_RULES`), use the constructor."""
+        op = object.__new__(cls)
+        for (name, check, setter), v in zip(_build_plan(cls, checked), values, strict=True):
+            setter(op, v if check is None else check(name, v))
+        op._seal()
+        return op
+
+    def _seal(self) -> None:
         data = self.encode()
         if len(data) > MAX_ENCODED_BYTES:
             raise OpRuleError(
                 "op", "max-encoded-bytes", f"op encodes to more than {MAX_ENCODED_BYTES} bytes"
             )
         object.__setattr__(self, "op_id", blake3.blake3(data).digest())
+        _LAST_SEALED[0], _LAST_SEALED[1] = self, data
 
     def to_value(self) -> dict[str, Value]:
         """The op as a plain value map (the thing that is canonically encoded)."""
@@ -333,18 +427,24 @@ class _OpBase:
         """The canonical bytes of this op; ``op_id`` is their blake3.
 
         The same bytes as canonically encoding `to_value`, built faster (this runs for every op
-        written and every op received): one C-level attribute fetch in canonical key order;
-        tuples pack as arrays and a Layer as its value. Fields hold exact, validated types, so
-        msgpack's non-strict mode cannot change their meaning.
+        written and every op received; see `_Encoder`). Tuples pack as arrays and a Layer as
+        its value. Fields hold exact, validated types, so msgpack's non-strict mode cannot
+        change their meaning.
         """
-        order, fetch = _encoder(type(self))
-        packed: bytes = msgpack.packb(
-            dict(zip(order, fetch(self), strict=True)),
-            use_bin_type=True,
-            use_single_float=False,
-            default=_plain,
-        )
-        return packed
+        enc = _encoder(type(self))
+        values: Sequence[Any] = enc.fetch(self)
+        if enc.layers:
+            values = list(values)
+            for i in enc.layers:
+                values[i] = values[i].value
+        flat: list[Any] = [None] * (2 * len(enc.keys))
+        flat[::2] = enc.keys
+        flat[1::2] = values
+        try:
+            packed: bytes = _PACKER.pack(flat)
+        except TypeError:  # a value of another type (another layer's op): the general path
+            return _pack_plain(dict(zip(enc.keys, values, strict=True)))
+        return enc.map_header + packed[enc.array_header_len :]
 
     def recompute_id(self) -> bytes:
         """blake3 of the op's current content (differs from ``op_id`` only after tampering)."""

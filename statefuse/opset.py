@@ -51,6 +51,17 @@ class OpSet:
         self._order: list[bytes] | None = None
         self.update(ops)
 
+    @classmethod
+    def of_sealed(cls, ops: Iterable[Op]) -> OpSet:
+        """An OpSet of ops that hashed to their ids a moment ago: each was just decoded from
+        bytes whose hash is its id, or sealed by its constructor. Skips the re-hash `update`
+        does (the cost of encoding every op again); duplicates are still dropped."""
+        out = cls()
+        kinds = out._kinds
+        for op in ops:
+            kinds[type(op)].setdefault(op.op_id, op)
+        return out
+
     def _has(self, op_id: bytes) -> bool:
         return any(op_id in d for d in self._kinds.values())
 

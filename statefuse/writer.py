@@ -26,13 +26,20 @@ from statefuse.op import (
     Layer,
     Op,
     _author,
+    _checked_claim_ref,
+    _label,
     _name,
     _scope,
     as_ops,
-    claim_ref_for,
 )
 from statefuse.state import ConflictSet
 from statefuse.view import SurfacedConflict
+
+#: The ClaimAdded fields `Writer.claim` validates itself, with the checks ClaimAdded names
+#: (``author`` when the writer is made, ``claim_ref`` because the writer computes it).
+_CLAIM_CHECKED = frozenset(
+    ("author", "namespace", "subject", "predicate", "value", "claim_ref", "scope")
+)
 
 
 def _wall_ms() -> int:
@@ -144,35 +151,40 @@ class Writer:
         Raises OpRuleError / ValueRuleError / ValueTypeError naming the bad field, and
         NormalizationError when the predicate's contract cannot normalize ``value``.
         """
-        namespace, subject = _name("namespace", namespace), _name("subject", subject)
-        predicate, scope = _name("predicate", predicate), _scope("scope", scope)
+        namespace, subject = _label("namespace", namespace), _name("subject", subject)
+        predicate, scope = _label("predicate", predicate), _scope("scope", scope)
         value = canonical_value(value, "value", depth=2)
         contract = self.registry.contract_for(namespace, predicate)
-        if contract.normalizer != "exact":
-            self.registry.normal_form(contract, value)
-        ref = claim_ref_for(self.registry, namespace, subject, predicate, scope, value)
+        ref_value = self.registry.ref_value(contract, value)
+        if ref_value is value and contract.normalizer != "exact":
+            self.registry.normal_form(contract, value)  # the contract must accept the value
+        ref = _checked_claim_ref(namespace, subject, predicate, scope, ref_value)
         lamport, wall = self._tick()
-        op = ClaimAdded(
-            self.author,
-            lamport,
-            wall,
-            namespace,
-            subject,
-            predicate,
-            value,
-            claim_ref=ref,
-            scope=scope,
-            confidence=confidence,
-            evidence=tuple(evidence),
-            provenance=provenance,
-            authority=authority,
-            layer=layer,  # type: ignore[arg-type]
-            visibility=tuple(visibility),
-            constraint=constraint,
-            depends_on=tuple(depends_on),
-            expires=expires,
-            kind=kind,
-            reasserts=tuple(self._ref_retractions.get(ref, ())),
+        # In ClaimAdded._SCHEMA order; the fields validated above are not checked again.
+        op: ClaimAdded = ClaimAdded._from_checked(
+            _CLAIM_CHECKED,
+            (
+                self.author,
+                lamport,
+                wall,
+                namespace,
+                subject,
+                predicate,
+                value,
+                ref,
+                scope,
+                confidence,
+                evidence,
+                provenance,
+                authority,
+                layer,
+                visibility,
+                constraint,
+                depends_on,
+                expires,
+                kind,
+                tuple(self._ref_retractions.get(ref, ())),
+            ),
         )
         self._note(op)
         return op

@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 import blake3
 
 from registry.error import InputError
-from registry.value import MAX_STRING_BYTES, Value, encode_value
+from registry.value import (
+    MAX_STRING_BYTES,
+    Value,
+    canonical_value,
+    encode_canonical,
+    encode_value,
+)
 from statefuse.op import Op
 from sync.key import SigningKey
 
@@ -110,18 +116,30 @@ def change_body(
     prev: bytes | None,
     registry: bytes,
     ops: Sequence[Op],
+    datas: Sequence[bytes] | None = None,
 ) -> bytes:
-    """The canonical bytes of a change (what ``change_id`` hashes)."""
-    body: dict[str, Value] = {
+    """The canonical bytes of a change (what ``change_id`` hashes).
+
+    ``datas``, when given, are the ops' encodings (``op.encode()``, in order), for a caller that
+    already has them: the envelope is validated, the op bytes are taken as given.
+    """
+    if datas is None:
+        datas = [op.encode() for op in ops]
+    elif len(datas) != len(ops):
+        raise ChangeInputError("datas", "one-per-op", "datas must hold one encoding per op")
+    head: dict[str, Value] = {
         "author": author,
-        "ops": [[op.op_id, op.encode()] for op in ops],
+        "ops": [],
         "prev": prev,
         "registry": registry,
         "seq": seq,
         "space": space,
         "v": CHANGE_FORMAT_VERSION,
     }
-    return encode_value(body, "change")
+    body = canonical_value(head, "change")
+    assert isinstance(body, dict)
+    body["ops"] = [[op.op_id, d] for op, d in zip(ops, datas, strict=True)]
+    return encode_canonical(body, "change")
 
 
 def change_id_of(body: bytes) -> bytes:

@@ -31,7 +31,15 @@ from registry import DEFAULT_REGISTRY, Registry
 from registry.error import InputError
 from registry.value import Value
 from statefuse.materializer import Materializer
-from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Op
+from statefuse.op import (
+    ClaimAdded,
+    ClaimRetracted,
+    DecisionAdded,
+    EvidenceAdded,
+    Op,
+    sealed_encoding,
+)
+from statefuse.opset import OpSet
 from statefuse.state import ConflictSet, State
 from statefuse.store import MemoryStore, QuarantineRecord, Store, StoreError, StoreInfo, StoreWrite
 from statefuse.view import SurfacedConflict
@@ -121,7 +129,8 @@ class Replica:
         self.root = info.root
         self._clock = clock
         self._observers: list[Observer] = []
-        self._batch: list[Op] | None = None
+        #: Ops written inside `batch()`, each with its encoding.
+        self._batch: list[tuple[Op, bytes]] | None = None
         self._closed = False
         self._load()
 
@@ -276,14 +285,15 @@ class Replica:
         return self._apply(self.log.get(cid) for cid in fresh)
 
     def _apply(self, changes: Iterable[VerifiedChange | None]) -> tuple[Op, ...]:
-        ops = [
+        # A VerifiedChange's ops hashed to their ids when verified or sealed: no re-hash.
+        ops = OpSet.of_sealed(
             op
             for c in changes
             if c is not None
             for op in c.ops
             if not isinstance(op, TRUST_OP_TYPES)
-        ]
-        return tuple(self._mat.apply_all(ops)) if ops else ()
+        )
+        return tuple(self._mat.apply_all(ops)) if len(ops) else ()
 
     def _admitted(self, admitted: Sequence[VerifiedChange]) -> tuple[Op, ...]:
         """Count newly admitted changes; returns the ops the state gained."""
@@ -360,10 +370,11 @@ class Replica:
     # --- writing ---------------------------------------------------------------------------------
 
     def _emit(self, op: Any) -> Any:
+        pair = (op, sealed_encoding(op))
         if self._batch is not None:
-            self._batch.append(op)
+            self._batch.append(pair)
         else:
-            self._commit([op])
+            self._commit([pair])
         return op
 
     def add_evidence(self, source: str, content: Value = None) -> EvidenceAdded:
@@ -539,12 +550,12 @@ class Replica:
                 best = (seq, cid)
         return best
 
-    def _commit(self, ops: list[Op]) -> None:
+    def _commit(self, written: list[tuple[Op, bytes]]) -> None:
         seq, prev = self._head
         changes = []
-        for chunk in _chunks(ops):
+        for ops, datas in _chunks(written):
             seq += 1
-            c = self._sign(seq, prev, chunk)
+            c = self._sign(seq, prev, ops, datas)
             changes.append(c)
             prev = c.change_id
         try:
@@ -559,13 +570,21 @@ class Replica:
             admitted.extend(self.log.receive_verified(c, seen_ms=now).admitted)
         self._notify(self._admitted(admitted))
 
-    def _sign(self, seq: int, prev: bytes | None, ops: Sequence[Op]) -> VerifiedChange:
+    def _sign(
+        self, seq: int, prev: bytes | None, ops: Sequence[Op], datas: Sequence[bytes]
+    ) -> VerifiedChange:
         """Sign our own ops as a change. The writer built and checked every op, and `_chunks`
         keeps the change within the limits peers apply, so it is not decoded back again (what
         `sign_change` does for ops of unknown origin); `verify` re-checks stored changes."""
         registry = self.registry.fingerprint
         body = change_body(
-            space=self.space, author=self.author, seq=seq, prev=prev, registry=registry, ops=ops
+            space=self.space,
+            author=self.author,
+            seq=seq,
+            prev=prev,
+            registry=registry,
+            ops=ops,
+            datas=datas,
         )
         cid = change_id_of(body)
         signature = self.key.sign(signed_message(cid))
@@ -722,24 +741,27 @@ class Replica:
 _CHANGE_OVERHEAD = 4096
 
 
-def _chunks(ops: list[Op]) -> Iterator[list[Op]]:
-    """Split ops into changes within `MAX_OPS_PER_CHANGE` and `MAX_CHANGE_BYTES`."""
-    chunk: list[Op] = []
+def _chunks(written: list[tuple[Op, bytes]]) -> Iterator[tuple[list[Op], list[bytes]]]:
+    """Split (op, encoding) pairs into changes within `MAX_OPS_PER_CHANGE` and
+    `MAX_CHANGE_BYTES`: each chunk is its ops and their encodings."""
+    ops: list[Op] = []
+    datas: list[bytes] = []
     size = 0
     budget = MAX_CHANGE_BYTES - _CHANGE_OVERHEAD
-    for op in ops:
-        n = len(op.encode()) + 40
+    for op, data in written:
+        n = len(data) + 40
         if n > budget:
             raise ReplicaError(
                 "op", "change-size", f"an op of {n} bytes does not fit a change ({budget} bytes)"
             )
-        if chunk and (len(chunk) == MAX_OPS_PER_CHANGE or size + n > budget):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(op)
+        if ops and (len(ops) == MAX_OPS_PER_CHANGE or size + n > budget):
+            yield ops, datas
+            ops, datas, size = [], [], 0
+        ops.append(op)
+        datas.append(data)
         size += n
-    if chunk:
-        yield chunk
+    if ops:
+        yield ops, datas
 
 
 def _record(entry: QuarantineEntry, now: int) -> QuarantineRecord:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import sync.changelog as changelog_module
-from registry import DEFAULT_REGISTRY, encode_value
+from registry import DEFAULT_REGISTRY, StateFuseError, encode_value
 from statefuse import Writer
 from sync.change import (
     ChangeInputError,
@@ -420,3 +420,16 @@ def test_a_bounded_log_refuses_without_changing_and_never_holds_what_an_unbounde
     assert set(bounded.quarantine.verdicts().items()) <= set(
         unbounded.quarantine.verdicts().items()
     )
+
+
+def test_a_change_body_from_given_encodings_is_the_body_from_the_ops():
+    a = Author()
+    ops = [a.writer.claim("p", "x", "v", i) for i in range(3)]
+    fields = {"space": SPACE, "author": a.key.author, "seq": 1, "prev": None, "registry": FP}
+    plain = change_body(ops=ops, **fields)
+    assert change_body(ops=ops, datas=[op.encode() for op in ops], **fields) == plain
+    with pytest.raises(ChangeInputError) as err:
+        change_body(ops=ops, datas=[op.encode() for op in ops[:2]], **fields)
+    assert (err.value.field, err.value.rule) == ("datas", "one-per-op")
+    with pytest.raises(StateFuseError):
+        change_body(ops=ops, **{**fields, "space": "lone \ud800"})

@@ -777,3 +777,80 @@ def test_default_registry_is_exact_so_writer_refs_use_the_raw_value():
     assert contract.normalizer == "exact"
     claim = Writer("w").claim("ns", "s", "p", {"b": 1, "a": 2})
     assert claim.claim_ref == expected_claim_ref("ns", "s", "p", "global", {"a": 2, "b": 1})
+
+
+# --- the writer's pre-checked build path ---------------------------------------------------------
+
+
+@given(
+    namespace=names,
+    subject=names,
+    predicate=names,
+    value=op_values,
+    scope=scopes,
+    meta=st.fixed_dictionaries(
+        {},
+        optional={
+            "confidence": st.one_of(st.floats(0.0, 1.0), st.sampled_from([0, 1])),
+            "evidence": st.lists(ids, max_size=3),
+            "provenance": texts,
+            "authority": st.one_of(st.just(""), names),
+            "layer": st.one_of(st.sampled_from(Layer), st.sampled_from([m.value for m in Layer])),
+            "visibility": st.lists(names, max_size=3),
+            "constraint": st.one_of(st.just(""), names),
+            "depends_on": st.lists(ids, max_size=3),
+            "expires": st.one_of(st.none(), millis),
+            "kind": names,
+        },
+    ),
+)
+def test_a_writer_claim_is_the_claim_the_checking_constructor_builds(
+    namespace, subject, predicate, value, scope, meta
+):
+    claim = Writer("w", clock=lambda: 7).claim(
+        namespace, subject, predicate, value, scope=scope, **meta
+    )
+    expected = ClaimAdded(
+        "w",
+        1,
+        7,
+        namespace,
+        subject,
+        predicate,
+        value,
+        claim_ref=expected_claim_ref(namespace, subject, predicate, scope, value),
+        scope=scope,
+        **meta,
+    )
+    assert claim.op_id == expected.op_id
+    for name, _ in ClaimAdded._SCHEMA:
+        got, want = getattr(claim, name), getattr(expected, name)
+        assert type(got) is type(want) and got == want, name
+
+
+@pytest.mark.parametrize(
+    ("meta", "field", "rule"),
+    [
+        ({"confidence": 1.5}, "confidence", "unit-interval"),
+        ({"evidence": [b"short"]}, "evidence[]", "id-length"),
+        ({"provenance": 3}, "provenance", "str"),
+        ({"layer": "attic"}, "layer", "layer"),
+        ({"visibility": [""]}, "visibility[]", "name-length"),
+        ({"expires": -1}, "expires", "ms-range"),
+        ({"kind": ""}, "kind", "name-length"),
+    ],
+)
+def test_writer_metadata_is_checked_with_the_constructors_rules(meta, field, rule):
+    writer = Writer("w", clock=lambda: 0)
+    with pytest.raises(OpRuleError) as info:
+        writer.claim("ns", "s", "p", 1, **meta)
+    assert (info.value.field, info.value.rule) == (field, rule)
+    assert writer.lamport == 0
+
+
+def test_the_encoding_handed_over_after_sealing_is_the_ops_own():
+    writer = Writer("w", clock=lambda: 0)
+    first = writer.claim("ns", "s", "p", 1)
+    second = writer.claim("ns", "s", "p", 2)
+    assert statefuse.op.sealed_encoding(second) == second.encode()
+    assert statefuse.op.sealed_encoding(first) == first.encode() != second.encode()

@@ -261,3 +261,14 @@ def test_update_is_all_or_nothing_when_one_op_is_bad(before, batch, data):
         assert info.value.field == f"ops[{at}]"
     assert s.ids() == snapshot
     assert [op.op_id for op in s] == snapshot
+
+
+# --- of_sealed: the door for ops that were just hashed --------------------------------------------
+
+
+@given(op_lists)
+def test_of_sealed_holds_exactly_what_the_checking_constructor_holds(ops_):
+    sealed = OpSet.of_sealed(ops_)
+    assert sealed == OpSet(ops_)
+    assert len(sealed) == len(_ids(ops_))
+    assert sealed.ids() == sorted(_ids(ops_))

@@ -732,3 +732,20 @@ def test_mutated_encodings_decode_canonically_or_raise_an_encoding_error(value, 
         elif at < len(raw):
             del raw[at]
     _decodes_canonically_or_raises_encoding_error(bytes(raw))
+
+
+# The encoder reuses one msgpack packer; a value it refuses halfway must not leave bytes behind.
+REFUSED_HALFWAY = [
+    [1, "two", object()],
+    {"a": [1, {"b": math.nan}]},
+    [1] * 10 + [1 << 64],
+    ["ok", "lone \ud800 surrogate"],
+]
+
+
+@pytest.mark.parametrize("bad", REFUSED_HALFWAY, ids=["object", "nan", "int64", "surrogate"])
+@given(value=values(max_leaves=8))
+def test_a_value_refused_halfway_leaves_the_next_encoding_exact(bad, value):
+    with pytest.raises(StateFuseError):
+        encode_value(bad)
+    assert encode_value(value) == reference_encode(value)
