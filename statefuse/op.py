@@ -17,11 +17,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
 from itertools import repeat
 from operator import attrgetter
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, Union, cast
 
 import blake3
 import msgpack
@@ -307,12 +307,12 @@ def _encoder(cls: type[_OpBase]) -> _Encoder:
     if enc is None:
         order = _encoding_order(cls)
         names = ("KIND" if n == "op" else "FORMAT_VERSION" if n == "v" else n for n in order)
-        fields = dict(cls._SCHEMA)
+        checks = dict(cls._SCHEMA)
         n = len(order)
         enc = _ENCODERS[cls] = _Encoder(
             keys=order,
             fetch=attrgetter(*names),
-            layers=tuple(i for i, name in enumerate(order) if fields.get(name) is _layer),
+            layers=tuple(i for i, name in enumerate(order) if checks.get(name) is _layer),
             map_header=bytes((0x80 | n,)) if n <= 15 else b"\xde" + n.to_bytes(2, "big"),
             array_header_len=1 if 2 * n <= 15 else 3,
         )
@@ -320,6 +320,8 @@ def _encoder(cls: type[_OpBase]) -> _Encoder:
 
 
 _ENCODERS: dict[type, _Encoder] = {}
+#: A Layer's string value (a dict lookup is several times cheaper than the enum's property).
+_LAYER_VALUE: dict[Layer, str] = {m: m.value for m in Layer}
 #: Reused: creating a packer costs more than packing an op. It is never given a ``default``
 #: hook, so packing runs no Python code and cannot be interleaved by another thread.
 _PACKER = msgpack.Packer(use_bin_type=True, use_single_float=False, autoreset=True)
@@ -336,20 +338,28 @@ def _pack_plain(value: dict[str, Any]) -> bytes:
     return packed
 
 
-_Plan = tuple[tuple[str, Union[Callable[[str, Any], Any], None], Callable[[Any, Any], None]], ...]  # noqa: UP007
-_PLANS: dict[tuple[type, frozenset[str]], _Plan] = {}
+_Step = tuple[str, Union[Callable[[str, Any], Any], None], Callable[[Any, Any], None], object]  # noqa: UP007
+_PLANS: dict[tuple[type, frozenset[str]], tuple[_Step, ...]] = {}
+_NO_DEFAULT = object()
 
 
-def _build_plan(cls: type[_OpBase], checked: frozenset[str]) -> _Plan:
+def _build_plan(cls: type[_OpBase], checked: frozenset[str]) -> tuple[_Step, ...]:
     """Per field of ``cls`` in ``_SCHEMA`` order: its name, its check (None when the caller
-    checked it) and its slot setter (which bypasses frozen-ness, as dataclass ``__init__``
-    itself does)."""
+    checked it), its slot setter (which bypasses frozen-ness, as dataclass ``__init__`` itself
+    does) and its default. The default object itself needs no check when its check would store
+    it unchanged (most metadata is left at its default, and a check costs more than ``is``)."""
     plan = _PLANS.get((cls, checked))
     if plan is None:
-        plan = _PLANS[cls, checked] = tuple(
-            (name, None if name in checked else check, cls.__dict__[name].__set__)
-            for name, check in cls._SCHEMA
-        )
+        defaults = {f.name: f.default for f in fields(cast(Any, cls))}
+        steps = []
+        for name, check in cls._SCHEMA:
+            default = defaults.get(name, MISSING)
+            if default is MISSING or check(name, default) is not default:
+                default = _NO_DEFAULT
+            steps.append(
+                (name, None if name in checked else check, cls.__dict__[name].__set__, default)
+            )
+        plan = _PLANS[cls, checked] = tuple(steps)
     return plan
 
 
@@ -392,8 +402,10 @@ class _OpBase:
         op is sealed exactly as the constructor does. For types whose constructor adds rules
         of its own (`_ROW_RULES`), use the constructor."""
         op = object.__new__(cls)
-        for (name, check, setter), v in zip(_build_plan(cls, checked), values, strict=True):
-            setter(op, v if check is None else check(name, v))
+        for (name, check, setter, default), v in zip(
+            _build_plan(cls, checked), values, strict=True
+        ):
+            setter(op, v if check is None or v is default else check(name, v))
         op._seal()
         return op
 
@@ -436,7 +448,7 @@ class _OpBase:
         if enc.layers:
             values = list(values)
             for i in enc.layers:
-                values[i] = values[i].value
+                values[i] = _LAYER_VALUE[values[i]]
         flat: list[Any] = [None] * (2 * len(enc.keys))
         flat[::2] = enc.keys
         flat[1::2] = values
