@@ -15,7 +15,14 @@
     │   ├── ContractError (ValueError)      a bad predicate contract or registry
     │   │   └── NormalizerContractError     a custom normalizer breaks the normalizer contract
     │   │                                   (registry.checker; not pure, so not re-exported here)
-    │   └── OpRuleError (ValueError)        an op field breaks the op schema
+    │   ├── OpRuleError (ValueError)        an op field breaks the op schema
+    │   ├── ContextError (ValueError)       assemble_context given a bad argument, or
+    │   │                                   Context.expand an unknown handle
+    │   ├── TokenizerError (ValueError)     a tokenizer asked for with a bad argument, or one
+    │   │                                   whose package is not installed
+    │   ├── StoreError (RuntimeError)       a store for another space or a newer schema, locked
+    │   │                                   by a live writer, or missing or unreadable
+    │   └── CliError (ValueError)           a command-line usage error (printed as ``Error: …``)
     ├── OpIdMismatch (ValueError)       an op whose recomputed id differs from the one it claims
     │
     │   defined in ``sync`` (the merge boundary; ``statefuse`` cannot import it):
@@ -27,7 +34,14 @@
     │   ├── ChangeInputError (TypeError)    something that is not bytes handed over as a change
     │   ├── TrustConfigError (ValueError)   a change log set up against the trust rules
     │   ├── ReconcileError (ValueError)     a malformed or hostile reconciliation message
-    │   └── BoundsConfigError (ValueError)  a change-log bound that is not a positive int
+    │   ├── BoundsConfigError (ValueError)  a change-log bound that is not a positive int
+    │   ├── ReplicaError (ValueError)       a replica verb used against its rules (e.g. trust
+    │   │                                   ops from a non-root key, an op too big for a change)
+    │   ├── BundleError (ValueError)        a bundle file that is truncated, altered, for another
+    │   │                                   space or not signed by its exporter (imports nothing)
+    │   └── SyncError (RuntimeError)        HTTP sync failed: PeerUnreachableError,
+    │                                       PeerTimeoutError, PeerRejectedError,
+    │                                       MalformedResponseError
     ├── AreaFullError                   a change would pass a bound of the pending area or the
     │                                   quarantine (the change log is left unchanged)
     └── VerificationError (ValueError)  bytes that are not a valid signed change; carries the

@@ -408,3 +408,28 @@ def test_checker_finds_imports_that_reach_the_wrong_way(source, layer, forbidden
     scans = scan_tree({f"{layer}.mod": (source, False), f"{layer}.ok": ("import msgpack\n", False)})
     violations = layer_violations(scans, layer, forbidden)
     assert len(violations) == 1 and violations[0].startswith(f"{layer}.mod line "), violations
+
+
+def test_the_error_tree_in_statefuse_error_names_every_error_class():
+    import importlib
+    import pkgutil
+
+    import statefuse.error
+    from registry.error import StateFuseError
+
+    missing = []
+    for package in ("registry", "statefuse", "sync"):
+        root = importlib.import_module(package)
+        for info in pkgutil.iter_modules(root.__path__, f"{package}."):
+            if info.name.endswith("__main__"):
+                continue
+            module = importlib.import_module(info.name)
+            for name, obj in vars(module).items():
+                if (
+                    isinstance(obj, type)
+                    and issubclass(obj, StateFuseError)
+                    and obj.__module__ == module.__name__
+                    and name not in (statefuse.error.__doc__ or "")
+                ):
+                    missing.append(f"{module.__name__}.{name}")
+    assert not missing, f"not in the error tree of statefuse/error.py: {missing}"
