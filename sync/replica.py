@@ -20,6 +20,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import time
 import warnings
@@ -264,6 +265,15 @@ class Replica:
     def _load(self) -> None:
         """(Re)build the log and state from the store. The changes a valid snapshot covers are
         restored from it (see `sync.snapshot`); every other stored change is verified again."""
+        collecting = gc.isenabled()
+        gc.disable()  # millions of new objects, none of them garbage: no collection passes
+        try:
+            self._load_all()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _load_all(self) -> None:
         self.log = ChangeLog(self.space, root=self.root, mode=self.mode)
         now = self._clock()
         restored = self._restore() if self._load_mode is Load.SNAPSHOT else None
@@ -325,9 +335,13 @@ class Replica:
                 datas.append(data)
             return snap.restore(self.space, datas), upto
         except SnapshotError as exc:
-            warnings.warn(SnapshotWarning(exc.rule, exc.message), stacklevel=4)
+            rule, why = exc.rule, exc.message
         except Exception as exc:  # a cache must never stop a store from opening
-            warnings.warn(SnapshotWarning("snapshot-format", repr(exc)), stacklevel=4)
+            rule, why = "snapshot-format", repr(exc)
+        warnings.warn(
+            SnapshotWarning(rule, f"snapshot ignored, every stored change verified again: {why}"),
+            stacklevel=4,
+        )
         return None
 
     def _from_snapshot(self, snap: Restored) -> None:
@@ -849,8 +863,12 @@ class Replica:
             try:
                 if self.path is not None and self._snapshot_due():
                     self.snapshot()
+            except SnapshotError:
+                pass  # a store with changes that fail on reload: `statefuse verify` says which
             except Exception as exc:  # a cache must never stop a close
-                warnings.warn(SnapshotWarning("snapshot-save", repr(exc)), stacklevel=2)
+                warnings.warn(
+                    SnapshotWarning("snapshot-save", f"snapshot not saved: {exc!r}"), stacklevel=2
+                )
             finally:
                 self._closed = True
                 self.store.close()

@@ -107,7 +107,7 @@ class SnapshotWarning(UserWarning):
 
     def __init__(self, rule: str, message: str) -> None:
         self.rule = rule
-        super().__init__(f"replica snapshot not used: {message} ({rule})")
+        super().__init__(f"{message} ({rule})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +186,7 @@ def encode_snapshot(
                 col = [v.value for v in col]
             if not set(map(type, col)) <= _PLAIN:
                 raise SnapshotError("snapshot-plain", f"{t.KIND}.{name} holds a non-plain value")
-            cols.append(col)
+            cols.append(_pack(col))
         columns.append(cols)
     others = [op.encode() for op in compress(ops, map(_OTHER.__eq__, kinds))]
     payload = pickle.dumps(
@@ -211,6 +211,22 @@ def encode_snapshot(
     version = SNAPSHOT_VERSION.to_bytes(2, "big")
     checksum = blake3.blake3(payload).digest()
     return MAGIC + version + checksum + _mac(_secret(key), version, payload) + payload
+
+
+def _pack(col: list[Any]) -> list[Any] | tuple[Any, int]:
+    """A column, or ``(value, n)`` for one value throughout (an author, a namespace, empty
+    lists...): stored once, and shared again by every op on the way back."""
+    if col and col.count(col[0]) == len(col) and len(set(map(type, col))) == 1:
+        return (col[0], len(col))
+    return col
+
+
+def _unpack(col: Any) -> list[Any]:
+    if type(col) is tuple and len(col) == 2 and type(col[1]) is int:
+        return [col[0]] * col[1]
+    if type(col) is not list:
+        raise SnapshotError("snapshot-format", "a column is neither a list nor a constant")
+    return col
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -272,7 +288,7 @@ class Snapshot:
         if sum(nops) != len(ops):
             raise SnapshotError("snapshot-format", "op counts disagree")
         ends = list(accumulate(nops))
-        starts = [0, *ends[:-1]]
+        starts = [0, *ends[:-1]] if ends else []
         op_tuples = [tuple(ops[a:b]) for a, b in zip(starts, ends, strict=True)]
         changes = list(map(object.__new__, repeat(VerifiedChange, self.count)))
         columns = dict(zip(_CHANGE_FIELDS, fields, strict=True))
@@ -290,6 +306,7 @@ def _setter(t: type[Any], name: str) -> Any:
 
 def _build(t: type[Any], cols: list[list[Any]]) -> list[Any]:
     names = (*(n for n, _ in t._SCHEMA), "op_id")
+    cols = [_unpack(c) for c in cols]
     if len(cols) != len(names):
         raise SnapshotError("snapshot-format", f"{t.KIND} has {len(cols)} columns")
     n = len(cols[-1])
