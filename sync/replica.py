@@ -847,7 +847,13 @@ class Replica:
         if len(covered) != len(rows):
             raise SnapshotError("snapshot-covers", "a stored change is not accepted on reload")
         upto = rows[-1][0] if rows else 0
-        blob = encode_snapshot(covered, key=self.key, identity=self._identity(), upto=upto)
+        collecting = gc.isenabled()
+        gc.disable()  # many new lists, none of them garbage until the blob is built
+        try:
+            blob = encode_snapshot(covered, key=self.key, identity=self._identity(), upto=upto)
+        finally:
+            if collecting:
+                gc.enable()
         self.store.save_snapshot(upto, blob)
         self._snap_count = len(covered)
         return len(covered)

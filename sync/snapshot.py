@@ -183,7 +183,7 @@ def encode_snapshot(
             col: list[Any] = list(map(attrgetter(name), group))
             enum = _ENUMS.get(name)
             if enum is not None:
-                col = [v.value for v in col]
+                col = list(map({m: m.value for m in enum}.__getitem__, col))
             if not set(map(type, col)) <= _PLAIN:
                 raise SnapshotError("snapshot-plain", f"{t.KIND}.{name} holds a non-plain value")
             cols.append(_pack(col))
