@@ -9,8 +9,13 @@ Rows:
   to the incremental state. Median of repeats, as ops/s.
 - ``store append, 100-op changes``: `SQLiteStore.write` alone for pre-signed changes (the
   durable part: one transaction and one fsync per change).
-- ``reopen, N ops``: `Replica.open` of a store holding N ops in 100-op changes: every stored
-  change is verified again (signature, canonical bytes, op ids) and the state materialized.
+- ``reopen, N ops (snapshot)``: `Replica.open` of a store holding N ops in 100-op changes,
+  plus `state()`, with the snapshot its last close saved: the changes are restored from it
+  (`sync.snapshot`) and the state built from the restored ops.
+- ``reopen, N ops (full verify, no snapshot)``: the same store with its snapshot row deleted:
+  every stored change is verified again (signature, canonical bytes, op ids) and materialized.
+- ``close, 10-op store``: `Replica.close` of a new store after ten 1-op changes, which saves
+  its first snapshot.
 
 Progress goes to stderr, the table to stdout, the JSON to ``--json`` or
 ``benchmarks/results/replica-<UTC time>.json``.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -74,7 +80,15 @@ def bench_store_append(home: Path, changes: int, repeats: int) -> list[float]:
     return rates
 
 
-def bench_reopen(home: Path, ops: int, repeats: int) -> list[float]:
+def _drop_snapshot(path: Path) -> None:
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("DELETE FROM snapshot")
+    db.close()
+
+
+def bench_reopen(home: Path, ops: int, repeats: int) -> tuple[list[float], list[float]]:
+    """Reopen times with the snapshot and with none (full verification)."""
     path = home / f"reopen{ops}.db"
     with Replica.open(path, space="bench", clock=lambda: 0) as rep:
         step = max(ops // 10, 100)
@@ -82,14 +96,31 @@ def bench_reopen(home: Path, ops: int, repeats: int) -> list[float]:
             _fill(rep, min(step, ops - done), 100, f"r{done}-")
             _log(f"  reopen store: {done + step:,} / {ops:,} ops written")
         digest = rep.state().digest()
+    _log("  (closed: snapshot saved)")
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for snapshot in (True, False):
+        for _ in range(repeats):
+            if not snapshot:
+                _drop_snapshot(path)
+            start = time.perf_counter()
+            with Replica.open(path) as again:
+                state = again.state()
+                elapsed = time.perf_counter() - start
+                assert state.digest() == digest, "reopened state differs"
+                assert (again.restored > 0) == snapshot, "snapshot used or not as intended"
+            times[snapshot].append(elapsed)
+    return times[True], times[False]
+
+
+def bench_close(home: Path, repeats: int) -> list[float]:
     times = []
-    for _ in range(repeats):
+    for r in range(repeats):
+        rep = Replica.open(home / f"close-{r}.db", space="bench", clock=lambda: 0)
+        for i in range(10):
+            rep.add_claim("bench", f"c{i}", "value", i)
         start = time.perf_counter()
-        with Replica.open(path) as again:
-            state = again.state()
-            elapsed = time.perf_counter() - start
-            assert state.digest() == digest, "reopened state differs"
-        times.append(elapsed)
+        rep.close()
+        times.append(time.perf_counter() - start)
     return times
 
 
@@ -140,25 +171,39 @@ def main(argv: list[str] | None = None) -> int:
                 "target": f">= {TARGET_BATCHED:,} ops/s",
             }
         )
+        _log("close, 10-op store")
+        tc = bench_close(home, 5 if args.quick else 15)
+        rows.append(
+            {
+                "row": "close, 10-op store",
+                "median": statistics.median(tc),
+                "unit": "s",
+                "samples": tc,
+            }
+        )
         for n in reopen_sizes:
             _log(f"reopen, {n:,} ops")
-            t = bench_reopen(home, n, repeats)
-            rows.append(
-                {
-                    "row": f"reopen, {n:,} ops",
-                    "median": statistics.median(t),
-                    "unit": "s",
-                    "samples": t,
-                }
-            )
-    print(f"{'benchmark':34} {'median':>14}  {'target':>18}")
+            fast, full = bench_reopen(home, n, repeats)
+            for label, t in (("snapshot", fast), ("full verify, no snapshot", full)):
+                rows.append(
+                    {
+                        "row": f"reopen, {n:,} ops ({label})",
+                        "median": statistics.median(t),
+                        "unit": "s",
+                        "samples": t,
+                    }
+                )
+    print(f"{'benchmark':50} {'median':>14}  {'target':>18}")
     for row in rows:
-        value = (
-            f"{row['median']:,.0f} {row['unit']}"
-            if row["unit"] == "ops/s"
-            else (f"{row['median']:.2f} s")
-        )
-        print(f"{row['row']:34} {value:>14}  {row.get('target', ''):>18}")
+        median = row["median"]
+        assert isinstance(median, float)
+        if row["unit"] == "ops/s":
+            value = f"{median:,.0f} ops/s"
+        elif median < 1:
+            value = f"{median * 1000:.1f} ms"
+        else:
+            value = f"{median:.2f} s"
+        print(f"{row['row']:50} {value:>14}  {row.get('target', ''):>18}")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = args.json or RESULTS / f"replica-{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -928,7 +928,8 @@ def _cmd_verify(s: Session) -> int:
     from sync.change import UnverifiedChange
     from sync.verify import VerificationError, verify_change
 
-    rep = s.replica()  # opening re-verifies every stored change into a fresh change log
+    # every stored change is verified again into a fresh change log: the snapshot is not used
+    rep = s.open(load="verify")
     problems = []
     stored = 0
     for pos, raw in rep.store.accepted():

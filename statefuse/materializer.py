@@ -74,6 +74,26 @@ class Materializer:
         m._state = state
         return m
 
+    @classmethod
+    def from_checked(
+        cls,
+        claims: dict[bytes, ClaimAdded],
+        retractions: dict[bytes, ClaimRetracted],
+        evidence: dict[bytes, EvidenceAdded],
+        decisions: dict[bytes, DecisionAdded],
+        *,
+        registry: Registry = DEFAULT_REGISTRY,
+    ) -> Materializer:
+        """Start from ops already split by type (op id -> op) and known to hash to their ids,
+        e.g. ops restored from an authenticated replica snapshot: nothing is re-checked, and
+        the materializer takes ownership of the four dicts. The State is the one `materialize`
+        gives for the same ops."""
+        m = cls.__new__(cls)
+        m._ix = build(claims, retractions, evidence, decisions, _check_registry(registry))
+        m._shared = False
+        m._state = None
+        return m
+
     @property
     def registry(self) -> Registry:
         return self._ix.registry

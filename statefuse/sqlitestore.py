@@ -234,6 +234,13 @@ class SQLiteStore:
     def count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM changes").fetchone()[0])
 
+    def accepted_ids(self, after: int = 0) -> Iterator[tuple[int, bytes]]:
+        cursor = self._db.execute(
+            "SELECT pos, change_id FROM changes WHERE pos > ? ORDER BY pos", (after,)
+        )
+        for pos, change_id in cursor:
+            yield pos, bytes(change_id)
+
     def save_snapshot(self, upto: int, blob: bytes) -> None:
         with self._transaction() as db:
             db.execute(

@@ -92,6 +92,9 @@ class Store(Protocol):
     def count(self) -> int:
         """How many accepted changes the store holds."""
 
+    def accepted_ids(self, after: int = 0) -> Iterator[tuple[int, bytes]]:
+        """``(position, change id)`` of accepted changes past ``after``, in append order."""
+
     def save_snapshot(self, upto: int, blob: bytes) -> None:
         """Keep a materialized snapshot covering accepted positions ``<= upto``."""
 
@@ -117,12 +120,22 @@ def merge_quarantine(old: QuarantineRecord | None, new: QuarantineRecord) -> Qua
 class MemoryStore:
     """A store in memory (for tests and short-lived replicas): the same contract, no durability."""
 
-    __slots__ = ("_accepted", "_closed", "_ids", "_info", "_pending", "_quarantine", "_snapshot")
+    __slots__ = (
+        "_accepted",
+        "_closed",
+        "_id_order",
+        "_ids",
+        "_info",
+        "_pending",
+        "_quarantine",
+        "_snapshot",
+    )
 
     def __init__(self) -> None:
         self._info: StoreInfo | None = None
         self._accepted: list[bytes] = []
         self._ids: set[bytes] = set()
+        self._id_order: list[bytes] = []
         self._pending: dict[bytes, bytes] = {}
         self._quarantine: dict[bytes, QuarantineRecord] = {}
         self._snapshot: tuple[int, bytes] | None = None
@@ -147,6 +160,7 @@ class MemoryStore:
             self._pending.pop(cid, None)
             if cid not in self._ids:
                 self._ids.add(cid)
+                self._id_order.append(cid)
                 self._accepted.append(data)
         for cid, data in batch.pending:
             if cid not in self._ids:
@@ -169,6 +183,11 @@ class MemoryStore:
 
     def count(self) -> int:
         return len(self._accepted)
+
+    def accepted_ids(self, after: int = 0) -> Iterator[tuple[int, bytes]]:
+        self._open()
+        for i in range(after, len(self._id_order)):
+            yield i + 1, self._id_order[i]
 
     def save_snapshot(self, upto: int, blob: bytes) -> None:
         self._open()

@@ -51,6 +51,7 @@ import stat
 from contextlib import suppress
 from dataclasses import dataclass, field
 
+import blake3
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -275,6 +276,18 @@ class SigningKey:
 
     def __repr__(self) -> str:
         return f"SigningKey(author={self.author.hex()})"
+
+    def derive_secret(self, context: str) -> bytes:
+        """A 32-byte secret derived from the seed for ``context`` (BLAKE3 key derivation).
+
+        Lets another use of this key (authenticating the replica's local snapshot, say) have a
+        secret of its own without the seed leaving the object. ``context`` is a hard-coded,
+        application-unique string; different contexts give unrelated secrets.
+        """
+        if not isinstance(context, str) or not context:
+            raise SigningKeyError("context", "context-type", "a context is a non-empty str")
+        seed = self._private.private_bytes_raw()
+        return blake3.blake3(seed, derive_key_context=context).digest()
 
     def sign(self, message: bytes) -> bytes:
         """The 64-byte Ed25519 signature of ``message`` (deterministic, RFC 8032).

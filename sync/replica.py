@@ -20,10 +20,13 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +60,23 @@ from sync.change import (
 from sync.changelog import ChangeLog, Ignored, Status
 from sync.key import SigningKey
 from sync.quarantine import QuarantineEntry
+from sync.snapshot import (
+    Identity,
+    Load,
+    Restored,
+    SnapshotError,
+    SnapshotWarning,
+    encode_snapshot,
+    open_snapshot,
+)
 from sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
 
 Observer = Callable[[tuple[Op, ...]], object]
+
+#: `Replica.close` saves a snapshot when the accepted changes it would not cover number at least
+#: this fraction (1/N) of those it covers: replaying a few changes at the next open is cheaper
+#: than rewriting a large snapshot on every close.
+CLOSE_SNAPSHOT_SHARE = 64
 
 
 class ReplicaError(InputError, ValueError):
@@ -109,7 +126,14 @@ class Replica:
         registry: Registry = DEFAULT_REGISTRY,
         clock: Callable[[], int] = _wall_ms,
         path: Path | None = None,
+        load: Load | str = Load.SNAPSHOT,
     ) -> None:
+        try:
+            load = Load(load)
+        except ValueError:
+            raise ReplicaError(
+                "load", "load-mode", f"load is 'snapshot' or 'verify', not {load!r}"
+            ) from None
         info = store.info()
         if info is None:
             raise StoreError("store", "initialized", "initialize the store before opening it")
@@ -132,6 +156,10 @@ class Replica:
         #: Ops written inside `batch()`, each with its encoding.
         self._batch: list[tuple[Op, bytes]] | None = None
         self._closed = False
+        self._load_mode = load
+        #: How many accepted changes the last open (or reload) restored from a snapshot
+        #: instead of verifying them again (0: none).
+        self.restored = 0
         self._load()
 
     # --- opening ---------------------------------------------------------------------------------
@@ -149,6 +177,7 @@ class Replica:
         create: bool = True,
         wait: float = 0.0,
         clock: Callable[[], int] = _wall_ms,
+        load: Load | str = Load.SNAPSHOT,
     ) -> Replica:
         """Open (or create) the SQLite replica at ``path``.
 
@@ -157,6 +186,9 @@ class Replica:
         different registry. ``mode="closed"`` admits only authors the root admits; the root
         defaults to this replica's own key. Raises StoreError when the store is locked by a live
         writer (unless it frees up within ``wait`` seconds).
+
+        ``load="verify"`` ignores the store's snapshot and verifies every stored change again;
+        by default the changes a valid snapshot covers are restored from it (`sync.snapshot`).
         """
         from statefuse.sqlitestore import SQLiteStore
 
@@ -190,7 +222,7 @@ class Replica:
                             "key", "exists", f"no author key at {kpath} (pass key= to use one)"
                         )
                     key = SigningKey.load(kpath)
-            return cls(store, key, registry=registry, clock=clock, path=path)
+            return cls(store, key, registry=registry, clock=clock, path=path, load=load)
         except BaseException:
             store.close()
             raise
@@ -240,13 +272,30 @@ class Replica:
         return child
 
     def _load(self) -> None:
-        """(Re)build the log and state from the store: every stored change is verified again."""
+        """(Re)build the log and state from the store. The changes a valid snapshot covers are
+        restored from it (see `sync.snapshot`); every other stored change is verified again."""
+        collecting = gc.isenabled()
+        gc.disable()  # millions of new objects, none of them garbage: no collection passes
+        try:
+            self._load_all()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _load_all(self) -> None:
         self.log = ChangeLog(self.space, root=self.root, mode=self.mode)
         now = self._clock()
-        for _pos, data in self.store.accepted():
+        restored = self._restore() if self._load_mode is Load.SNAPSHOT else None
+        upto = 0
+        if restored is not None:
+            snap, upto = restored
+            for c in snap.changes:
+                self.log.receive_verified(c, seen_ms=now)
+        for _pos, data in self.store.accepted(upto):
             self.log.receive(data, seen_ms=now)
         for data in self.store.pending():
             self.log.receive(data, seen_ms=now)
+        self.restored = self._snap_count = 0 if restored is None else len(restored[0].changes)
         self._by_seq: dict[tuple[bytes, int], bytes] = {}
         self._head: tuple[int, bytes | None] = (0, None)
         for c in self.log.changes():
@@ -257,13 +306,95 @@ class Replica:
         self.trust_writer = TrustWriter(self.key.author)
         self._mat = Materializer(registry=self.registry)
         self._counted: set[bytes] = set()
+        rest = self.log.changes()
+        if restored is not None:
+            covered = {c.change_id for c in restored[0].changes}
+            rest = [c for c in rest if c.change_id not in covered]
+            self._from_snapshot(restored[0])
         self._recount()
-        for c in self.log.changes():
+        for c in rest:
             self.writer.observe(op for op in c.ops if not isinstance(op, TRUST_OP_TYPES))
             if c.author == self.key.author:
                 for op in c.ops:
-                    if isinstance(op, TRUST_OP_TYPES) and op.lamport > self.trust_writer._lamport:
-                        self.trust_writer._lamport = op.lamport
+                    if isinstance(op, TRUST_OP_TYPES):
+                        self._observe_trust(op.lamport)
+
+    def _observe_trust(self, lamport: int) -> None:
+        if lamport > self.trust_writer._lamport:
+            self.trust_writer._lamport = lamport
+
+    def _identity(self) -> Identity:
+        return Identity(
+            self.space, self.key.author, self.registry.fingerprint, self.mode.value, self.root
+        )
+
+    def _restore(self) -> tuple[Restored, int] | None:
+        """The changes of the store's snapshot and the position it covers, or None (no
+        snapshot, or one that does not check out: then a SnapshotWarning says why)."""
+        found = self.store.load_snapshot()
+        if found is None:
+            return None
+        upto, blob = found
+        try:
+            snap = open_snapshot(blob, key=self.key, identity=self._identity(), upto=upto)
+            datas = []
+            for pos, data in self.store.accepted():
+                if pos > upto:
+                    break
+                datas.append(data)
+            return snap.restore(self.space, datas), upto
+        except SnapshotError as exc:
+            rule, why = exc.rule, exc.message
+        except Exception as exc:  # a cache must never stop a store from opening
+            rule, why = "snapshot-format", repr(exc)
+        warnings.warn(
+            SnapshotWarning(rule, f"snapshot ignored, every stored change verified again: {why}"),
+            stacklevel=4,
+        )
+        return None
+
+    def _from_snapshot(self, snap: Restored) -> None:
+        """Set the state and the writers' clocks from restored changes, as observing and
+        applying each of their ops would (the ops were checked when the snapshot was written;
+        its mac vouches for that)."""
+        ignored = self.log.verdicts()
+        counted = [
+            c for c in snap.changes if c.change_id in self.log and c.change_id not in ignored
+        ]
+        by_type = snap.by_type
+        if len(counted) != len(snap.changes):
+            by_type = {t: [] for t in by_type}
+            for c in counted:
+                for op in c.ops:
+                    group = by_type.get(type(op))
+                    if group is not None:
+                        group.append(op)
+        op_id = attrgetter("op_id")
+
+        def index(t: type[Any]) -> dict[bytes, Any]:
+            ops = by_type[t]
+            return dict(zip(map(op_id, ops), ops, strict=True))
+
+        self._mat = Materializer.from_checked(
+            index(ClaimAdded),
+            index(ClaimRetracted),
+            index(EvidenceAdded),
+            index(DecisionAdded),
+            registry=self.registry,
+        )
+        self._counted = {c.change_id for c in counted}
+        lamport = attrgetter("lamport")
+        marks: list[Op] = [max(ops, key=lamport) for ops in snap.by_type.values() if ops]
+        marks += [
+            r
+            for r in snap.by_type[ClaimRetracted]
+            if isinstance(r, ClaimRetracted) and r.target_claim_ref is not None
+        ]
+        marks += [op for op in snap.others if not isinstance(op, TRUST_OP_TYPES)]
+        self.writer.observe(marks)
+        for op in snap.others:
+            if isinstance(op, TRUST_OP_TYPES) and op.author == self.key.author:
+                self._observe_trust(op.lamport)
 
     # --- counting (which accepted changes the state includes) -----------------------------------
 
@@ -720,10 +851,52 @@ class Replica:
         if self._closed:
             raise ReplicaError("replica", "open", "the replica is closed")
 
+    def snapshot(self) -> int:
+        """Save a snapshot of the accepted changes now, so the next open restores them instead
+        of verifying them again; returns how many changes it covers. Only a cache: the changes
+        themselves are already durable, and `close` saves one when enough is new.
+
+        Raises SnapshotError (rule ``snapshot-covers``) if a stored change is not in the log
+        (one that failed verification on reload), and what the store raises on a failed write.
+        """
+        self._check_open()
+        rows = list(self.store.accepted_ids())
+        changes = [self.log.get(cid) for _, cid in rows]
+        covered = [c for c in changes if c is not None]
+        if len(covered) != len(rows):
+            raise SnapshotError("snapshot-covers", "a stored change is not accepted on reload")
+        upto = rows[-1][0] if rows else 0
+        collecting = gc.isenabled()
+        gc.disable()  # many new lists, none of them garbage until the blob is built
+        try:
+            blob = encode_snapshot(covered, key=self.key, identity=self._identity(), upto=upto)
+        finally:
+            if collecting:
+                gc.enable()
+        self.store.save_snapshot(upto, blob)
+        self._snap_count = len(covered)
+        return len(covered)
+
+    def _snapshot_due(self) -> bool:
+        new = len(self.log) - self._snap_count
+        return new > 0 and new * CLOSE_SNAPSHOT_SHARE >= self._snap_count
+
     def close(self) -> None:
+        """Close the store (saving a snapshot first when enough changed: `CLOSE_SNAPSHOT_SHARE`).
+        A snapshot that cannot be saved is reported as a SnapshotWarning, never raised."""
         if not self._closed:
-            self._closed = True
-            self.store.close()
+            try:
+                if self.path is not None and self._snapshot_due():
+                    self.snapshot()
+            except SnapshotError:
+                pass  # a store with changes that fail on reload: `statefuse verify` says which
+            except Exception as exc:  # a cache must never stop a close
+                warnings.warn(
+                    SnapshotWarning("snapshot-save", f"snapshot not saved: {exc!r}"), stacklevel=2
+                )
+            finally:
+                self._closed = True
+                self.store.close()
 
     def __enter__(self) -> Replica:
         return self
