@@ -42,6 +42,9 @@
     │   └── SyncError (RuntimeError)        HTTP sync failed: PeerUnreachableError,
     │                                       PeerTimeoutError, PeerRejectedError,
     │                                       MalformedResponseError
+    ├── SnapshotError                   a replica snapshot that cannot be used (``rule`` says
+    │                                   why); the replica reports it as a SnapshotWarning and
+    │                                   verifies the store in full instead
     ├── AreaFullError                   a change would pass a bound of the pending area or the
     │                                   quarantine (the change log is left unchanged)
     └── VerificationError (ValueError)  bytes that are not a valid signed change; carries the
