@@ -854,3 +854,12 @@ def test_the_encoding_handed_over_after_sealing_is_the_ops_own():
     second = writer.claim("ns", "s", "p", 2)
     assert statefuse.op.sealed_encoding(second) == second.encode()
     assert statefuse.op.sealed_encoding(first) == first.encode() != second.encode()
+
+
+def test_the_pre_checked_build_refuses_a_value_list_of_the_wrong_length():
+    claim = Writer("w", clock=lambda: 0).claim("ns", "s", "p", 1)
+    values = [getattr(claim, name) for name, _ in ClaimAdded._SCHEMA]
+    assert ClaimAdded._from_checked(frozenset(), values).op_id == claim.op_id
+    with pytest.raises(OpRuleError) as info:
+        ClaimAdded._from_checked(frozenset(), values[:-1])
+    assert (info.value.field, info.value.rule) == ("values", "one-per-field")
