@@ -35,6 +35,7 @@ import sqlite3
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -1300,7 +1301,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     run = {c.name: c.run for c in COMMANDS}[args.command]
-    session = Session(args)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _run(run, Session(args))
+
+
+def _show_warning(message: Warning | str, *_: object, **__: object) -> None:
+    """Warnings (a snapshot ignored, say) are news for the user, not for a developer: one line,
+    without the source location."""
+    print(f"Warning: {message}", file=sys.stderr)
+
+
+def _run(run: Callable[[Session], int], session: Session) -> int:
     try:
         return run(session)
     except KeyboardInterrupt:

@@ -1077,3 +1077,21 @@ def test_context_json_is_the_contexts_json_and_bad_budgets_are_user_errors(cli, 
     bad = cli("context", "--query", "owner", "--budget", "0")
     assert (bad.code, bad.out) == (1, "")
     assert bad.err == "Error: the budget is a positive number of tokens\n"
+
+
+def test_an_unusable_snapshot_is_one_warning_line_and_the_command_still_answers(store, cli):
+    _seed_launch(store)
+    with opened(store) as r:
+        r.snapshot()
+    expected = cli("--json", "show")
+    assert expected.err == ""
+    db = sqlite3.connect(store)
+    db.execute("UPDATE snapshot SET data = substr(data, 1, 100)")
+    db.commit()
+    db.close()
+    got = cli("--json", "show")
+    assert (got.code, got.out) == (expected.code, expected.out)
+    lines = got.err.splitlines()
+    assert len(lines) == 1, got.err
+    assert lines[0].startswith("Warning: snapshot ignored") and "(snapshot-checksum)" in lines[0]
+    assert "replica.py" not in got.err
