@@ -378,16 +378,16 @@ def _compile_builder(cls: type[_OpBase], checked: frozenset[str]) -> Callable[[S
 
 #: The op sealed last and its encoding. An op is usually built and at once put into a change,
 #: which needs its bytes again: `sealed_encoding` hands them over instead of encoding twice.
-#: One slot, so nothing accumulates (keeping every op's bytes would double its memory).
-_LAST_SEALED: list[Any] = [None, b""]
+#: One slot, so nothing accumulates (keeping every op's bytes would double its memory). The
+#: slot holds one (op, bytes) pair, replaced whole, so a thread sealing ops of its own can never
+#: pair another thread's op with these bytes.
+_LAST_SEALED: list[tuple[Any, bytes]] = [(None, b"")]
 
 
 def sealed_encoding(op: _OpBase) -> bytes:
     """``op.encode()``, taken from the seal when ``op`` is the op built last (no re-encoding)."""
-    if _LAST_SEALED[0] is op:
-        data: bytes = _LAST_SEALED[1]
-        return data
-    return op.encode()
+    sealed, data = _LAST_SEALED[0]
+    return data if sealed is op else op.encode()
 
 
 class _OpBase:
@@ -430,7 +430,7 @@ class _OpBase:
                 "op", "max-encoded-bytes", f"op encodes to more than {MAX_ENCODED_BYTES} bytes"
             )
         object.__setattr__(self, "op_id", blake3.blake3(data).digest())
-        _LAST_SEALED[0], _LAST_SEALED[1] = self, data
+        _LAST_SEALED[0] = (self, data)
 
     def to_value(self) -> dict[str, Value]:
         """The op as a plain value map (the thing that is canonically encoded)."""

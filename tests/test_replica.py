@@ -352,3 +352,38 @@ def test_layer_conveniences_write_claims_of_their_layer_and_kind():
     assert (signal.layer, signal.kind) == (Layer.ENVIRONMENT, "signal")
     assert (question.kind, question.predicate) == ("question", "venue?")
     assert len(r) == 5 and len(r.state().active_claims()) == 5
+
+
+def test_replicas_written_from_two_threads_at_once_sign_only_changes_that_verify():
+    import sys
+    import threading
+
+    from sync.verify import verify_change
+
+    replicas = [Replica.memory(space="threads") for _ in range(2)]
+
+    def write(rep: Replica, tag: str) -> None:
+        for b in range(20):
+            with rep.batch():
+                for i in range(50):
+                    rep.add_claim("ns", f"{tag}{b}-{i}", "p", i)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+    try:
+        threads = [
+            threading.Thread(target=write, args=(rep, tag))
+            for rep, tag in zip(replicas, "ab", strict=True)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    for rep in replicas:
+        datas = rep.all_change_bytes()
+        assert len(datas) == 20
+        for data in datas:
+            verify_change(UnverifiedChange(data), space="threads")  # raises if an op is off
+        assert len(rep.state().active_claims()) == 1000
