@@ -6,7 +6,8 @@ n signed 1-op changes (eight authors' feeds, signed once before any clock starts
 by both); replica B is served on loopback by `sync.http.serve`. Each run, A and B each write
 d/2 = 50 new changes, then A syncs with B over HTTP (`sync_with`), so every run reconciles
 n + (earlier runs' changes) ids with exactly d = 100 differences. A second sync right after,
-between equal replicas, is timed too.
+between equal replicas, is timed too (each side builds its ids and fingerprints anew, since
+both gained changes), and a third (nothing new since the second: both reuse what they built).
 
 Invariant: every timed sync is checked to have moved exactly the d changes (50 fetched, 50
 pushed, all accepted) and to leave both replicas with the same ids and state digest, so a run
@@ -106,6 +107,7 @@ def bench_http(
     records: list[dict[str, object]] = []
     runs: list[SyncReport] = []
     equal_runs: list[SyncReport] = []
+    idle_runs: list[SyncReport] = []
     builds: list[float] = []
     with serve(b) as server:
         for run in range(repeat):
@@ -121,8 +123,11 @@ def bench_http(
             _check(report, a, b, half, half)
             again = sync_with(a, server.url)
             _check(again, a, b, 0, 0)
+            idle = sync_with(a, server.url)
+            _check(idle, a, b, 0, 0)
             runs.append(report)
             equal_runs.append(again)
+            idle_runs.append(idle)
             progress(
                 f"run {run + 1}/{repeat}: {report.seconds * 1e3:.0f} ms, {report.round_trips}"
                 f" round trips, {report.bytes_sent:,} B sent, {report.bytes_received:,} B"
@@ -142,6 +147,7 @@ def bench_http(
                     "equal_round_trips": again.round_trips,
                     "equal_bytes_sent": again.bytes_sent,
                     "equal_bytes_received": again.bytes_received,
+                    "idle_seconds": idle.seconds,
                     "reconciler_build_seconds": builds[-1],
                 }
             )
@@ -183,6 +189,14 @@ def bench_http(
                 f"{equal.round_trips} round trip; sent {equal.bytes_sent:,} B, received"
                 f" {equal.bytes_received:,} B"
             ),
+        ),
+        Row(
+            section,
+            "d=0 again, nothing new since the last sync: wall time",
+            n,
+            Unit.SECONDS,
+            [r.seconds for r in idle_runs],
+            note="each side reuses the ids and fingerprints it built for the previous sync",
         ),
         Row(
             section,

@@ -248,7 +248,7 @@ def _reconcile(conn: _Connection, replica: Replica, lock: Lock | None) -> Reconc
     restarts = 0
     while True:
         with _holding(lock):
-            reconciler = Reconciler(replica.change_ids())
+            reconciler = replica.reconciler()
         try:
             if _exchange(conn, space, reconciler):
                 return reconciler

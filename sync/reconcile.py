@@ -268,6 +268,18 @@ class Reconciler:
     def __len__(self) -> int:
         return len(self._ids)
 
+    def fresh(self) -> Reconciler:
+        """A reconciler over the same ids and config, with nothing learned yet: the sorted ids
+        and their prefix sums are shared (never changed once built), so a replica whose ids
+        did not change starts its next exchange without building them again."""
+        out = Reconciler.__new__(Reconciler)
+        out._config = self._config
+        out._ids = self._ids
+        out._sums = self._sums
+        out._fetch = set()
+        out._send = set()
+        return out
+
     @property
     def config(self) -> ReconcileConfig:
         return self._config

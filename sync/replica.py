@@ -60,6 +60,7 @@ from sync.change import (
 from sync.changelog import ChangeLog, Ignored, Status
 from sync.key import SigningKey
 from sync.quarantine import QuarantineEntry
+from sync.reconcile import Reconciler
 from sync.snapshot import (
     Identity,
     Load,
@@ -156,6 +157,7 @@ class Replica:
         #: Ops written inside `batch()`, each with its encoding.
         self._batch: list[tuple[Op, bytes]] | None = None
         self._closed = False
+        self._reconciler: tuple[int, Reconciler] | None = None
         self._load_mode = load
         #: How many accepted changes the last open (or reload) restored from a snapshot
         #: instead of verifying them again (0: none).
@@ -284,6 +286,7 @@ class Replica:
 
     def _load_all(self) -> None:
         self.log = ChangeLog(self.space, root=self.root, mode=self.mode)
+        self._reconciler = None
         now = self._clock()
         restored = self._restore() if self._load_mode is Load.SNAPSHOT else None
         upto = 0
@@ -480,6 +483,20 @@ class Replica:
     def change_ids(self) -> list[bytes]:
         """Sorted ids of accepted changes (what reconciliation compares)."""
         return self.log.change_ids()
+
+    def reconciler(self) -> Reconciler:
+        """A new `Reconciler` over the accepted change ids (what sync compares with a peer).
+
+        The sorted ids and their fingerprints are built once per set of accepted changes and
+        shared by every reconciler handed out until a change is accepted (the set only grows, so
+        its size names it): a replica polled by peers, or polling them, with nothing new pays
+        for them once."""
+        self._check_open()
+        count = len(self.log)
+        cached = self._reconciler
+        if cached is None or cached[0] != count:
+            cached = self._reconciler = (count, Reconciler(self.log.change_ids()))
+        return cached[1].fresh()
 
     def change_bytes(self, ids: Iterable[bytes]) -> list[bytes]:
         """Wire bytes of the accepted changes named (unknown ids are skipped)."""

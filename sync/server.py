@@ -208,7 +208,7 @@ class SyncApp:
         with self._locked():
             count = len(self.replica)
             if self._reconciler is None or self._reconciler[0] != count:
-                self._reconciler = (count, Reconciler(self.replica.change_ids()), 0)
+                self._reconciler = (count, self.replica.reconciler(), 0)
             _, reconciler, learned = self._reconciler
             try:
                 reply = reconciler.respond(frames[0])

@@ -387,3 +387,31 @@ def test_replicas_written_from_two_threads_at_once_sign_only_changes_that_verify
         for data in datas:
             verify_change(UnverifiedChange(data), space="threads")  # raises if an op is off
         assert len(rep.state().active_claims()) == 1000
+
+
+def test_reconcilers_share_the_built_ids_until_a_change_arrives_and_never_share_what_they_learn():
+    from sync.reconcile import Reconciler
+
+    a, b = Replica.memory(space="rec"), Replica.memory(space="rec")
+    for i in range(30):
+        a.add_claim("ns", f"s{i}", "p", i)
+    b.merge(a)
+    b.add_claim("ns", "only-b", "p", 1)
+    first, second = a.reconciler(), a.reconciler()
+    assert first is not second and first._ids is second._ids  # built once, shared
+    # an exchange by one of them leaves the other with nothing learned
+    peer = b.reconciler()
+    message: bytes | None = first.initiate()
+    while message is not None:
+        message = peer.respond(message).message
+        if message is not None:
+            message = first.respond(message).message
+    lacking = set(b.change_ids()) - set(a.change_ids())
+    assert lacking and set(first.fetch) == lacking
+    assert second.fetch == () and second.send == ()
+    # the same ids a reconciler built from scratch holds, before and after a new change
+    assert list(second._ids) == list(Reconciler(a.change_ids())._ids)
+    a.merge(b)
+    third = a.reconciler()
+    assert third._ids is not first._ids
+    assert list(third._ids) == sorted(a.change_ids()) == sorted(b.change_ids())
