@@ -28,12 +28,16 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+import blake3
+import msgpack
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from benchmarks.materialize import Row, Target, Unit
 from benchmarks.report import format_table, load_average, machine_info
 from registry import DEFAULT_REGISTRY
 from statefuse import Writer
 from sync import ChangeLog, Receipt, SigningKey, Status, sign_change
-from sync.change import UnverifiedChange
+from sync.change import UnverifiedChange, change_id_of, signed_message
 from sync.verify import verify_change_reference
 
 SPACE = "bench"
@@ -42,6 +46,7 @@ OPS_PER_RUN = 5_000
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The issue's target: >= 300,000 ops/s with 100-op changes.
 TARGET_100 = Target(1 / 300_000, per_op=True, text=">= 300k ops/s")
+_digest = blake3.blake3.digest
 
 
 def feed(size: int, total_ops: int) -> list[bytes]:
@@ -117,12 +122,76 @@ def bench_ingest(repeat: int) -> list[Row]:
     return rows
 
 
+def _timed(call: Callable[[], object], repeat: int) -> list[float]:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def bench_floor(repeat: int) -> list[Row]:
+    """The C-level steps that verifying a 100-op change cannot skip, timed alone over the same
+    feed: what is left of the 3.3 µs per op that 300k ops/s allows once they have run.
+
+    Every op must be unpacked (msgpack), packed again to prove its bytes canonical, hashed for
+    its id (blake3), and its change's Ed25519 signature checked once. None of these runs any
+    Python code per op here (``map`` over C functions), so their sum is a floor for any
+    verifier built on these libraries, before a single field is checked or an op object built.
+    """
+    changes = feed(100, OPS_PER_RUN)
+    bodies = [msgpack.unpackb(msgpack.unpackb(c)["change"]) for c in changes]
+    datas = [d for body in bodies for _, d in body["ops"]]
+    raws = list(map(msgpack.unpackb, datas))
+    author = SigningKey.from_seed(bytes([100]) * 32).author  # the seed `feed` signs with
+    public = Ed25519PublicKey.from_public_bytes(author)
+    wires = [msgpack.unpackb(c) for c in changes]
+    messages = [signed_message(change_id_of(w["change"])) for w in wires]
+    sigs = [w["sig"] for w in wires]
+
+    def verify_all() -> None:
+        for message, sig in zip(messages, sigs, strict=True):
+            public.verify(sig, message)  # raises InvalidSignature: the feed is genuine
+
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("unpack every op (msgpack.unpackb)", lambda: list(map(msgpack.unpackb, datas))),
+        (
+            "pack them again (canonical check)",
+            lambda: msgpack.packb(raws, use_bin_type=True, use_single_float=False),
+        ),
+        ("blake3 of every op (op ids)", lambda: list(map(_digest, map(blake3.blake3, datas)))),
+        ("Ed25519 check, one per change", verify_all),
+    ]
+    section = "verified ingest floor, 100-op changes (C-level steps alone)"
+    rows = []
+    total = 0.0
+    for name, call in steps:
+        samples = _timed(call, repeat)
+        total += statistics.median(samples)
+        rows.append(Row(section, name, len(datas), Unit.SECONDS, samples, per=len(datas)))
+    rows.append(
+        Row(
+            section,
+            "sum of the medians: the ceiling before any Python-level work",
+            len(datas),
+            Unit.SECONDS,
+            [total],
+            per=len(datas),
+            target=TARGET_100,
+            note=f"{len(datas) / total:,.0f} ops/s at most",
+        )
+    )
+    return rows
+
+
 def main(args: argparse.Namespace) -> int:
     """``python -m benchmarks --ingest``: honours ``--repeat``, ``--json`` and ``--name``."""
     machine = machine_info()
     started = time.perf_counter()
     print("building signed feeds ...", file=sys.stderr, flush=True)
     rows = bench_ingest(args.repeat or 5)
+    rows += bench_floor(args.repeat or 5)
     title = (
         f"StateFuse verified ingest; Python {machine['python']}; {machine['platform']};"
         f" {machine['cpu_count']} CPUs ({machine['cpu_model']})"
