@@ -339,41 +339,28 @@ def _pack_plain(value: dict[str, Any]) -> bytes:
 
 
 _NO_DEFAULT = object()
-_BUILDERS: dict[tuple[type, frozenset[str]], Callable[[Sequence[Any]], Any]] = {}
+_Step = tuple[str, Union[Callable[[str, Any], Any], None], Callable[[Any, Any], None], object]  # noqa: UP007
+_PLANS: dict[tuple[type, frozenset[str]], tuple[_Step, ...]] = {}
 
 
-def _compile_builder(cls: type[_OpBase], checked: frozenset[str]) -> Callable[[Sequence[Any]], Any]:
-    """A function that makes an unsealed ``cls`` from its field values (in ``_SCHEMA`` order):
-    one straight-line statement per field, as dataclasses compile ``__init__``, since a loop
-    over the fields costs as much as the checks it runs.
-
-    Per field: stored as given if the caller checked it (``checked``); stored as given if it is
-    the field's default object itself and its check would store that default unchanged (most
-    metadata is left at its default, and a check costs more than ``is``); else checked. Slots
-    are set through their descriptors, bypassing frozen-ness as dataclass ``__init__`` does.
-    """
-    defaults = {f.name: f.default for f in fields(cast(Any, cls))}
-    env: dict[str, Any] = {"new": object.__new__, "cls": cls}
-    lines = ["def build(values):", "    op = new(cls)"]
-    for k, (name, check) in enumerate(cls._SCHEMA):
-        env[f"set{k}"] = cls.__dict__[name].__set__
-        env[f"check{k}"] = check
-        default = defaults.get(name, MISSING)
-        if default is not MISSING and check(name, default) is default:
-            env[f"default{k}"] = default
-        else:
-            default = _NO_DEFAULT
-        if name in checked:
-            lines.append(f"    set{k}(op, values[{k}])")
-        elif default is _NO_DEFAULT:
-            lines.append(f"    set{k}(op, check{k}({name!r}, values[{k}]))")
-        else:
-            lines.append(f"    v = values[{k}]")
-            lines.append(f"    set{k}(op, v if v is default{k} else check{k}({name!r}, v))")
-    lines.append("    return op")
-    exec("\n".join(lines), env)  # the source is built above from the schema's own names
-    build: Callable[[Sequence[Any]], Any] = env["build"]
-    return build
+def _build_plan(cls: type[_OpBase], checked: frozenset[str]) -> tuple[_Step, ...]:
+    """Per field of ``cls`` in ``_SCHEMA`` order: its name, its check (None when the caller
+    checked it), its slot setter (which bypasses frozen-ness, as dataclass ``__init__`` itself
+    does) and its default. The default object itself needs no check when its check would store
+    it unchanged (most metadata is left at its default, and a check costs more than ``is``)."""
+    plan = _PLANS.get((cls, checked))
+    if plan is None:
+        defaults = {f.name: f.default for f in fields(cast(Any, cls))}
+        steps = []
+        for name, check in cls._SCHEMA:
+            default = defaults.get(name, MISSING)
+            if default is MISSING or check(name, default) is not default:
+                default = _NO_DEFAULT
+            steps.append(
+                (name, None if name in checked else check, cls.__dict__[name].__set__, default)
+            )
+        plan = _PLANS[cls, checked] = tuple(steps)
+    return plan
 
 
 #: The op sealed last and its encoding. An op is usually built and at once put into a change,
@@ -414,12 +401,12 @@ class _OpBase:
         their stored form with the very checks ``_SCHEMA`` names. The rest are checked and the
         op is sealed exactly as the constructor does. For types whose constructor adds rules
         of its own (`_ROW_RULES`), use the constructor."""
-        build = _BUILDERS.get((cls, checked))
-        if build is None:
-            build = _BUILDERS[cls, checked] = _compile_builder(cls, checked)
-        if len(values) != len(cls._SCHEMA):
+        plan = _build_plan(cls, checked)
+        if len(values) != len(plan):
             raise OpRuleError("values", "one-per-field", f"{cls.KIND} takes one value per field")
-        op = build(values)
+        op = object.__new__(cls)
+        for (name, check, setter, default), v in zip(plan, values, strict=True):
+            setter(op, v if check is None or v is default else check(name, v))
         op._seal()
         return op
 
