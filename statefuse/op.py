@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import types
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
@@ -202,11 +203,24 @@ MAX_SHARED_LABELS = 65_536
 _shared_labels: dict[str, str] = {}
 
 
+#: Labels that passed `_label` before, each mapped to its shared object: a writer names the
+#: same few namespaces and predicates over and over, and a lookup is cheaper than the checks.
+#: Bounded like the sharing table.
+_checked_labels: dict[str, str] = {}
+
+
 def _label(name: str, v: object) -> str:
     """A name from a small vocabulary (namespace, predicate, scope, kind...), shared, so that a
     million decoded claims hold one string object per distinct name instead of a copy each.
     Sharing equal immutable strings changes no result; the table is bounded."""
-    return _share(_name(name, v))
+    if type(v) is str:
+        seen = _checked_labels.get(v)
+        if seen is not None:
+            return seen
+    shared = _share(_name(name, v))
+    if len(_checked_labels) < MAX_SHARED_LABELS:
+        _checked_labels[shared] = shared
+    return shared
 
 
 def _share(s: str) -> str:
@@ -363,6 +377,26 @@ def _build_plan(cls: type[_OpBase], checked: frozenset[str]) -> tuple[_Step, ...
     return plan
 
 
+_ID_SETTERS: dict[type, Callable[[Any, bytes], None]] = {}
+
+
+def _set_op_id(op: _OpBase, op_id: bytes) -> None:
+    """Set ``op_id`` through the slot's own setter (bypassing frozen-ness, as the dataclass
+    ``__init__`` does), found once per op type."""
+    setter = _ID_SETTERS.get(type(op))
+    if setter is None:
+        slot = type(op).__dict__.get("op_id")
+        if isinstance(slot, types.MemberDescriptorType):
+            setter = slot.__set__
+        else:
+
+            def setter(o: Any, v: bytes) -> None:
+                object.__setattr__(o, "op_id", v)
+
+        _ID_SETTERS[type(op)] = setter
+    setter(op, op_id)
+
+
 #: The op sealed last and its encoding. An op is usually built and at once put into a change,
 #: which needs its bytes again: `sealed_encoding` hands them over instead of encoding twice.
 #: One slot, so nothing accumulates (keeping every op's bytes would double its memory). The
@@ -416,7 +450,7 @@ class _OpBase:
             raise OpRuleError(
                 "op", "max-encoded-bytes", f"op encodes to more than {MAX_ENCODED_BYTES} bytes"
             )
-        object.__setattr__(self, "op_id", blake3.blake3(data).digest())
+        _set_op_id(self, blake3.blake3(data).digest())
         _LAST_SEALED[0] = (self, data)
 
     def to_value(self) -> dict[str, Value]:

@@ -863,3 +863,16 @@ def test_the_pre_checked_build_refuses_a_value_list_of_the_wrong_length():
     with pytest.raises(OpRuleError) as info:
         ClaimAdded._from_checked(frozenset(), values[:-1])
     assert (info.value.field, info.value.rule) == ("values", "one-per-field")
+
+
+@given(_claims())
+def test_the_writers_compiled_claim_builder_builds_what_the_pre_checked_build_does(claim):
+    from statefuse.writer import _CLAIM_CHECKED, _build_claim
+
+    values = [getattr(claim, name) for name, _ in ClaimAdded._SCHEMA]
+    compiled = _build_claim(values)
+    compiled._seal()
+    plain = ClaimAdded._from_checked(_CLAIM_CHECKED, values)
+    assert compiled.op_id == plain.op_id == claim.op_id
+    for name, _ in ClaimAdded._SCHEMA:
+        assert getattr(compiled, name) == getattr(plain, name), name
