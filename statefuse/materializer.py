@@ -8,6 +8,7 @@ any sequence of the same ops ends in a State equal to it (same digest, same answ
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import attrgetter
 
 from registry import DEFAULT_REGISTRY, Registry
 from statefuse.error import OpRuleError
@@ -46,6 +47,9 @@ def _build(ops: OpSet, registry: Registry) -> Index:
         ops.of_kind(DecisionAdded).copy(),  # type: ignore[attr-defined]
         registry,
     )
+
+
+_op_id = attrgetter("op_id")
 
 
 class Materializer:
@@ -111,9 +115,12 @@ class Materializer:
         if self._shared:
             self._ix = self._ix.copy()
             self._shared = False
-        applied = [op for op in batch if self._ix.apply(op)]
+        # The index is order-independent; the result is in op_id order, as iterating the
+        # batch would give it, sorted once at C speed instead of looked up id by id.
+        applied = [op for op in batch.unordered() if self._ix.apply(op)]
         if applied:
             self._state = None
+            applied.sort(key=_op_id)
         return applied
 
     def state(self) -> State:

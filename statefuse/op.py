@@ -81,11 +81,19 @@ def compute_claim_ref(
 
 
 def _checked_claim_ref(
-    namespace: str, subject: str, predicate: str, scope: str, ref_value: Value
+    namespace: str,
+    subject: str,
+    predicate: str,
+    scope: str,
+    ref_value: Value,
+    *,
+    canonical: bool = False,
 ) -> bytes:
-    """`compute_claim_ref` for names a writer has validated already (only ``ref_value``, which
-    may come from a normalizer, is checked): the same bytes, without re-validating the names."""
-    ref_value = canonical_value(ref_value, "claim_ref[4]", depth=2)
+    """`compute_claim_ref` for names a writer has validated already: the same bytes, without
+    re-validating the names. ``ref_value`` is checked too unless ``canonical`` says it came
+    from `canonical_value` (a normal form from a normalizer must always be checked)."""
+    if not canonical:
+        ref_value = canonical_value(ref_value, "claim_ref[4]", depth=2)
     body = encode_canonical([namespace, subject, predicate, scope, ref_value], "claim_ref")
     return blake3.blake3(CLAIM_REF_DOMAIN + body).digest()
 

@@ -194,7 +194,9 @@ class Writer:
         ref_value = self.registry.ref_value(contract, value)
         if ref_value is value and contract.normalizer != "exact":
             self.registry.normal_form(contract, value)  # the contract must accept the value
-        ref = _checked_claim_ref(namespace, subject, predicate, scope, ref_value)
+        ref = _checked_claim_ref(
+            namespace, subject, predicate, scope, ref_value, canonical=ref_value is value
+        )
         lamport, wall = self._tick()
         # In ClaimAdded._SCHEMA order; the fields validated above are not checked again.
         op: ClaimAdded = _build_claim(
