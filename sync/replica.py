@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -352,7 +353,7 @@ class Replica:
             rule, why = "snapshot-format", repr(exc)
         warnings.warn(
             SnapshotWarning(rule, f"snapshot ignored, every stored change verified again: {why}"),
-            stacklevel=4,
+            stacklevel=_caller_level(),
         )
         return None
 
@@ -909,7 +910,8 @@ class Replica:
                 pass  # a store with changes that fail on reload: `statefuse verify` says which
             except Exception as exc:  # a cache must never stop a close
                 warnings.warn(
-                    SnapshotWarning("snapshot-save", f"snapshot not saved: {exc!r}"), stacklevel=2
+                    SnapshotWarning("snapshot-save", f"snapshot not saved: {exc!r}"),
+                    stacklevel=_caller_level(),
                 )
             finally:
                 self._closed = True
@@ -952,6 +954,17 @@ def _chunks(written: list[tuple[Op, bytes]]) -> Iterator[tuple[list[Op], list[by
         size += n
     if ops:
         yield ops, datas
+
+
+def _caller_level() -> int:
+    """The ``warnings.warn`` stacklevel, for the function calling this one, that names the
+    first frame outside this module: the user's ``Replica.open`` or ``close`` line, not ours."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 def _record(entry: QuarantineEntry, now: int) -> QuarantineRecord:

@@ -324,7 +324,9 @@ def _payload(blob: bytes) -> dict[str, object]:
 def _falls_back(path: Path, rule: str) -> Replica:
     with pytest.warns(SnapshotWarning) as caught:
         r = Replica.open(path, clock=_clock)
-    assert [w.message.rule for w in caught.list if isinstance(w.message, SnapshotWarning)] == [rule]
+    ours = [w for w in caught.list if isinstance(w.message, SnapshotWarning)]
+    assert [w.message.rule for w in ours] == [rule]
+    assert [w.filename for w in ours] == [__file__]  # the warning names the caller's open()
     assert r.restored == 0
     return r
 
