@@ -21,6 +21,7 @@ only ever refuses to take something in.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -299,6 +300,11 @@ class ChangeLog:
 
     def __len__(self) -> int:
         return len(self._accepted)
+
+    def accepted_since(self, count: int) -> list[bytes]:
+        """Ids of the changes accepted after the first ``count``, in the order they were
+        accepted (the log only ever adds): what changed since a reader last saw ``count``."""
+        return list(itertools.islice(self._accepted, count, None))
 
     def get(self, change_id: bytes) -> VerifiedChange | None:
         return self._accepted.get(change_id)

@@ -124,6 +124,8 @@ MAX_EXCHANGE_MESSAGES = 1000
 
 _FINGERPRINT_DOMAIN = b"statefuse/reconcile/fingerprint/v1"
 _MASK = (1 << 256) - 1
+#: Ids per block of fingerprint sums (see `Reconciler._prefix`).
+_BLOCK = 64
 _INFINITY = 0xFF
 #: The message that says "everything is settled": the answer to a message whose ranges all
 #: turned out equal (its sender waits for an answer, so silence would not do).
@@ -245,7 +247,7 @@ class Reconciler:
     never changes during an exchange; build a new Reconciler for the next one.
     """
 
-    __slots__ = ("_config", "_fetch", "_ids", "_send", "_sums")
+    __slots__ = ("_blocks", "_config", "_elements", "_fetch", "_ids", "_send")
 
     def __init__(self, ids: Iterable[bytes], *, config: ReconcileConfig | None = None) -> None:
         """Sort and deduplicate ``ids`` (O(n log n), O(n) when already sorted).
@@ -261,7 +263,11 @@ class Reconciler:
             )
         self._config = config
         self._ids = _sorted_ids(ids)
-        self._sums = _prefix_sums(self._ids)
+        #: The fingerprint element of each id, in id order, and the sums of the elements
+        #: before each block of `_BLOCK` ids: a prefix sum is one block sum plus at most
+        #: `_BLOCK` - 1 elements, and adding ids re-sums only the blocks from the first change.
+        self._elements: list[int] = list(map(_element, self._ids))
+        self._blocks: list[int] = _block_sums(self._elements, 0, [0])
         self._fetch: set[bytes] = set()
         self._send: set[bytes] = set()
 
@@ -275,10 +281,40 @@ class Reconciler:
         out = Reconciler.__new__(Reconciler)
         out._config = self._config
         out._ids = self._ids
-        out._sums = self._sums
+        out._elements = self._elements
+        out._blocks = self._blocks
         out._fetch = set()
         out._send = set()
         return out
+
+    def with_ids(self, added: Iterable[bytes]) -> Reconciler:
+        """A fresh reconciler over these ids plus ``added`` (ids already held are ignored),
+        built from this one: only the new ids are hashed, and only the block sums from the
+        first new id on are summed again. The same reconciler, message for message, as one
+        built from the whole set. This one is unchanged.
+
+        Raises ReconcileError (``id-type``, ``id-length``) for an added id that is not 32 bytes.
+        """
+        new = [x for x in _sorted_ids(added) if not self._holds(x)]
+        if not new:
+            return self.fresh()
+        if len(new) * _BLOCK > len(self._ids):  # many new ids: a full build is cheaper
+            return Reconciler([*self._ids, *new], config=self._config)
+        ids, elements = list(self._ids), list(self._elements)
+        for x in reversed(new):  # from the back, so earlier insertion points stay valid
+            k = bisect.bisect_left(ids, x)
+            ids.insert(k, x)
+            elements.insert(k, _element(x))
+        first = bisect.bisect_left(ids, new[0]) // _BLOCK
+        out = self.fresh()
+        out._ids = ids
+        out._elements = elements
+        out._blocks = _block_sums(elements, first, self._blocks[: first + 1])
+        return out
+
+    def _holds(self, x: bytes) -> bool:
+        k = bisect.bisect_left(self._ids, x)
+        return k < len(self._ids) and self._ids[k] == x
 
     @property
     def config(self) -> ReconcileConfig:
@@ -451,10 +487,13 @@ class Reconciler:
     def _index(self, bound: bytes | None) -> int:
         return len(self._ids) if bound is None else bisect.bisect_left(self._ids, bound)
 
+    def _prefix(self, k: int) -> int:
+        """The sum of the elements of ids[:k] (not reduced modulo 2^256)."""
+        block = k // _BLOCK
+        return self._blocks[block] + sum(self._elements[block * _BLOCK : k])
+
     def _fingerprint(self, i: int, j: int) -> bytes:
-        low = int.from_bytes(self._sums[i * ID_BYTES : (i + 1) * ID_BYTES], "big")
-        high = int.from_bytes(self._sums[j * ID_BYTES : (j + 1) * ID_BYTES], "big")
-        return _hash_sum(j - i, (high - low) & _MASK)
+        return _hash_sum(j - i, (self._prefix(j) - self._prefix(i)) & _MASK)
 
 
 def _element(x: bytes) -> int:
@@ -497,15 +536,15 @@ def _sorted_ids(ids: Iterable[bytes]) -> list[bytes]:
     return items
 
 
-def _prefix_sums(ids: Sequence[bytes]) -> bytes:
-    """Entry k (32 bytes, big-endian) is the sum of the elements of ids[:k], modulo 2^256."""
-    sums = bytearray(ID_BYTES)
-    total = 0
-    hasher = blake3.blake3
-    for x in ids:
-        total = (total + int.from_bytes(hasher(x).digest(), "big")) & _MASK
-        sums += total.to_bytes(ID_BYTES, "big")
-    return bytes(sums)
+def _block_sums(elements: Sequence[int], first: int, head: list[int]) -> list[int]:
+    """``head`` (the sums before blocks ``0..first``) extended with the sums before each later
+    block of `_BLOCK` elements, up to the block holding the last element."""
+    total = head[-1]
+    out = head
+    for start in range(first * _BLOCK, len(elements), _BLOCK):
+        total += sum(elements[start : start + _BLOCK])
+        out.append(total)
+    return out
 
 
 def _separator(before: bytes, after: bytes) -> bytes:

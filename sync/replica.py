@@ -488,15 +488,18 @@ class Replica:
     def reconciler(self) -> Reconciler:
         """A new `Reconciler` over the accepted change ids (what sync compares with a peer).
 
-        The sorted ids and their fingerprints are built once per set of accepted changes and
-        shared by every reconciler handed out until a change is accepted (the set only grows, so
-        its size names it): a replica polled by peers, or polling them, with nothing new pays
-        for them once."""
+        The sorted ids and their fingerprints are built once and shared by every reconciler
+        handed out until a change is accepted (the set only grows, so its size names it); then
+        only the new ids are added to them (`Reconciler.with_ids`). A replica polled by peers,
+        or polling them, pays for the whole set once."""
         self._check_open()
         count = len(self.log)
         cached = self._reconciler
-        if cached is None or cached[0] != count:
+        if cached is None:
             cached = self._reconciler = (count, Reconciler(self.log.change_ids()))
+        elif cached[0] != count:
+            added = self.log.accepted_since(cached[0])
+            cached = self._reconciler = (count, cached[1].with_ids(added))
         return cached[1].fresh()
 
     def change_bytes(self, ids: Iterable[bytes]) -> list[bytes]:

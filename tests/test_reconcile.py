@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import blake3
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from registry.error import InputError, StateFuseError
@@ -636,3 +636,52 @@ def test_random_bytes_are_handled_or_raise_the_typed_error(
         assert side.fetch == side.send == ()
         return
     assert reply.message is None or len(reply.message) <= config.frame_limit
+
+
+# --- growing a reconciler (with_ids) --------------------------------------------------------------
+
+
+def _prefixes(r: Reconciler) -> list[int]:
+    return [r._prefix(k) for k in range(len(r) + 1)]
+
+
+@settings(max_examples=60)  # sets of hundreds of ids per example; the laws hold at any size
+@given(
+    size=st.integers(0, 600),
+    drawn=st.lists(_ids_strategy, max_size=20),
+    added=st.lists(_ids_strategy, max_size=6),  # up to n/64 new ids are added in place
+    overlap=st.integers(0, 4),
+    peer=st.lists(_ids_strategy, max_size=60, unique=True),
+    config=_configs(),
+)
+def test_a_grown_reconciler_is_the_one_built_from_the_whole_set_message_for_message(
+    size, drawn, added, overlap, peer, config
+):
+    base = sorted(set(_ids("base", size)) | set(drawn))  # many ids, cheaply drawn
+    added = added + base[:overlap]  # ids it holds already are ignored
+    original = Reconciler(base, config=config)
+    before = _prefixes(original)
+    grown = original.with_ids(added)
+    whole = Reconciler([*base, *added], config=config)
+    assert len(grown) == len(whole) == len(set(base) | set(added))
+    assert _prefixes(grown) == _prefixes(whole)
+    a = _exchange(grown, Reconciler(peer + base[:5], config=config))
+    b = _exchange(whole, Reconciler(peer + base[:5], config=config))
+    assert a.transcript == b.transcript
+    assert _prefixes(original) == before and len(original) == len(set(base))  # unchanged
+
+
+def test_a_few_ids_added_to_many_hash_only_the_new_ids(monkeypatch):
+    import sync.reconcile as reconcile_module
+
+    base = _ids("base", 2000)
+    original = Reconciler(base)
+    new = _ids("new", 3)
+    hashed: list[bytes] = []
+    element = reconcile_module._element
+    monkeypatch.setattr(reconcile_module, "_element", lambda x: hashed.append(x) or element(x))
+    grown = original.with_ids([*new, base[0]])
+    assert sorted(hashed) == sorted(new)  # the 2000 held ids were not hashed again
+    monkeypatch.undo()
+    assert grown._blocks == Reconciler([*base, *new])._blocks
+    assert original.with_ids(base[:10])._ids is original._ids  # nothing new: shared as is
