@@ -33,7 +33,7 @@ import msgpack
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from benchmarks.materialize import Row, Target, Unit
-from benchmarks.report import format_table, load_average, machine_info
+from benchmarks.report import format_table, load_average, machine_info, timed
 from registry import DEFAULT_REGISTRY
 from statefuse import Writer
 from sync import ChangeLog, Receipt, SigningKey, Status, sign_change
@@ -122,15 +122,6 @@ def bench_ingest(repeat: int) -> list[Row]:
     return rows
 
 
-def _timed(call: Callable[[], object], repeat: int) -> list[float]:
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    return samples
-
-
 def bench_floor(repeat: int) -> list[Row]:
     """The C-level steps that verifying a 100-op change cannot skip, timed alone over the same
     feed: what is left of the 3.3 µs per op that 300k ops/s allows once they have run.
@@ -167,7 +158,7 @@ def bench_floor(repeat: int) -> list[Row]:
     rows = []
     total = 0.0
     for name, call in steps:
-        samples = _timed(call, repeat)
+        samples = timed(call, repeat)
         total += statistics.median(samples)
         rows.append(Row(section, name, len(datas), Unit.SECONDS, samples, per=len(datas)))
     rows.append(

@@ -38,7 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.materialize import Row, Target, Unit
-from benchmarks.report import format_table, load_average, machine_info
+from benchmarks.report import format_table, load_average, machine_info, timed
 from registry import DEFAULT_AUTHORITY_ORDER, Cardinality, Policy, PredicateContract, Registry
 from statefuse import (
     AbstainAll,
@@ -254,15 +254,6 @@ def _median(samples: list[float]) -> float:
     return sorted(samples)[len(samples) // 2]
 
 
-def _timed(f: Callable[[], object], repeat: int) -> list[float]:
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        f()
-        samples.append(time.perf_counter() - start)
-    return samples
-
-
 def _read_all(view: View) -> int:
     return sum(1 for _ in view.selected.values()) + sum(1 for _ in view.explanations.values())
 
@@ -301,7 +292,7 @@ def _bench_size(
         resolver = make()
         progress(f"{n:,} claims: {name} x {repeat} ...")
         gc.collect()
-        samples = _timed(lambda r=resolver: project(state, Lens(), resolver=r), repeat)
+        samples = timed(lambda r=resolver: project(state, Lens(), resolver=r), repeat)
         row(
             f"Lens(), {name}",
             samples,
@@ -309,7 +300,7 @@ def _bench_size(
         )
     progress(f"{n:,} claims: Conservative variants ...")
     gc.collect()
-    samples = _timed(lambda: project(state, FULL_LENS, resolver=Conservative()), repeat)
+    samples = timed(lambda: project(state, FULL_LENS, resolver=Conservative()), repeat)
     row(
         "full lens, Conservative",
         samples,
@@ -329,7 +320,7 @@ def _bench_size(
         note="first call on a new State: builds its key index and plan",
     )
     gc.collect()
-    samples = _timed(lambda: _read_all(project(state, Lens(), resolver=Conservative())), repeat)
+    samples = timed(lambda: _read_all(project(state, Lens(), resolver=Conservative())), repeat)
     row(
         "Lens(), Conservative, read all", samples, note="then reads every selection and explanation"
     )

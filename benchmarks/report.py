@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -123,3 +125,13 @@ def format_table(rows: list[Row], title: str) -> str:
         if row.note:
             lines.append(f"      ({row.note})")
     return "\n".join(lines)
+
+
+def timed(call: Callable[[], object], repeat: int) -> list[float]:
+    """Wall seconds of ``repeat`` calls of ``call``, one sample each."""
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return samples
