@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import MISSING, fields
 from typing import Any
 
 import blake3
@@ -20,6 +19,7 @@ from registry import DEFAULT_REGISTRY, Registry
 from registry.value import Value, canonical_value
 from statefuse.error import OpRuleError
 from statefuse.op import (
+    _NO_DEFAULT,
     Author,
     ClaimAdded,
     ClaimRetracted,
@@ -28,6 +28,7 @@ from statefuse.op import (
     Layer,
     Op,
     _author,
+    _build_plan,
     _checked_claim_ref,
     _label,
     _name,
@@ -53,19 +54,16 @@ def _compile_builder(cls: type[Any], checked: frozenset[str]) -> Callable[[Seque
     it runs, and claims are what a writer makes most. It lives here, at the edge, because the
     pure core runs no ``exec``; tests check it against ``_from_checked``.
     """
-    defaults = {f.name: f.default for f in fields(cls)}
     env: dict[str, Any] = {"new": object.__new__, "cls": cls}
     lines = ["def build(values):", "    op = new(cls)"]
-    for k, (name, check) in enumerate(cls._SCHEMA):
-        env[f"set{k}"] = cls.__dict__[name].__set__
-        env[f"check{k}"] = check
-        default = defaults.get(name, MISSING)
-        if name in checked:
+    # The plan `_from_checked` runs: which check each field needs, and its skippable default.
+    for k, (name, check, setter, default) in enumerate(_build_plan(cls, checked)):
+        env[f"set{k}"], env[f"check{k}"], env[f"default{k}"] = setter, check, default
+        if check is None:
             lines.append(f"    set{k}(op, values[{k}])")
-        elif default is MISSING or check(name, default) is not default:
+        elif default is _NO_DEFAULT:
             lines.append(f"    set{k}(op, check{k}({name!r}, values[{k}]))")
         else:
-            env[f"default{k}"] = default
             lines.append(f"    v = values[{k}]")
             lines.append(f"    set{k}(op, v if v is default{k} else check{k}({name!r}, v))")
     lines.append("    return op")
