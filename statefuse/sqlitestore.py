@@ -3,60 +3,468 @@
 Durability: every `SQLiteStore.write` is one ``BEGIN IMMEDIATE … COMMIT`` transaction with
 ``synchronous=FULL``, so when it returns the change is on disk (in WAL mode that is one fsync of
 the log per commit, however many ops the change holds). A crash at any point leaves either the
-whole batch or none of it.
+whole batch or none of it. A new store is built under a temporary name and linked into place
+complete, so a path holds either nothing or a whole store, never a half-made file.
 
 Single writer: a replica owns its store while open. Opening takes an exclusive advisory lock on
 ``<path>.lock`` (``fcntl.flock``, released by the kernel if the process dies), so two processes can
 never interleave appends to one author's hash chain; the second gets a `StoreError` naming the
 lock holder's pid, or waits up to ``wait`` seconds if asked to.
 
+Readers: ``SQLiteStore(path, readonly=True)`` takes no lock and opens the file read-only (a
+``mode=ro`` URI), so readers in any process run beside the one writer: in WAL mode a reader sees
+the last committed state, and `SQLiteStore.read_transaction` holds one such state across several
+reads. A read-only store never migrates and refuses every write (rule ``readonly``). In a
+read-only directory without a -wal file (where no writer can run) it reads the file as
+``immutable`` (see `_open_reader`).
+
+Foreign files are refused untouched: before SQLite may write to an existing path, `_inspect`
+looks at it without changing it (its type, its first 16 bytes, then a read-only connection: no
+journal mode, no migration), and anything that is not a StateFuse store is refused with rule
+``not-a-store`` before even the lock file is made. A store is recognised by its
+`APPLICATION_ID` (schema 2 on) or, for the first release, by ``user_version`` 1 and its exact
+tables.
+
+Errors: every `sqlite3.Error` (and text SQLite hands over that is no longer UTF-8) becomes a
+`StoreError` at one seam (`SQLiteStore._sqlite`, built on `_store_error`), naming the path,
+SQLite's message and, for damage, the fix. Values read back are type-checked (`_typed`), so a
+damaged record surfaces as a StoreError too, never as a TypeError in the caller.
+
 Schema versions live in ``PRAGMA user_version``; `_MIGRATIONS` carries a store forward one version
 at a time inside a transaction, and a store from a newer release is refused rather than guessed at.
+
+Damage: `SQLiteStore.integrity_problems` runs SQLite's ``quick_check``; `SQLiteStore.rebuild`
+copies every row SQLite can still read into a fresh file and keeps the damaged one beside it as
+``<path>.damaged-<UTC time>``. Rows SQLite cannot read are not recovered by this module, but they
+are never deleted either: they survive in that kept original.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import secrets
 import sqlite3
+import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
 
-from statefuse.store import SCHEMA_VERSION, QuarantineRecord, StoreError, StoreInfo, StoreWrite
+from statefuse.store import (
+    SCHEMA_VERSION,
+    STORE_ID_BYTES,
+    QuarantineRecord,
+    RepairPlan,
+    StoreError,
+    StoreInfo,
+    StoreWrite,
+    check_author,
+    repair_plan_error,
+)
 
 try:  # POSIX; elsewhere the lock degrades to SQLite's own busy handling
     import fcntl
 except ImportError:  # pragma: no cover - not on the CI platform
     fcntl = None  # type: ignore[assignment]
 
-#: Schema steps: ``_MIGRATIONS[v]`` turns a version-``v`` store into version ``v + 1``.
-_MIGRATIONS: dict[int, str] = {
-    0: """
-        CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
-        CREATE TABLE changes (
-            pos INTEGER PRIMARY KEY AUTOINCREMENT,
-            change_id BLOB NOT NULL UNIQUE,
-            data BLOB NOT NULL
-        );
-        CREATE TABLE pending (change_id BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
-        CREATE TABLE quarantine (
-            key BLOB PRIMARY KEY,
-            data BLOB NOT NULL,
-            reason TEXT NOT NULL,
-            message TEXT NOT NULL,
-            first_seen_ms INTEGER NOT NULL,
-            last_seen_ms INTEGER NOT NULL,
-            count INTEGER NOT NULL
-        ) WITHOUT ROWID;
-        CREATE TABLE snapshot (
-            id INTEGER PRIMARY KEY CHECK (id = 1),
-            upto INTEGER NOT NULL,
-            data BLOB NOT NULL
-        );
-    """,
-}
+#: ``PRAGMA application_id`` of every StateFuse store from schema 2 on: the ASCII bytes ``SFus``.
+#: SQLite keeps it at offset 68 of the file header, so it tells a StateFuse store from any other
+#: SQLite file without reading a table.
+APPLICATION_ID = 0x53467573
+
+#: The first 16 bytes of every SQLite 3 database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+#: The tables of a schema-1 store (the first release, which set no application id).
+_V1_TABLES = frozenset({"meta", "changes", "pending", "quarantine", "snapshot"})
+
+#: Meta keys a store writes; `SQLiteStore.rebuild` looks each one up when the table scan fails.
+_META_KEYS = ("space", "mode", "root", "registry", "store_id", "author")
+
+#: What SQLite raises on a file it cannot use: its own errors, and UnicodeDecodeError when the
+#: text it hands over (a message naming a damaged schema entry, say) is not UTF-8 any more.
+_FAILURES = (sqlite3.Error, UnicodeDecodeError)
+
+#: Words of SQLite's messages for a file it cannot read (SQLITE_CORRUPT, SQLITE_NOTADB).
+_DAMAGE_WORDS = ("malformed", "not a database", "corrupt")
+
+#: How many seeks `SQLiteStore.rebuild` may spend per table probing past damage; past this the
+#: rest of the table stays in the kept original only.
+_PROBE_BUDGET = 100_000
+
+_T = TypeVar("_T", bytes, str, int)
+
+_FIX_AT_OPEN = "restore it from a backup, or run `statefuse repair`"
+_FIX_IN_USE = "run `statefuse verify`, then `statefuse repair`"
+
+
+def _create_tables(db: sqlite3.Connection) -> None:
+    """Schema 0 → 1: the tables of the first release."""
+    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
+    db.execute(
+        "CREATE TABLE changes ("
+        " pos INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " change_id BLOB NOT NULL UNIQUE,"
+        " data BLOB NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE pending (change_id BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID"
+    )
+    db.execute(
+        "CREATE TABLE quarantine ("
+        " key BLOB PRIMARY KEY,"
+        " data BLOB NOT NULL,"
+        " reason TEXT NOT NULL,"
+        " message TEXT NOT NULL,"
+        " first_seen_ms INTEGER NOT NULL,"
+        " last_seen_ms INTEGER NOT NULL,"
+        " count INTEGER NOT NULL"
+        ") WITHOUT ROWID"
+    )
+    db.execute(
+        "CREATE TABLE snapshot ("
+        " id INTEGER PRIMARY KEY CHECK (id = 1),"
+        " upto INTEGER NOT NULL,"
+        " data BLOB NOT NULL)"
+    )
+
+
+def _identify(db: sqlite3.Connection) -> None:
+    """Schema 1 → 2: mark the file as StateFuse's and give the store its random id."""
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute(
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('store_id', ?)",
+        (os.urandom(STORE_ID_BYTES),),
+    )
+
+
+#: Schema steps: ``_MIGRATIONS[v]`` turns a version-``v`` store into version ``v + 1``; the caller
+#: runs each inside a transaction and sets ``user_version`` in the same one.
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _create_tables, 1: _identify}
 assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+
+def _is_damage(exc: sqlite3.Error | UnicodeDecodeError) -> bool:
+    """Whether SQLite failed because the file's bytes are not a sound database."""
+    if isinstance(exc, UnicodeDecodeError):
+        return True
+    name = str(getattr(exc, "sqlite_errorname", ""))  # Python 3.11+
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.DatabaseError) and any(w in text for w in _DAMAGE_WORDS)
+
+
+def _store_error(
+    path: Path, exc: sqlite3.Error | UnicodeDecodeError, doing: str, *, opening: bool = False
+) -> StoreError:
+    """The StoreError for ``exc``, raised by SQLite while ``doing`` something with ``path``."""
+    field = "path" if opening else "store"
+    said = str(exc) or type(exc).__name__
+    name = str(getattr(exc, "sqlite_errorname", ""))
+    text = said.lower()
+    if _is_damage(exc):
+        fix = _FIX_AT_OPEN if opening else _FIX_IN_USE
+        return StoreError(
+            field, "store-unreadable", f"SQLite cannot read {path} ({said}) {doing}; {fix}"
+        )
+    if name.startswith("SQLITE_READONLY") or "readonly database" in text:
+        return StoreError(
+            field,
+            "readonly",
+            f"{path} cannot be written ({said}) {doing}: the file or its directory is read-only"
+            " to this process",
+        )
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in text:
+        return StoreError(
+            field,
+            "single-writer",
+            f"{path} is held by another SQLite connection ({said}) {doing}; close the other"
+            " program using it",
+        )
+    return StoreError(field, "sqlite-error", f"{path}: SQLite failed {doing}: {said}")
+
+
+def _typed(path: Path, value: object, kind: type[_T], what: str) -> _T:
+    """``value`` read from a row, checked: SQLite returns whatever type a damaged record's header
+    says, and a wrong one must surface as damage, not as a TypeError deep in the caller."""
+    if isinstance(value, kind):
+        return value
+    raise StoreError(
+        "store",
+        "store-unreadable",
+        f"{path}: {what} holds a {type(value).__name__}, not {kind.__name__} (a damaged row);"
+        f" {_FIX_IN_USE}",
+    )
+
+
+def _os_error(path: Path, exc: OSError, doing: str) -> StoreError:
+    """The StoreError for a file-system error ``doing`` something with ``path``."""
+    said = exc.strerror or str(exc)
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return StoreError(
+            "path",
+            "readonly",
+            f"cannot {doing} {path}: {said} (a read-only directory? open with readonly=True to"
+            " read the store)",
+        )
+    return StoreError("path", "io-error", f"cannot {doing} {path}: {said}")
+
+
+def _not_a_store(path: Path, what: str) -> StoreError:
+    return StoreError(
+        "path", "not-a-store", f"{path} is not a StateFuse store ({what}); nothing was changed"
+    )
+
+
+def _missing(path: Path, *, readonly: bool) -> StoreError:
+    why = " (a read-only open creates nothing)" if readonly else ""
+    return StoreError("path", "no-such-store", f"no store at {path}{why}")
+
+
+def _newer(path: Path, version: int) -> StoreError:
+    return StoreError(
+        "path",
+        "schema-version",
+        f"{path} has schema {version}; this release reads up to {SCHEMA_VERSION}",
+    )
+
+
+# --- files ----------------------------------------------------------------------------------------
+
+
+def _ro_uri(path: Path) -> str:
+    """A ``mode=ro`` URI for ``path``: quoted, so spaces, ``?``, ``#`` and ``%`` stay part of the
+    name, and absolute with an empty authority, so a path that starts with ``//`` is no host."""
+    return f"file://{quote(os.fsencode(os.path.abspath(path)))}?mode=ro"
+
+
+def _connect_ro(path: Path, *, immutable: bool = False) -> sqlite3.Connection:
+    uri = _ro_uri(path) + ("&immutable=1" if immutable else "")
+    return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+
+
+def _open_reader(path: Path, *, ours: bool) -> sqlite3.Connection:
+    """A read-only connection to ``path`` that has read the schema (so SQLite's complaints about
+    the file surface here, as one of `_FAILURES`).
+
+    A reader of a WAL-mode file opens its -wal and -shm, creating them if they are missing. For
+    a file that is not known to be ``ours`` and has no -wal, the connection is ``immutable``
+    instead, reading the main file only: no file appears beside someone else's database. And
+    where the -wal is missing and cannot be created (a read-only directory), immutable is how
+    the store can be read at all; it is safe there because no writer can run without that file.
+    """
+    wal = Path(f"{path}-wal")
+    db = _connect_ro(path, immutable=not ours and not wal.exists())
+    try:
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return db
+    except _FAILURES as exc:
+        db.close()
+        said = f"{getattr(exc, 'sqlite_errorname', '')} {exc}".lower()
+        if wal.exists() or not ("readonly" in said or "unable to open" in said):
+            raise
+    db = _connect_ro(path, immutable=True)
+    try:
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _connect_rw(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    return db
+
+
+def _looks_like_text(head: bytes) -> bool:
+    return all(32 <= b < 127 or b in b"\t\n\r" for b in head)
+
+
+def _inspect(path: Path) -> int | None:
+    """The schema version of the StateFuse store at ``path``, or None when nothing is there.
+
+    Looks without changing anything: the file's type, its first bytes, then a read-only SQLite
+    connection (`_open_reader`: no journal mode, no migration, and no -wal or -shm made beside a
+    file that does not carry our application id). Raises StoreError: ``not-a-store`` for
+    anything that is not a store, ``store-unreadable`` for an SQLite file SQLite cannot read,
+    ``schema-version`` for a store of a newer release.
+    """
+    try:
+        st = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise _os_error(path, exc, "look at") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise _not_a_store(path, "a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_a_store(path, "not a regular file")
+    if st.st_size == 0:
+        raise _not_a_store(path, "an empty file")
+    try:
+        with path.open("rb") as f:
+            header = f.read(100)
+            head = header[: len(SQLITE_HEADER)]
+    except OSError as exc:
+        raise _os_error(path, exc, "read") from None
+    if head != SQLITE_HEADER:
+        what = "a text file" if _looks_like_text(head) else "a file that is not an SQLite database"
+        raise _not_a_store(path, what)
+    marked = int.from_bytes(header[68:72], "big") == APPLICATION_ID
+    try:
+        db = _open_reader(path, ours=marked)
+        try:
+            names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            app = int(db.execute("PRAGMA application_id").fetchone()[0])
+        finally:
+            db.close()
+    except _FAILURES as exc:
+        raise _store_error(path, exc, "on open", opening=True) from None
+    tables = {str(n) for n in names if not str(n).startswith("sqlite_")}
+    listed = ", ".join(sorted(tables))
+    if app == APPLICATION_ID:
+        if version > SCHEMA_VERSION:
+            raise _newer(path, version)
+        if version < 1:  # no release marks a file before it has tables
+            raise StoreError(
+                "path",
+                "store-unreadable",
+                f"{path} carries StateFuse's mark but schema version {version}, which no release"
+                f" writes: its header is damaged; {_FIX_AT_OPEN}",
+            )
+        return version
+    if app != 0:
+        raise _not_a_store(path, f"an SQLite database of another application, id {app:#010x}")
+    if tables - _V1_TABLES:
+        raise _not_a_store(path, f"an SQLite database with tables: {listed}")
+    if version > SCHEMA_VERSION:  # a store from a release that marks its files some other way
+        raise _newer(path, version)
+    if not tables:
+        raise _not_a_store(path, "an SQLite database with no tables")
+    if version == 1 and tables == _V1_TABLES:
+        return 1
+    raise _not_a_store(path, f"an SQLite database at version {version} with tables: {listed}")
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename or link in ``path`` durable (not every platform can open a directory)."""
+    with contextlib.suppress(OSError):
+        _fsync(path)
+
+
+def _temp_beside(path: Path, tag: str) -> Path:
+    """A new empty file next to ``path`` (same file system, so it can be renamed into place),
+    created with the permissions any new file gets (0666 less the umask)."""
+    tmp = path.with_name(f".{path.name}.{tag}-{secrets.token_hex(6)}")
+    os.close(os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666))
+    return tmp
+
+
+def _remove_temp(tmp: Path) -> None:
+    for end in ("", "-journal", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{tmp}{end}")
+
+
+def _fresh(path: Path) -> sqlite3.Connection:
+    """A connection to a new database at ``path``, inside the transaction that created the
+    current schema (the caller fills it and calls `_seal`)."""
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("BEGIN IMMEDIATE")
+        for version in range(SCHEMA_VERSION):
+            _MIGRATIONS[version](db)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _seal(db: sqlite3.Connection, path: Path) -> None:
+    """Commit a `_fresh` database, switch it to WAL and make it durable before it is renamed."""
+    try:
+        db.execute("COMMIT")
+        db.execute("PRAGMA journal_mode=WAL")
+    finally:
+        db.close()
+    _fsync(path)
+
+
+def _create(path: Path) -> None:
+    """Build a new store under a temporary name and link it into place complete.
+
+    Raises FileExistsError if a file appeared at ``path`` meanwhile (it is never replaced).
+    """
+    try:
+        tmp = _temp_beside(path, "new")
+    except OSError as exc:
+        raise _os_error(path, exc, "create") from None
+    try:
+        _seal(_fresh(tmp), tmp)
+        try:
+            os.link(tmp, path)  # unlike a rename, never replaces a file that appeared meanwhile
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links
+            if path.exists():
+                raise FileExistsError(path) from None
+            os.rename(tmp, path)
+        _fsync_dir(path.parent)
+    except _FAILURES as exc:
+        raise _store_error(path, exc, "creating it", opening=True) from None
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise _os_error(path, exc, "create") from None
+    finally:
+        _remove_temp(tmp)
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back if a transaction is still open; SQLite may have rolled it back already (a full
+    disk, say), and the error that got us here is the one to report."""
+    if db.in_transaction:
+        with contextlib.suppress(*_FAILURES):
+            db.execute("ROLLBACK")
+
+
+def _migrate(db: sqlite3.Connection, path: Path) -> None:
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if version > SCHEMA_VERSION:
+        raise _newer(path, version)
+    while version < SCHEMA_VERSION:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            _MIGRATIONS[version](db)
+            version += 1
+            db.execute(f"PRAGMA user_version = {version}")
+            db.execute("COMMIT")
+        except BaseException:
+            _rollback(db)
+            raise
 
 
 class _Lock:
@@ -66,7 +474,10 @@ class _Lock:
 
     def __init__(self, path: Path, wait: float) -> None:
         self.path = path
-        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise _os_error(path, exc, "create the lock file") from None
         if fcntl is None:  # pragma: no cover
             return
         deadline = time.monotonic() + max(wait, 0.0)
@@ -95,87 +506,392 @@ class _Lock:
             self._fd = None
 
 
-class SQLiteStore:
-    """A durable store in one SQLite file. See the module docstring for the guarantees."""
+# --- salvage (rebuild) ----------------------------------------------------------------------------
 
-    __slots__ = ("_db", "_lock", "path")
 
-    def __init__(self, path: str | os.PathLike[str], *, create: bool = True, wait: float = 0.0):
-        self.path = Path(path)
-        if not create and not self.path.exists():
-            raise StoreError("path", "exists", f"no store at {self.path}")
-        if self.path.exists() and not self.path.is_file():
-            raise StoreError("path", "file", f"{self.path} is not a file")
-        self._lock = _Lock(Path(str(self.path) + ".lock"), wait)
+@dataclass(frozen=True, slots=True)
+class _KeySpace:
+    """A table's key as an integer range, so `_salvage` can probe past damage by arithmetic."""
+
+    lowest: int
+    highest: int
+    to_int: Callable[[Any], int]
+    from_int: Callable[[int], Any]
+
+
+def _blob_to_int(key: Any) -> int:
+    if not isinstance(key, bytes):
+        raise TypeError(key)
+    return int.from_bytes(key[:32].ljust(32, b"\x00"), "big")
+
+
+def _int_to_blob(n: int) -> bytes:
+    return n.to_bytes(32, "big")
+
+
+#: Rowids (``changes.pos``): signed 64-bit.
+_ROWIDS = _KeySpace(-(2**63), 2**63 - 1, int, int)
+#: 32-byte blob keys (change ids, quarantine keys), in SQLite's memcmp order.
+_BLOBS = _KeySpace(0, 2**256 - 1, _blob_to_int, _int_to_blob)
+
+
+class _Budget:
+    __slots__ = ("left",)
+
+    def __init__(self, seeks: int) -> None:
+        self.left = seeks
+
+
+def _salvage(
+    db: sqlite3.Connection, table: str, key: str, columns: str, keys: _KeySpace
+) -> Iterator[tuple[Any, ...]]:
+    """Every row of ``table`` SQLite can read, in key order (``key`` is the first column).
+
+    A scan runs until SQLite raises on damage; then `_next_readable` finds the first row past
+    the damaged region it can reach and the scan resumes there. Each round moves strictly past
+    a stored key, and the seeks per table are capped, so this ends on any file.
+    """
+    scan = f"SELECT {columns} FROM {table} WHERE {key} >= ? ORDER BY {key}"
+    seek = f"SELECT {key} FROM {table} WHERE {key} >= ? ORDER BY {key} LIMIT 1"
+    one = f"SELECT {columns} FROM {table} WHERE {key} = ?"
+    budget = _Budget(_PROBE_BUDGET)
+    start = keys.lowest
+    while True:
+        last: int | None = None
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._migrate()
-        except sqlite3.DatabaseError as exc:
-            self._lock.release()
-            raise StoreError("path", "sqlite-store", f"{self.path}: {exc}") from None
+            for row in db.execute(scan, (keys.from_int(start),)):
+                last = keys.to_int(row[0])
+                yield row
+            return
+        except _FAILURES as exc:
+            if not _is_damage(exc):
+                raise
+        except (TypeError, ValueError):  # a damaged key read back as the wrong type
+            pass
+        # The scan can fail stepping *past* a row it has not handed over yet (a cursor reads
+        # one row ahead), so the rows from here on are tried one at a time until one reads.
+        lo = start if last is None else last + 1
+        while True:
+            found = _next_readable(db, seek, keys, lo, budget)
+            if found is None:
+                return
+            lo = found + 1
+            row = _read_one(db, one, keys.from_int(found))
+            if row is not None:
+                yield row
+                break
+        start = lo
 
-    def _migrate(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                "path",
-                "schema-version",
-                f"{self.path} has schema {version}; this release reads up to {SCHEMA_VERSION}",
-            )
-        while version < SCHEMA_VERSION:
-            with self._transaction() as db:
-                for statement in _MIGRATIONS[version].split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                version += 1
-                db.execute(f"PRAGMA user_version = {version}")
+
+def _read_one(db: sqlite3.Connection, one: str, key: object) -> tuple[Any, ...] | None:
+    """The row with ``key``, or None if SQLite cannot read it."""
+    try:
+        row: tuple[Any, ...] | None = db.execute(one, (key,)).fetchone()
+    except _FAILURES as exc:
+        if not _is_damage(exc):
+            raise
+        return None
+    return row
+
+
+def _next_readable(
+    db: sqlite3.Connection, seek: str, keys: _KeySpace, lo: int, budget: _Budget
+) -> int | None:
+    """The key of the first row at or past ``lo`` a seek gets to, or None when none is left.
+
+    Gallops past the damage (``lo`` + 1, 2, 4, … keys), then bisects back to the first probe
+    that gets through, so the rows right after a damaged region are kept. Rows between two
+    damaged regions closer together than the gallop step can be missed; they stay in the kept
+    original.
+    """
+
+    def probe(p: int) -> tuple[bool, int | None]:
+        budget.left -= 1
+        try:
+            row = db.execute(seek, (keys.from_int(p),)).fetchone()
+            found = None if row is None else keys.to_int(row[0])
+        except _FAILURES as exc:
+            if not _is_damage(exc):
+                raise
+            return False, None
+        except (TypeError, ValueError):  # a damaged cell read back as the wrong type
+            return False, None
+        if found is not None and found < p:
+            return False, None
+        return True, found
+
+    if lo > keys.highest or budget.left <= 0:
+        return None
+    through, found = probe(lo)
+    if through:
+        return found
+    bad, step = lo, 1
+    while True:
+        if budget.left <= 0:
+            return None
+        good = min(lo + step, keys.highest)
+        through, found = probe(good)
+        if through:
+            break
+        if good == keys.highest:
+            return None
+        bad, step = good, step * 2
+    while good - bad > 1 and budget.left > 0:
+        mid = (bad + good) // 2
+        through, at_mid = probe(mid)
+        if through:
+            good, found = mid, at_mid
+        else:
+            bad = mid
+    return found
+
+
+def _salvage_meta(db: sqlite3.Connection) -> list[tuple[str, Any]]:
+    rows: dict[str, Any] = {}
+    try:
+        for k, v in db.execute("SELECT key, value FROM meta ORDER BY key"):
+            rows[str(k)] = v
+    except _FAILURES as exc:
+        if not _is_damage(exc):
+            raise
+        for k in _META_KEYS:
+            if k in rows:
+                continue
+            try:
+                found = db.execute("SELECT value FROM meta WHERE key = ?", (k,)).fetchone()
+            except _FAILURES as exc2:
+                if not _is_damage(exc2):
+                    raise
+                continue
+            if found is not None:
+                rows[k] = found[0]
+    return sorted(rows.items())
+
+
+def _sequence(db: sqlite3.Connection) -> int:
+    """The highest position ``changes`` ever handed out (0 if SQLite cannot say)."""
+    try:
+        row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
+    except _FAILURES as exc:
+        if not _is_damage(exc):
+            raise
+        return 0
+    return int(row[0]) if row is not None and isinstance(row[0], int) else 0
+
+
+def _copy_readable(old: sqlite3.Connection, new: sqlite3.Connection) -> None:
+    """Copy every row of ``old`` SQLite can read into the `_fresh` store ``new`` (the snapshot,
+    only a cache, is left behind). ``INSERT OR IGNORE``: a row that breaks a constraint (a damaged
+    cell read back as NULL, a duplicated id) stays in the kept original only."""
+    new.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", _salvage_meta(old))
+    new.executemany(
+        "INSERT OR IGNORE INTO changes (pos, change_id, data) VALUES (?, ?, ?)",
+        _salvage(old, "changes", "pos", "pos, change_id, data", _ROWIDS),
+    )
+    # positions are never handed out twice, even those of rows that could not be read
+    new.execute(
+        "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'changes'", (_sequence(old),)
+    )
+    new.executemany(
+        "INSERT OR IGNORE INTO pending (change_id, data) VALUES (?, ?)",
+        _salvage(old, "pending", "change_id", "change_id, data", _BLOBS),
+    )
+    new.executemany(
+        "INSERT OR IGNORE INTO quarantine VALUES (?, ?, ?, ?, ?, ?, ?)",
+        _salvage(
+            old,
+            "quarantine",
+            "key",
+            "key, data, reason, message, first_seen_ms, last_seen_ms, count",
+            _BLOBS,
+        ),
+    )
+
+
+def _keep_aside(path: Path) -> Path:
+    """Give the file at ``path`` a second name, ``<path>.damaged-<UTC time>``, and return it.
+
+    A hard link keeps ``path`` in place until the rebuilt file replaces it, so at every moment
+    some store is at ``path``; a file system without links gets a rename instead.
+    """
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    for n in range(1000):
+        aside = Path(f"{path}.damaged-{stamp}" + (f"-{n}" if n else ""))
+        try:
+            os.link(path, aside)
+            return aside
+        except FileExistsError:
+            continue
+        except OSError:
+            if aside.exists():
+                continue
+            os.rename(path, aside)
+            return aside
+    raise StoreError("path", "io-error", f"no free name for the damaged copy of {path}")
+
+
+# --- the store ------------------------------------------------------------------------------------
+
+
+class SQLiteStore:
+    """A durable store in one SQLite file. See the module docstring for the guarantees.
+
+    ``create``: make a new store when nothing is at ``path`` (else StoreError
+    ``no-such-store``). ``readonly``: no lock, no migration, no writes. ``wait``: seconds to wait
+    for a live writer's lock. Opening raises StoreError ``not-a-store``, ``store-unreadable``,
+    ``schema-version``, ``single-writer`` or ``no-such-store``.
+    """
+
+    __slots__ = ("_db", "_lock", "_readonly", "path")
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        readonly: bool = False,
+        wait: float = 0.0,
+    ) -> None:
+        self.path = Path(path)
+        self._readonly = bool(readonly)
+        self._db: sqlite3.Connection | None = None
+        self._lock: _Lock | None = None
+        # judged before anything is created: a refused path gets no lock file either
+        if _inspect(self.path) is None and (readonly or not create):
+            raise _missing(self.path, readonly=readonly)
+        if readonly:
+            try:
+                self._db = _open_reader(self.path, ours=True)
+            except _FAILURES as exc:
+                raise _store_error(self.path, exc, "on open", opening=True) from None
+            return
+        self._lock = _Lock(Path(f"{self.path}.lock"), wait)
+        try:
+            # again under the lock: another writer may have created or migrated it meanwhile
+            if _inspect(self.path) is None:
+                if not create:
+                    raise _missing(self.path, readonly=False)
+                try:
+                    _create(self.path)
+                except FileExistsError:  # something appeared at the path: judge it as any file
+                    _inspect(self.path)
+            try:
+                self._db = _connect_rw(self.path)
+                _migrate(self._db, self.path)
+            except _FAILURES as exc:
+                raise _store_error(self.path, exc, "on open", opening=True) from None
+        except BaseException:
+            self.close()
+            raise
+
+    # --- the one seam for SQLite's errors ---------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreError("store", "open", "the store is closed")
+        return self._db
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
+    def _sqlite(self, doing: str) -> Iterator[sqlite3.Connection]:
+        """The connection, with every `sqlite3.Error` (and undecodable text, see `_FAILURES`)
+        raised inside mapped to a StoreError."""
+        db = self._conn()
         try:
             yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+        except _FAILURES as exc:
+            raise _store_error(self.path, exc, doing) from exc
 
-    # --- the Store protocol ---------------------------------------------------------------------
+    def _check_writable(self, doing: str) -> None:
+        if self._readonly:
+            raise StoreError(
+                "store",
+                "readonly",
+                f"{self.path} was opened read-only: {doing} needs an open without readonly=True",
+            )
+
+    @contextlib.contextmanager
+    def _transaction(self, doing: str) -> Iterator[sqlite3.Connection]:
+        self._conn()
+        self._check_writable(doing)
+        with self._sqlite(f"while {doing}") as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                _rollback(db)
+                raise
+
+    # --- the Store protocol -----------------------------------------------------------------------
+
+    @property
+    def readonly(self) -> bool:
+        """Opened with ``readonly=True``: no lock held, every write refused."""
+        return self._readonly
 
     def info(self) -> StoreInfo | None:
-        rows = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        with self._sqlite("while reading the store's info") as db:
+            rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
         if "space" not in rows:
             return None
-        root = rows.get("root")
+        p = self.path
+        root = _typed(p, rows.get("root", b""), bytes, "meta root")
+        author = _typed(p, rows.get("author", b""), bytes, "meta author")
         return StoreInfo(
-            space=str(rows["space"]),
-            mode=str(rows.get("mode", "open")),
-            root=bytes(root) if root else None,
-            registry=bytes(rows.get("registry", b"")),
+            space=_typed(p, rows["space"], str, "meta space"),
+            mode=_typed(p, rows.get("mode", "open"), str, "meta mode"),
+            root=root or None,
+            registry=_typed(p, rows.get("registry", b""), bytes, "meta registry"),
+            store_id=_typed(p, rows.get("store_id", b""), bytes, "meta store_id"),
+            author=author or None,
         )
 
     def initialize(self, info: StoreInfo) -> None:
-        with self._transaction() as db:
+        with self._transaction("initializing the store") as db:
             current = dict(db.execute("SELECT key, value FROM meta").fetchall())
             if "space" in current:
                 raise StoreError("store", "initialized-once", "the store is already initialized")
-            db.executemany(
-                "INSERT INTO meta (key, value) VALUES (?, ?)",
-                [
-                    ("space", info.space),
-                    ("mode", info.mode),
-                    ("root", info.root or b""),
-                    ("registry", info.registry),
-                ],
-            )
+            store_id = info.store_id or current.get("store_id") or os.urandom(STORE_ID_BYTES)
+            rows: list[tuple[str, object]] = [
+                ("space", info.space),
+                ("mode", info.mode),
+                ("root", info.root or b""),
+                ("registry", info.registry),
+                ("store_id", bytes(store_id)),
+            ]
+            if info.author is not None:
+                rows.append(("author", info.author))
+            db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", rows)
+
+    def bind(self, author: bytes) -> StoreInfo:
+        author = check_author(author)
+        self._check_writable("binding the store to its author")
+        info = self.info()
+        if info is not None and info.author is not None and info.store_id:
+            return info  # the common case: nothing to write, no write transaction
+        with self._transaction("binding the store to its author") as db:
+            current = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            if "space" not in current:
+                raise StoreError("store", "initialized", "initialize the store before binding it")
+            if not current.get("author"):
+                db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('author', ?)", (author,)
+                )
+            if not current.get("store_id"):
+                db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('store_id', ?)",
+                    (os.urandom(STORE_ID_BYTES),),
+                )
+        bound = self.info()
+        assert bound is not None
+        return bound
 
     def write(self, batch: StoreWrite) -> None:
         if not batch:
+            self._conn()
+            self._check_writable("writing")
             return
-        with self._transaction() as db:
+        with self._transaction("writing") as db:
             if batch.accepted:
                 db.executemany(
                     "INSERT OR IGNORE INTO changes (change_id, data) VALUES (?, ?)", batch.accepted
@@ -190,59 +906,83 @@ class SQLiteStore:
                     [(c, d, c) for c, d in batch.pending],
                 )
             if batch.quarantined:
-                db.executemany(
-                    "INSERT INTO quarantine VALUES (?, ?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT (key) DO UPDATE SET"
-                    " first_seen_ms = min(first_seen_ms, excluded.first_seen_ms),"
-                    " last_seen_ms = max(last_seen_ms, excluded.last_seen_ms),"
-                    " count = count + excluded.count",
-                    [
-                        (
-                            r.key,
-                            r.data,
-                            r.reason,
-                            r.message,
-                            r.first_seen_ms,
-                            r.last_seen_ms,
-                            r.count,
-                        )
-                        for r in batch.quarantined
-                    ],
-                )
+                _upsert_quarantine(db, batch.quarantined)
+
+    @contextlib.contextmanager
+    def read_transaction(self) -> Iterator[None]:
+        """One consistent state of the store (the last one committed when the first read runs)
+        across every read inside, even while a writer in another process commits. Nested uses
+        join the outer one."""
+        with self._sqlite("while starting a read") as db:
+            nested = db.in_transaction
+            if not nested:
+                db.execute("BEGIN")
+        if nested:
+            yield
+            return
+        try:
+            yield
+        except BaseException:
+            _rollback(db)
+            raise
+        if self._db is db:  # not closed inside the block
+            with self._sqlite("while ending a read"):
+                db.execute("COMMIT")
 
     def accepted(self, after: int = 0) -> Iterator[tuple[int, bytes]]:
-        cursor = self._db.execute(
-            "SELECT pos, data FROM changes WHERE pos > ? ORDER BY pos", (after,)
-        )
-        for pos, data in cursor:
-            yield pos, bytes(data)
+        with self._sqlite("while reading the accepted changes") as db:
+            cursor = db.execute(
+                "SELECT pos, data FROM changes WHERE pos > ? ORDER BY pos", (after,)
+            )
+            for pos, data in cursor:
+                yield pos, _typed(self.path, data, bytes, f"accepted change #{pos}")
 
     def pending(self) -> list[bytes]:
-        rows = self._db.execute("SELECT data FROM pending ORDER BY change_id").fetchall()
-        return [bytes(r[0]) for r in rows]
+        return [data for _, data in self.pending_rows()]
+
+    def pending_rows(self) -> list[tuple[bytes, bytes]]:
+        with self._sqlite("while reading the pending changes") as db:
+            rows = db.execute("SELECT change_id, data FROM pending ORDER BY change_id").fetchall()
+        p = self.path
+        return [
+            (_typed(p, c, bytes, "a pending change id"), _typed(p, d, bytes, "a pending change"))
+            for c, d in rows
+        ]
 
     def quarantine(self) -> list[QuarantineRecord]:
-        rows = self._db.execute(
-            "SELECT key, data, reason, message, first_seen_ms, last_seen_ms, count"
-            " FROM quarantine ORDER BY first_seen_ms, key"
-        ).fetchall()
+        with self._sqlite("while reading the quarantine") as db:
+            rows = db.execute(
+                "SELECT key, data, reason, message, first_seen_ms, last_seen_ms, count"
+                " FROM quarantine ORDER BY first_seen_ms, key"
+            ).fetchall()
+        p, q = self.path, "a quarantine row"
         return [
-            QuarantineRecord(bytes(k), bytes(d), r, m, f, last, n)
+            QuarantineRecord(
+                _typed(p, k, bytes, q),
+                _typed(p, d, bytes, q),
+                _typed(p, r, str, q),
+                _typed(p, m, str, q),
+                _typed(p, f, int, q),
+                _typed(p, last, int, q),
+                _typed(p, n, int, q),
+            )
             for k, d, r, m, f, last, n in rows
         ]
 
     def count(self) -> int:
-        return int(self._db.execute("SELECT count(*) FROM changes").fetchone()[0])
+        with self._sqlite("while counting the accepted changes") as db:
+            return int(db.execute("SELECT count(*) FROM changes").fetchone()[0])
 
     def accepted_ids(self, after: int = 0) -> Iterator[tuple[int, bytes]]:
-        cursor = self._db.execute(
-            "SELECT pos, change_id FROM changes WHERE pos > ? ORDER BY pos", (after,)
-        )
-        for pos, change_id in cursor:
-            yield pos, bytes(change_id)
+        with self._sqlite("while reading the accepted change ids") as db:
+            cursor = db.execute(
+                "SELECT pos, change_id FROM changes WHERE pos > ? ORDER BY pos", (after,)
+            )
+            for pos, change_id in cursor:
+                yield pos, _typed(self.path, change_id, bytes, f"the id of accepted change #{pos}")
 
     def save_snapshot(self, upto: int, blob: bytes) -> None:
-        with self._transaction() as db:
+        with self._transaction("saving a snapshot") as db:
             db.execute(
                 "INSERT INTO snapshot (id, upto, data) VALUES (1, ?, ?)"
                 " ON CONFLICT (id) DO UPDATE SET upto = excluded.upto, data = excluded.data",
@@ -250,10 +990,161 @@ class SQLiteStore:
             )
 
     def load_snapshot(self) -> tuple[int, bytes] | None:
-        row = self._db.execute("SELECT upto, data FROM snapshot WHERE id = 1").fetchone()
-        return None if row is None else (int(row[0]), bytes(row[1]))
+        with self._sqlite("while reading the snapshot") as db:
+            row = db.execute("SELECT upto, data FROM snapshot WHERE id = 1").fetchone()
+        if row is None:
+            return None
+        what = "the snapshot"
+        return _typed(self.path, row[0], int, what), _typed(self.path, row[1], bytes, what)
+
+    def integrity_problems(self, limit: int = 20) -> list[str]:
+        """What SQLite's ``quick_check`` finds (at most ``limit`` lines; [] for a sound file),
+        or the mapped error when SQLite cannot even run it. ``quick_check`` reads every page
+        but skips the index-content cross-check of ``integrity_check`` (see the README's
+        figures for its cost). Raises StoreError ``limit`` for a limit below 1."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise StoreError(
+                "limit", "positive-int", f"limit is an int of at least 1, not {limit!r}"
+            )
+        self._conn()
+        try:
+            with self._sqlite("while checking the file") as db:
+                rows = db.execute(f"PRAGMA quick_check({limit})").fetchall()
+        except StoreError as exc:
+            return [exc.message]
+        return [str(r[0]) for r in rows if r[0] != "ok"]
+
+    def apply_repair(self, plan: RepairPlan) -> None:
+        with self._transaction("applying a repair") as db:
+            for pos, rec in plan.quarantine_accepted:
+                data = _take(db, "changes", "pos", pos, f"no accepted change at position {pos}")
+                if rec.data != data:
+                    raise repair_plan_error(
+                        f"the record for position {pos} does not hold its bytes"
+                    )
+                _upsert_quarantine(db, (rec,))
+            for pos, cid in plan.park:
+                data = _take(db, "changes", "pos", pos, f"no accepted change at position {pos}")
+                row = db.execute("SELECT data FROM pending WHERE change_id = ?", (cid,)).fetchone()
+                if row is not None and row[0] != data:
+                    raise repair_plan_error(f"pending holds other bytes as {cid.hex()}")
+                db.execute(
+                    "INSERT OR IGNORE INTO pending (change_id, data) VALUES (?, ?)", (cid, data)
+                )
+            for cid, rec in plan.quarantine_pending:
+                data = _take(db, "pending", "change_id", cid, f"no pending change {cid.hex()}")
+                if rec.data != data:
+                    raise repair_plan_error(
+                        f"the record for pending {cid.hex()} does not hold its bytes"
+                    )
+                _upsert_quarantine(db, (rec,))
+            db.execute("DELETE FROM snapshot")
 
     def close(self) -> None:
-        with contextlib.suppress(sqlite3.Error):
-            self._db.close()
-        self._lock.release()
+        db, self._db = self._db, None
+        try:
+            if db is not None:
+                try:
+                    db.close()
+                except _FAILURES as exc:
+                    raise _store_error(self.path, exc, "while closing") from exc
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+
+    # --- damage -----------------------------------------------------------------------------------
+
+    def rebuild(self) -> Path:
+        """Copy every row SQLite can read into a fresh file that takes the store's place, and
+        return where the damaged original was kept (``<path>.damaged-<UTC time>``).
+
+        For a file SQLite cannot fully read (``quick_check`` fails, or reads raise). Tables are
+        read in key order; where a read raises, the copy resumes past the damaged region (see
+        `_salvage`). Rows SQLite cannot read are not recovered here, but the original (with its
+        -wal) is never deleted: they survive there. The snapshot is not copied (a cache; the
+        next open verifies every change). The store then works on the new file and keeps its
+        lock. Raises StoreError (``readonly`` on a read-only open; what SQLite or the file
+        system raise, with nothing changed, if the copy cannot be made).
+        """
+        old = self._conn()
+        self._check_writable("rebuilding the store")
+        try:
+            tmp = _temp_beside(self.path, "rebuild")
+        except OSError as exc:
+            raise _os_error(self.path, exc, "rebuild") from None
+        try:
+            with self._sqlite("while rebuilding"):
+                new = _fresh(tmp)
+                try:
+                    _copy_readable(old, new)
+                except BaseException:
+                    new.close()
+                    raise
+                _seal(new, tmp)
+        except OSError as exc:
+            _remove_temp(tmp)
+            raise _os_error(self.path, exc, "rebuild") from None
+        except BaseException:
+            _remove_temp(tmp)
+            raise
+        return self._swap(tmp)
+
+    def _swap(self, tmp: Path) -> Path:
+        """Put the rebuilt ``tmp`` in the store's place; the original (and its -wal and -shm,
+        which must never meet the new file) moves aside. Reopens whatever is then at the path."""
+        old = self._conn()
+        with contextlib.suppress(*_FAILURES):
+            old.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._db = None
+        with contextlib.suppress(*_FAILURES):
+            old.close()
+        aside: Path | None = None
+        try:
+            aside = _keep_aside(self.path)
+            for end in ("-wal", "-shm"):
+                side = Path(f"{self.path}{end}")
+                if side.exists():
+                    os.replace(side, f"{aside}{end}")
+            os.replace(tmp, self.path)
+            _fsync_dir(self.path.parent)
+        except OSError as exc:
+            _remove_temp(tmp)
+            if aside is not None and not self.path.exists():
+                os.rename(aside, self.path)  # the rename fallback moved it: put it back
+            self._reopen()
+            raise _os_error(self.path, exc, "rebuild") from None
+        self._reopen()
+        return aside
+
+    def _reopen(self) -> None:
+        try:
+            self._db = _connect_rw(self.path)
+        except _FAILURES as exc:
+            raise _store_error(self.path, exc, "after rebuilding", opening=True) from None
+
+
+def _take(db: sqlite3.Connection, table: str, key: str, value: object, missing: str) -> object:
+    """Delete the row ``key = value`` from ``table`` and return its data as stored, to land
+    unchanged where the plan says (a plan that names a row the store does not hold raises
+    StoreError ``repair-plan``; the transaction rolls back)."""
+    row = db.execute(f"SELECT data FROM {table} WHERE {key} = ?", (value,)).fetchone()
+    if row is None:
+        raise repair_plan_error(missing)
+    db.execute(f"DELETE FROM {table} WHERE {key} = ?", (value,))
+    return row[0]
+
+
+def _upsert_quarantine(db: sqlite3.Connection, records: tuple[QuarantineRecord, ...]) -> None:
+    """Store refused copies with the rule of `merge_quarantine`: keep the first verdict, count
+    the sightings."""
+    db.executemany(
+        "INSERT INTO quarantine VALUES (?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (key) DO UPDATE SET"
+        " first_seen_ms = min(first_seen_ms, excluded.first_seen_ms),"
+        " last_seen_ms = max(last_seen_ms, excluded.last_seen_ms),"
+        " count = count + excluded.count",
+        [
+            (r.key, r.data, r.reason, r.message, r.first_seen_ms, r.last_seen_ms, r.count)
+            for r in records
+        ],
+    )

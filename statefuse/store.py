@@ -9,11 +9,16 @@ good once the call returns.
 Invariant (the store contract, tested against every implementation): writes are atomic and
 idempotent (re-appending a change that is already there changes nothing), accepted changes come
 back in append order, a change that moves from pending to accepted is in exactly one of the two,
-and a reopened store returns exactly what was written before it was closed.
+and a reopened store returns exactly what was written before it was closed. Nothing a store holds
+is ever dropped silently: the only call that removes a row, `Store.apply_repair`, moves it to
+another table in the same transaction.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -21,22 +26,37 @@ from typing import Protocol
 from registry.error import InputError
 
 #: Current layout version of durable stores; older stores are migrated forward on open.
-SCHEMA_VERSION = 1
+#: Version 2 marks the file as StateFuse's (SQLite ``application_id``) and gives every store a
+#: random ``store_id``, so a key file can be bound to the one store it writes.
+SCHEMA_VERSION = 2
+
+#: Length of a new store's random ``store_id``.
+STORE_ID_BYTES = 16
 
 
 class StoreError(InputError, RuntimeError):
-    """A store that cannot be used as asked: another space, a newer schema, a lock held by a live
-    writer, a missing or unreadable file."""
+    """A store that cannot be used as asked. ``rule`` says why: ``no-such-store``,
+    ``not-a-store`` (a foreign file, left untouched), ``store-unreadable`` (SQLite cannot read
+    it), ``schema-version`` (a newer release), ``single-writer`` (locked by a live writer),
+    ``readonly`` (a write on a read-only open), ``repair-plan``, ``sqlite-error``, …"""
 
 
 @dataclass(frozen=True, slots=True)
 class StoreInfo:
-    """What a store is for, fixed when it is created."""
+    """What a store is for, fixed when it is created, and which store it is.
+
+    ``store_id`` (random, made by the store when it is created) names this one store, so a key
+    can be bound to it; it is left out of ``==`` because two infos that agree on what a store is
+    for describe the same purpose, whichever file holds it. ``author`` is the key that writes
+    the store (None: not recorded, e.g. a store of the first release before it is bound).
+    """
 
     space: str
     mode: str = "open"
     root: bytes | None = None
     registry: bytes = b""
+    store_id: bytes = field(default=b"", compare=False)
+    author: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,23 +88,58 @@ class StoreWrite:
         return bool(self.accepted or self.pending or self.quarantined)
 
 
+@dataclass(frozen=True, slots=True)
+class RepairPlan:
+    """Where `Store.apply_repair` moves damaged rows; decided above, by what fails verification.
+
+    Rows are moved, never deleted, so a repair cannot lose what a later, better verifier (or a
+    person) might still want. Each quarantine record must carry the very bytes of the row it
+    replaces.
+    """
+
+    #: ``(position, record)``: accepted rows that fail verification, into quarantine.
+    quarantine_accepted: tuple[tuple[int, QuarantineRecord], ...] = ()
+    #: ``(position, change id)``: accepted rows that verify but follow a damaged change, into
+    #: the pending area (where they wait for the lost change to come back from a peer).
+    park: tuple[tuple[int, bytes], ...] = ()
+    #: ``(change id, record)``: pending rows that fail verification, into quarantine.
+    quarantine_pending: tuple[tuple[bytes, QuarantineRecord], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.quarantine_accepted or self.park or self.quarantine_pending)
+
+
 class Store(Protocol):
     """What a replica needs from durable (or in-memory) storage."""
+
+    @property
+    def readonly(self) -> bool:
+        """Whether every mutating call raises StoreError (rule ``readonly``)."""
 
     def info(self) -> StoreInfo | None:
         """The store's info, or None for a store never initialized."""
 
     def initialize(self, info: StoreInfo) -> None:
-        """Record what a new store is for (once)."""
+        """Record what a new store is for (once); an empty ``store_id`` gets a random one."""
+
+    def bind(self, author: bytes) -> StoreInfo:
+        """Record ``author`` as the store's writer unless one is recorded already (a recorded
+        author is never changed), and a ``store_id`` if it has none; returns the info."""
 
     def write(self, batch: StoreWrite) -> None:
         """Apply ``batch`` atomically and durably."""
+
+    def read_transaction(self) -> contextlib.AbstractContextManager[None]:
+        """A consistent view across several reads (a writer elsewhere commits meanwhile)."""
 
     def accepted(self, after: int = 0) -> Iterator[tuple[int, bytes]]:
         """``(position, wire bytes)`` of accepted changes past ``after``, in append order."""
 
     def pending(self) -> list[bytes]:
         """Wire bytes of parked changes, sorted by change id."""
+
+    def pending_rows(self) -> list[tuple[bytes, bytes]]:
+        """``(change id, wire bytes)`` of parked changes, sorted by change id."""
 
     def quarantine(self) -> list[QuarantineRecord]:
         """Every refused copy, sorted by first sight then key."""
@@ -100,6 +155,13 @@ class Store(Protocol):
 
     def load_snapshot(self) -> tuple[int, bytes] | None:
         """The latest snapshot, or None."""
+
+    def integrity_problems(self, limit: int = 20) -> list[str]:
+        """What the storage engine's own check finds wrong (at most ``limit``; [] when sound)."""
+
+    def apply_repair(self, plan: RepairPlan) -> None:
+        """Move the rows ``plan`` names, and drop the snapshot, in one transaction; a plan that
+        names a row the store does not hold writes nothing (StoreError ``repair-plan``)."""
 
     def close(self) -> None:
         """Release files and locks; the store is unusable afterwards."""
@@ -117,25 +179,40 @@ def merge_quarantine(old: QuarantineRecord | None, new: QuarantineRecord) -> Qua
     )
 
 
+def check_author(author: object) -> bytes:
+    """``author`` as handed to `Store.bind`, checked up front (raises StoreError ``author``)."""
+    if not isinstance(author, bytes) or not author:
+        raise StoreError("author", "author-bytes", "an author is a non-empty bytes id")
+    return author
+
+
+def repair_plan_error(what: str) -> StoreError:
+    """The error of a repair plan that does not match the store (nothing was written)."""
+    return StoreError("plan", "repair-plan", f"{what}; nothing was changed")
+
+
 class MemoryStore:
     """A store in memory (for tests and short-lived replicas): the same contract, no durability."""
 
     __slots__ = (
         "_accepted",
         "_closed",
-        "_id_order",
         "_ids",
         "_info",
+        "_next_pos",
         "_pending",
+        "_positions",
         "_quarantine",
         "_snapshot",
     )
 
     def __init__(self) -> None:
         self._info: StoreInfo | None = None
-        self._accepted: list[bytes] = []
+        #: position -> (change id, wire bytes); positions are never reused, as on disk.
+        self._accepted: dict[int, tuple[bytes, bytes]] = {}
+        self._positions: list[int] = []
+        self._next_pos = 1
         self._ids: set[bytes] = set()
-        self._id_order: list[bytes] = []
         self._pending: dict[bytes, bytes] = {}
         self._quarantine: dict[bytes, QuarantineRecord] = {}
         self._snapshot: tuple[int, bytes] | None = None
@@ -145,6 +222,10 @@ class MemoryStore:
         if self._closed:
             raise StoreError("store", "open", "the store is closed")
 
+    @property
+    def readonly(self) -> bool:
+        return False
+
     def info(self) -> StoreInfo | None:
         return self._info
 
@@ -152,30 +233,55 @@ class MemoryStore:
         self._open()
         if self._info is not None and self._info != info:
             raise StoreError("store", "initialized-once", "the store is already initialized")
-        self._info = info
+        if self._info is None:
+            self._info = replace(info, store_id=info.store_id or os.urandom(STORE_ID_BYTES))
+
+    def bind(self, author: bytes) -> StoreInfo:
+        self._open()
+        author = check_author(author)
+        if self._info is None:
+            raise StoreError("store", "initialized", "initialize the store before binding it")
+        if self._info.author is None:
+            self._info = replace(self._info, author=author)
+        return self._info
 
     def write(self, batch: StoreWrite) -> None:
         self._open()
         for cid, data in batch.accepted:
             self._pending.pop(cid, None)
             if cid not in self._ids:
-                self._ids.add(cid)
-                self._id_order.append(cid)
-                self._accepted.append(data)
+                self._append(cid, data)
         for cid, data in batch.pending:
             if cid not in self._ids:
                 self._pending.setdefault(cid, data)
         for rec in batch.quarantined:
             self._quarantine[rec.key] = merge_quarantine(self._quarantine.get(rec.key), rec)
 
+    def _append(self, cid: bytes, data: bytes) -> None:
+        pos = self._next_pos
+        self._next_pos += 1
+        self._ids.add(cid)
+        self._accepted[pos] = (cid, data)
+        self._positions.append(pos)
+
+    @contextlib.contextmanager
+    def read_transaction(self) -> Iterator[None]:
+        """Nothing to do: nothing else writes to this store while its owner reads."""
+        self._open()
+        yield
+
     def accepted(self, after: int = 0) -> Iterator[tuple[int, bytes]]:
         self._open()
-        for i in range(after, len(self._accepted)):
-            yield i + 1, self._accepted[i]
+        for pos in self._positions[bisect_right(self._positions, after) :]:
+            yield pos, self._accepted[pos][1]
 
     def pending(self) -> list[bytes]:
         self._open()
         return [self._pending[c] for c in sorted(self._pending)]
+
+    def pending_rows(self) -> list[tuple[bytes, bytes]]:
+        self._open()
+        return [(c, self._pending[c]) for c in sorted(self._pending)]
 
     def quarantine(self) -> list[QuarantineRecord]:
         self._open()
@@ -186,8 +292,8 @@ class MemoryStore:
 
     def accepted_ids(self, after: int = 0) -> Iterator[tuple[int, bytes]]:
         self._open()
-        for i in range(after, len(self._id_order)):
-            yield i + 1, self._id_order[i]
+        for pos in self._positions[bisect_right(self._positions, after) :]:
+            yield pos, self._accepted[pos][0]
 
     def save_snapshot(self, upto: int, blob: bytes) -> None:
         self._open()
@@ -195,6 +301,49 @@ class MemoryStore:
 
     def load_snapshot(self) -> tuple[int, bytes] | None:
         return self._snapshot
+
+    def integrity_problems(self, limit: int = 20) -> list[str]:
+        """Always []: memory has no storage engine that can tear a page."""
+        self._open()
+        return []
+
+    def apply_repair(self, plan: RepairPlan) -> None:
+        """Works on copies and swaps them in at the end: a plan that fails halfway (as SQLite
+        rolls back) leaves the store as it was."""
+        self._open()
+        accepted = dict(self._accepted)
+        pending = dict(self._pending)
+        quarantine = dict(self._quarantine)
+
+        def take(pos: int) -> bytes:
+            row = accepted.pop(pos, None)
+            if row is None:
+                raise repair_plan_error(f"no accepted change at position {pos}")
+            return row[1]
+
+        for pos, rec in plan.quarantine_accepted:
+            if rec.data != take(pos):
+                raise repair_plan_error(f"the record for position {pos} does not hold its bytes")
+            quarantine[rec.key] = merge_quarantine(quarantine.get(rec.key), rec)
+        for pos, cid in plan.park:
+            data = take(pos)
+            if pending.setdefault(cid, data) != data:
+                raise repair_plan_error(f"pending holds other bytes as {cid.hex()}")
+        for cid, rec in plan.quarantine_pending:
+            found = pending.pop(cid, None)
+            if found is None:
+                raise repair_plan_error(f"no pending change {cid.hex()}")
+            if rec.data != found:
+                raise repair_plan_error(
+                    f"the record for pending {cid.hex()} does not hold its bytes"
+                )
+            quarantine[rec.key] = merge_quarantine(quarantine.get(rec.key), rec)
+        self._accepted = accepted
+        self._positions = list(accepted)  # insertion order is position order
+        self._ids = {cid for cid, _ in accepted.values()}
+        self._pending = pending
+        self._quarantine = quarantine
+        self._snapshot = None
 
     def close(self) -> None:
         self._closed = True
