@@ -68,7 +68,9 @@ def bench_append(home: Path, size: int, ops: int, repeats: int) -> tuple[list[fl
     CPU figure leaves out the fsync waits and is steadier on a shared machine."""
     rates, cpu_rates = [], []
     for r in range(repeats):
-        with Replica.open(home / f"append{size}-{r}.db", space="bench", clock=lambda: 0) as rep:
+        with Replica.open(
+            home / f"append{size}-{r}.db", create=True, space="bench", clock=lambda: 0
+        ) as rep:
             wall, cpu = _fill_timed(rep, ops, size, "a")
             rates.append(ops / wall)
             cpu_rates.append(ops / cpu)
@@ -101,7 +103,7 @@ def _drop_snapshot(path: Path) -> None:
 def bench_reopen(home: Path, ops: int, repeats: int) -> tuple[list[float], list[float]]:
     """Reopen times with the snapshot and with none (full verification)."""
     path = home / f"reopen{ops}.db"
-    with Replica.open(path, space="bench", clock=lambda: 0) as rep:
+    with Replica.open(path, create=True, space="bench", clock=lambda: 0) as rep:
         step = max(ops // 10, 100)
         for done in range(0, ops, step):
             _fill(rep, min(step, ops - done), 100, f"r{done}-")
@@ -126,7 +128,7 @@ def bench_reopen(home: Path, ops: int, repeats: int) -> tuple[list[float], list[
 def bench_close(home: Path, repeats: int) -> list[float]:
     times = []
     for r in range(repeats):
-        rep = Replica.open(home / f"close-{r}.db", space="bench", clock=lambda: 0)
+        rep = Replica.open(home / f"close-{r}.db", create=True, space="bench", clock=lambda: 0)
         for i in range(10):
             rep.add_claim("bench", f"c{i}", "value", i)
         start = time.perf_counter()

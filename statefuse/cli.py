@@ -128,13 +128,24 @@ def _from_json(v: Any) -> Value:
     return value
 
 
+_TOO_DEEP = object()
+
+
 def parse_value(text: str) -> Value:
-    """A VALUE argument: JSON when it parses as JSON, else the string itself."""
+    """A VALUE argument: JSON when it parses as JSON, else the string itself. Raises CliError
+    (rule ``value-depth``) for JSON nested deeper than Python can read."""
     try:
         parsed = json.loads(text, parse_constant=_no_constants)
     except ValueError:
         return text
-    return _from_json(parsed)
+    except RecursionError:
+        parsed = _TOO_DEEP
+    try:
+        if parsed is not _TOO_DEEP:
+            return _from_json(parsed)
+    except RecursionError:
+        pass
+    raise CliError("VALUE", "value-depth", "the JSON value is nested too deeply to read")
 
 
 def resolve_id(text: str, ids: Iterable[bytes], *, what: str) -> bytes:
@@ -218,39 +229,42 @@ class Session:
         self.json: bool = args.json
         self._replica: Replica | None = None
 
-    def open(self, **options: Any) -> Replica:
+    def open(self, *, quiet: bool = False, **options: Any) -> Replica:
         """Open the store (``options`` go to `Replica.open`); a missing store and a store
-        locked by another process are user errors with a hint."""
-        from sync.replica import Replica, key_path
+        locked by another process are user errors with a hint. Opened read-only, a damaged
+        store says so in one ``Warning:`` line, unless ``quiet`` (the command reports the
+        damage itself)."""
+        from sync.replica import Replica
 
         create = options.pop("create", False)
         if not create and not self.path.exists():
             raise CliError(
                 "--store",
-                "exists",
+                "no-such-store",
                 f"no store at {self.path} (create one with: statefuse init --space NAME)",
             )
-        if self.path.exists() and not key_path(self.path).exists():
-            raise CliError(
-                "--store",
-                "key-file",
-                f"no author key at {key_path(self.path)}: a store opens with the key it was"
-                " created with",
-            )
+        options.setdefault("adopt_key", self.args.adopt_key)
         try:
-            self._replica = Replica.open(self.path, create=create, wait=self.args.wait, **options)
+            rep = Replica.open(self.path, create=create, wait=self.args.wait, **options)
         except StoreError as exc:
-            if exc.rule == "single-writer":
-                raise CliError(
-                    "--store",
-                    exc.rule,
-                    exc.message.replace("open with wait=SECONDS", "pass --wait SECONDS"),
-                ) from None
-            raise
-        return self._replica
+            hint = exc.message.replace("open with wait=SECONDS", "pass --wait SECONDS")
+            hint = hint.replace("adopt_key=True / --adopt-key", "--adopt-key")
+            raise CliError("--store", exc.rule, hint) from None
+        self._replica = rep
+        if options.get("readonly") and not quiet:
+            self.warn_damage()
+        return rep
 
-    def replica(self) -> Replica:
-        return self._replica if self._replica is not None else self.open()
+    def warn_damage(self) -> None:
+        """One ``Warning:`` line when the open store is damaged (commands that go on reading
+        it; a write is refused with the same text as its error)."""
+        if self._replica is not None and self._replica.damage is not None:
+            warnings.warn(self._replica.damage.describe(), stacklevel=2)
+
+    def replica(self, *, readonly: bool = False) -> Replica:
+        """The store's replica, opened on first use; ``readonly`` for commands that only read
+        (they take no lock, so they work beside a running writer or ``serve``)."""
+        return self._replica if self._replica is not None else self.open(readonly=readonly)
 
     def emit(self, data: Any, text: str) -> None:
         """Print ``data`` as JSON with ``--json``, else ``text``."""
@@ -267,8 +281,12 @@ class Session:
 
     def close(self) -> None:
         if self._replica is not None:
-            self._replica.close()
-            self._replica = None
+            rep, self._replica = self._replica, None
+            rep.close()
+
+    def close_status(self) -> int:
+        self.close()
+        return EXIT_OK
 
 
 # --- what commands show -------------------------------------------------------------------------
@@ -315,21 +333,17 @@ def _where(c: ClaimAdded) -> str:
     return f"{format_key(_key_of(c))} [{c.scope}] = {value_cell(c.value)}"
 
 
-def _report_json(report: MergeReport) -> dict[str, int]:
-    return {
-        "accepted": report.accepted,
-        "duplicate": report.duplicate,
-        "pending": report.pending,
-        "quarantined": report.quarantined,
-        "new_ops": report.new_ops,
-    }
+def _report_json(report: MergeReport) -> dict[str, Any]:
+    return report.to_json()
 
 
 def _report_text(report: MergeReport) -> str:
-    return (
+    """One line of counts, then one line per fork the changes revealed."""
+    text = (
         f"{report.accepted} accepted, {report.duplicate} already known, {report.pending} pending,"
         f" {report.quarantined} quarantined; {plural(report.new_ops, 'new op')}"
     )
+    return "\n".join([text, *(f.describe() for f in report.forks)])
 
 
 # --- commands -------------------------------------------------------------------------------------
@@ -515,7 +529,7 @@ def _notes(c: ClaimAdded, state: State) -> list[str]:
 def _cmd_show(s: Session) -> int:
     a = s.args
     prefix = parse_key_prefix(a.prefix) if a.prefix is not None else ()
-    state = s.replica().state()
+    state = s.replica(readonly=True).state()
     claims = sorted(
         (
             c
@@ -589,7 +603,7 @@ def _conflict_json(conflict: ConflictSet, state: State) -> dict[str, Any]:
 
 
 def _cmd_conflicts(s: Session) -> int:
-    state = s.replica().state()
+    state = s.replica(readonly=True).state()
     conflicts = sorted(state.conflicts, key=lambda c: (c.key, c.scope))
     text = "\n\n".join(_conflict_text(c, state) for c in conflicts) or "No conflicts."
     s.emit({"conflicts": [_conflict_json(c, state) for c in conflicts]}, text)
@@ -657,7 +671,7 @@ def _history(state: State, key: Key, scope: str | None) -> list[_Event]:
 def _cmd_history(s: Session) -> int:
     a = s.args
     key = parse_key(a.key)
-    events = _history(s.replica().state(), key, a.scope)
+    events = _history(s.replica(readonly=True).state(), key, a.scope)
     rows = [
         [
             str(e.lamport),
@@ -680,7 +694,9 @@ def _cmd_history(s: Session) -> int:
 
 
 def _cmd_export(s: Session) -> int:
-    n = s.replica().export(s.args.file)
+    rep = s.replica()
+    s.warn_damage()  # what verifies is exported; the rest is the damage
+    n = rep.export(s.args.file)
     s.emit({"path": s.args.file, "changes": n}, f"Exported {plural(n, 'change')} to {s.args.file}")
     return EXIT_OK
 
@@ -708,6 +724,7 @@ def _cmd_serve(s: Session) -> int:
     from sync.http import serve
 
     rep = s.replica()
+    s.warn_damage()  # served read-only: pushes are refused until `statefuse repair`
     server = serve(rep, host=s.args.host, port=s.args.port)
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if main_thread else None
@@ -785,14 +802,14 @@ def _cmd_keys(s: Session) -> int:
 
 
 def _keys_show(s: Session) -> int:
-    rep = s.replica()
+    rep = s.replica(readonly=True)
     trust = rep.trust()
     changes: dict[bytes, list[int]] = {}
     for c in rep.log.changes():
         changes.setdefault(c.author, []).append(c.seq)
-    equivocated: dict[bytes, int] = {}
-    for e in rep.log.equivocations():
-        equivocated.setdefault(e.author, e.seq)
+    forked: dict[bytes, list[int]] = {}
+    for f in rep.forks():
+        forked.setdefault(f.author, []).append(f.seq)
     authors = set(changes) | set(trust.admitted) | set(trust.cutoffs) | set(trust.roles)
     authors |= {rep.author} | ({rep.root} if rep.root is not None else set())
     entries, rows = [], []
@@ -807,8 +824,11 @@ def _keys_show(s: Session) -> int:
         cut = trust.cutoffs.get(author)
         if cut is not None:
             status.append(f"revoked after seq {cut.through_seq}")
-        if author in equivocated:
-            status.append(f"equivocated at seq {equivocated[author]}")
+        if author in trust.keeps:
+            status.append("revoked (named changes kept)")
+        if author in forked:
+            seqs_text = ", ".join(map(str, forked[author]))
+            status.append(f"forked at seq {seqs_text} (all branches kept)")
         if not trust.may_write(author):
             status.append("not admitted")
         seqs = changes.get(author, [])
@@ -820,6 +840,7 @@ def _keys_show(s: Session) -> int:
                 "last_seq": max(seqs, default=0),
                 "status": status,
                 "roles": roles,
+                "forks": forked.get(author, []),
             }
         )
         rows.append([author.hex(), str(len(seqs)), ", ".join(status), ", ".join(roles)])
@@ -857,23 +878,34 @@ def _keys_admit(s: Session) -> int:
 def _keys_revoke(s: Session) -> int:
     rep = s.replica()
     author = _known_author(rep, s.args.author)
-    if s.args.through_seq is None:
-        seq, through = rep.last_change(author)
-    else:
+    if s.args.through_seq is not None:
         seq = s.args.through_seq
         ids = [c.change_id for c in rep.log.changes() if c.author == author and c.seq == seq]
         through = ids[0] if len(ids) == 1 else None
-    rep.revoke(author, through_seq=seq, through_change=through, reason=s.args.reason)
-    kept = f"changes after seq {seq} no longer count" if seq else "none of its changes count"
+        rep.revoke(author, through_seq=seq, through_change=through, reason=s.args.reason)
+        kept = f"changes after seq {seq} no longer count" if seq else "none of its changes count"
+        s.emit(
+            {"author": author.hex(), "through_seq": seq, "through_change": _hex(through)},
+            f"Revoked {author.hex()}: {kept}",
+        )
+        return EXIT_OK
+    heads = rep.heads(author)
+    rep.revoke(author, keep=heads, reason=s.args.reason)
+    kept = (
+        f"its changes up to {', '.join(short_id(h) for h in heads)} still count, nothing"
+        " it signs later does"
+        if heads
+        else "none of its changes count"
+    )
     s.emit(
-        {"author": author.hex(), "through_seq": seq, "through_change": _hex(through)},
+        {"author": author.hex(), "keep": [h.hex() for h in heads]},
         f"Revoked {author.hex()}: {kept}",
     )
     return EXIT_OK
 
 
 def _cmd_quarantine(s: Session) -> int:
-    records = s.replica().quarantine()
+    records = s.replica(readonly=True).quarantine()
     if s.args.show is not None:
         key = resolve_id(s.args.show, (r.key for r in records), what="quarantine entry")
         (r,) = [r for r in records if r.key == key]
@@ -930,7 +962,7 @@ def _cmd_verify(s: Session) -> int:
     from sync.verify import VerificationError, verify_change
 
     # every stored change is verified again into a fresh change log: the snapshot is not used
-    rep = s.open(load="verify")
+    rep = s.open(load="verify", readonly=True, quiet=True)
     problems = []
     stored = 0
     for pos, raw in rep.store.accepted():
@@ -959,6 +991,9 @@ def _cmd_verify(s: Session) -> int:
             f" ({fresh.digest().hex()})"
         )
     problems += _sqlite_problems(s.path)
+    forks = rep.forks()
+    for f in forks:
+        print(f"Warning: {f.describe()}", file=sys.stderr)
     ignored = len(rep.verdicts())
     n_claims = len(state.claims)
     active = len(state.active_claims())
@@ -978,6 +1013,10 @@ def _cmd_verify(s: Session) -> int:
         "conflicts": len(state.conflicts),
         "digest": state.digest().hex(),
         "problems": problems,
+        "forks": [
+            {"author": f.author.hex(), "seq": f.seq, "change_ids": [c.hex() for c in f.change_ids]}
+            for f in forks
+        ],
     }
     lines = [
         (
@@ -993,11 +1032,15 @@ def _cmd_verify(s: Session) -> int:
         ),
         ("digest", state.digest().hex()),
     ]
+    if forks:
+        lines.append(("forks", f"{plural(len(forks), 'fork')} (every branch kept and counted)"))
     verdict = (
         "OK: every stored change verifies and the state equals a fresh materialization"
         if not problems
         else f"FAILED: {plural(len(problems), 'problem')}\n"
         + "\n".join(f"  - {p}" for p in problems)
+        + "\nFix: `statefuse repair` keeps every change that verifies and quarantines the rest"
+        " (add --from URL to fetch lost changes back from a peer)"
     )
     s.emit(data, f"Verified {s.path} (space {rep.space!r})\n" + fields(lines) + "\n" + verdict)
     return EXIT_OK if not problems else EXIT_ERROR
@@ -1014,6 +1057,57 @@ def _sqlite_problems(path: Path) -> list[str]:
     except sqlite3.Error as exc:
         return [f"sqlite cannot check the file: {exc}"]
     return [] if rows == ["ok"] else [f"sqlite integrity check: {r}" for r in rows]
+
+
+def _cmd_repair(s: Session) -> int:
+    rep = s.replica()
+    report = rep.repair()
+    lines = []
+    if report.original is not None:
+        lines.append(
+            f"SQLite could not read the whole file: rebuilt it; the damaged file is kept"
+            f" at {report.original}"
+        )
+    if report.quarantined or report.parked:
+        lines.append(
+            f"Repaired {s.path}: {plural(report.quarantined, 'damaged change')} moved to"
+            f" quarantine, {plural(report.parked, 'change')} waiting for a lost predecessor"
+            " (moved to pending); nothing deleted"
+        )
+    elif report.original is None:
+        lines.append(f"Nothing to repair: every change in {s.path} verifies")
+    merged = []
+    if s.args.peers:
+        from sync.http import SyncError, sync_all
+
+        for url, outcome in zip(
+            s.args.peers, sync_all(rep, s.args.peers, timeout=s.args.timeout), strict=True
+        ):
+            if isinstance(outcome, SyncError):
+                print(f"Error: {outcome.message}", file=sys.stderr)
+                continue
+            merged.append(url)
+            lines.append(
+                f"Synced with {url}: fetched {outcome.fetched}; {_report_text(outcome.merge)}"
+            )
+    own_waiting = sum(1 for c in rep.pending() if c.author == rep.author)
+    if own_waiting:
+        print(
+            f"Warning: {plural(own_waiting, 'change')} of this store's own feed still wait for a"
+            " damaged predecessor: sync from a peer that has it (statefuse repair --from URL)"
+            " before writing, or the next write forks the feed (both branches are kept)",
+            file=sys.stderr,
+        )
+    data = {
+        "store": str(s.path),
+        "quarantined": report.quarantined,
+        "parked": report.parked,
+        "original": None if report.original is None else str(report.original),
+        "synced": merged,
+        "own_waiting": own_waiting,
+    }
+    s.emit(data, "\n".join(lines))
+    return EXIT_OK if len(merged) == len(s.args.peers) else EXIT_ERROR
 
 
 def _cmd_demo(s: Session) -> int:
@@ -1131,6 +1225,18 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=0, help="port (default: any free port)")
 
 
+def _repair_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--from",
+        dest="peers",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="after repairing, sync with this peer to fetch lost changes back (repeatable)",
+    )
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+
+
 def _sync_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("peers", metavar="URL", nargs="+", help="a peer's `statefuse serve` URL")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
@@ -1145,7 +1251,11 @@ def _keys_arguments(p: argparse.ArgumentParser) -> None:
     revoke = sub.add_parser("revoke", help="revoke an author (root key only)")
     revoke.add_argument("author", metavar="AUTHOR", help="author id or a known author's prefix")
     revoke.add_argument(
-        "--through-seq", type=int, metavar="N", help="last change that stays (default: latest)"
+        "--through-seq",
+        type=int,
+        metavar="N",
+        help="keep its changes up to seq N (the first release's form; default: keep every head"
+        " this store knows, on every branch of a forked feed)",
     )
     revoke.add_argument("--reason", default="", help="why")
     for each in (show, admit, revoke):
@@ -1186,7 +1296,7 @@ def _cmd_context(s: Session) -> int:
     from statefuse.resolver import AbstainAll, AuthorityRank, Conservative, LatestWins, Resolver
 
     a = s.args
-    replica = s.replica()
+    replica = s.replica(readonly=True)
     lens = Lens(
         roles=frozenset(a.role),
         task=a.task,
@@ -1226,6 +1336,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("keys", "show, admit or revoke author keys", _keys_arguments, _cmd_keys),
     Command("quarantine", "list refused changes", _quarantine_arguments, _cmd_quarantine),
     Command("verify", "re-check the store end to end", _no_arguments, _cmd_verify),
+    Command(
+        "repair", "make a damaged store writable, losing nothing", _repair_arguments, _cmd_repair
+    ),
     Command("demo", "a multi-agent story, start to end", _no_arguments, _cmd_demo),
     Command("context", "the context a planner's LLM reads", _context_arguments, _cmd_context),
 )
@@ -1259,6 +1372,13 @@ def _global_options(p: argparse.ArgumentParser, *, suppress: bool) -> None:
         type=float,
         default=default(0.0),
         help="wait this long for a store another process has open",
+    )
+    p.add_argument(
+        "--adopt-key",
+        action="store_true",
+        default=default(False),
+        help="write with a key that belongs to another store (its feed may fork; forks are"
+        " kept and reported)",
     )
 
 
@@ -1313,8 +1433,16 @@ def _show_warning(message: Warning | str, *_: object, **__: object) -> None:
 
 
 def _run(run: Callable[[Session], int], session: Session) -> int:
+    """Run one command; every failure ends as one ``Error: …`` line (or ``Interrupted``) and
+    an exit status, never a traceback. The store is closed in every case."""
+    status = _guarded(lambda: run(session))
+    closed = _guarded(session.close_status)
+    return status if status != EXIT_OK else closed
+
+
+def _guarded(step: Callable[[], int]) -> int:
     try:
-        return run(session)
+        return step()
     except KeyboardInterrupt:
         print("Interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -1326,5 +1454,12 @@ def _run(run: Callable[[Session], int], session: Session) -> int:
     except (StateFuseError, OSError) as exc:
         print(f"Error: {_describe(exc)}", file=sys.stderr)
         return EXIT_ERROR
-    finally:
-        session.close()
+    except sqlite3.Error as exc:  # a path past the store's seam: still one line
+        print(f"Error: the store file could not be read: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except RecursionError:
+        print("Error: the input is nested too deeply", file=sys.stderr)
+        return EXIT_ERROR
+    except MemoryError:
+        print("Error: the input is too large to hold in memory", file=sys.stderr)
+        return EXIT_ERROR

@@ -61,7 +61,9 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
 
         out(f"StateFuse demo: one shared memory, three agents, SQLite stores in {home}")
         out("")
-        planner = Replica.open(home / "planner.db", space=SPACE, registry=DEMO_REGISTRY)
+        planner = Replica.open(
+            home / "planner.db", create=True, space=SPACE, registry=DEMO_REGISTRY
+        )
         names[planner.author] = "planner"
         with planner.batch():
             planner.add_claim("project", "launch", "deadline", "2026-03-25", authority="user")

@@ -37,6 +37,11 @@
     │   ├── BoundsConfigError (ValueError)  a change-log bound that is not a positive int
     │   ├── ReplicaError (ValueError)       a replica verb used against its rules (e.g. trust
     │   │                                   ops from a non-root key, an op too big for a change)
+    │   ├── StoreError
+    │   │   └── ReadOnlyError               a write or receive on a read-only replica (opened
+    │   │       │                           read-only, or without its key file)
+    │   │       └── StoreDamagedError       ... on a store that failed verification on open
+    │   │                                   (read-only until `statefuse repair`)
     │   ├── BundleError (ValueError)        a bundle file that is truncated, altered, for another
     │   │                                   space or not signed by its exporter (imports nothing)
     │   └── SyncError (RuntimeError)        HTTP sync failed: PeerUnreachableError,

@@ -156,8 +156,9 @@ class Store(Protocol):
     def load_snapshot(self) -> tuple[int, bytes] | None:
         """The latest snapshot, or None."""
 
-    def integrity_problems(self, limit: int = 20) -> list[str]:
-        """What the storage engine's own check finds wrong (at most ``limit``; [] when sound)."""
+    def integrity_problems(self, limit: int = 20, *, full: bool = False) -> list[str]:
+        """What the storage engine's own check finds wrong (at most ``limit``; [] when sound);
+        ``full`` also cross-checks index contents (slower)."""
 
     def apply_repair(self, plan: RepairPlan) -> None:
         """Move the rows ``plan`` names, and drop the snapshot, in one transaction; a plan that
@@ -302,7 +303,7 @@ class MemoryStore:
     def load_snapshot(self) -> tuple[int, bytes] | None:
         return self._snapshot
 
-    def integrity_problems(self, limit: int = 20) -> list[str]:
+    def integrity_problems(self, limit: int = 20, *, full: bool = False) -> list[str]:
         """Always []: memory has no storage engine that can tear a page."""
         self._open()
         return []

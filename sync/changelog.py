@@ -5,12 +5,19 @@ order: a verified change is accepted iff its whole ``prev`` chain back to ``seq`
 consistent (each link one seq lower, same author). A change whose predecessor is missing waits in
 the pending area and is admitted the moment the predecessor is; a link that contradicts its
 predecessor is quarantined as a broken chain. Two different accepted changes with the same author
-and seq are an *equivocation*: both are kept as proof, and the author's ops from that seq on are
-left out of the op-set that is materialized.
+and seq are a *fork* (SEMANTICS §8): a restored backup, a key used by two stores, a damaged store
+or malice. Both are kept and both count (their ops are the author's signed statements and merge is
+union, so counting both cannot break convergence); `ChangeLog.forks` lists them as proof, so an
+operator can revoke or re-key. Ignoring an author because of a fork would turn everyday accidents
+into silent memory loss.
 
 Trust (`sync.trust`) is applied the same way, as a pure function of the accepted set: changes by
-authors a closed space has not admitted, or after a revocation's cutoff, stay in the log (so a
-later admission or an audit can see them) but do not count; `ChangeLog.verdicts` says why.
+authors a closed space has not admitted, or outside a revocation's kept changes, stay in the log (so
+a later admission or an audit can see them) but do not count; `ChangeLog.verdicts` says why.
+
+Receiving is atomic per call when wrapped in `ChangeLog.atomic`: everything taken in inside the
+block is undone if it raises, so a caller that fails to store what it received leaves the log
+exactly as it was.
 
 The pending area and the quarantine hold what peers send, so they can be bounded (`Bounds`). A
 change that would take either past its bound is refused with `AreaFullError` and the log is left
@@ -21,8 +28,9 @@ only ever refuses to take something in.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -32,7 +40,7 @@ from statefuse.materializer import materialize
 from statefuse.opset import OpSet
 from statefuse.state import State
 from sync.change import ChangeInputError, UnverifiedChange, VerifiedChange
-from sync.quarantine import Quarantine
+from sync.quarantine import Quarantine, QuarantineEntry
 from sync.trust import TRUST_OP_TYPES, TrustMode, TrustState, trust_state
 from sync.verify import QuarantineReason, VerificationError, verify_change, verify_changes
 
@@ -93,9 +101,9 @@ class Bounds:
 
 
 class Ignored(Enum):
-    """Why an accepted (verified, kept) change does not count in the materialized memory."""
+    """Why an accepted (verified, kept) change does not count in the materialized memory.
+    (A fork is never a reason: both branches count, see the module docstring.)"""
 
-    EQUIVOCATION = "equivocation"
     UNKNOWN_AUTHOR = "unknown-author"
     REVOKED = "revoked"
 
@@ -122,12 +130,24 @@ class Receipt:
 
 
 @dataclass(frozen=True, slots=True)
-class Equivocation:
-    """Proof that an author signed two different changes with one seq."""
+class Fork:
+    """Proof that an author signed two (or more) different changes with one seq. Every branch
+    is kept and counts; the fork is reported so that an operator can act."""
 
     author: bytes
     seq: int
     change_ids: tuple[bytes, ...]
+
+    def describe(self) -> str:
+        """The one line users see: ``fork in author 1a2b3c4d5e6f… at seq 3: both branches
+        kept``."""
+        n = len(self.change_ids)
+        kept = "both branches" if n == 2 else f"all {n} branches"
+        return f"fork in author {self.author.hex()[:12]}… at seq {self.seq}: {kept} kept"
+
+
+#: The name of the first release, when a fork was called an equivocation and ignored.
+Equivocation = Fork
 
 
 class ChangeLog:
@@ -136,9 +156,12 @@ class ChangeLog:
     __slots__ = (
         "_accepted",
         "_by_seq",
+        "_journal",
         "_pending",
         "_pending_bytes",
         "_pending_ids",
+        "_top",
+        "_touched",
         "bounds",
         "mode",
         "quarantine",
@@ -169,6 +192,54 @@ class ChangeLog:
         self._pending_ids: set[bytes] = set()
         self._pending_bytes = 0
         self.quarantine = Quarantine()
+        #: author -> highest seq ever parked or accepted (see `highest_seq`).
+        self._top: dict[bytes, int] = {}
+        #: Quarantine entries added or seen again since `take_quarantined` last ran.
+        self._touched: list[QuarantineEntry] = []
+        #: Undo steps of the `atomic` block running, newest last (None: no block).
+        self._journal: list[Callable[[], None]] | None = None
+
+    # --- atomicity -------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[ChangeLog]:
+        """Everything the block takes in is undone if it raises (accepted, parked and refused
+        changes alike), so the log is exactly as before. Blocks nest into the outermost one."""
+        if self._journal is not None:
+            yield self
+            return
+        journal: list[Callable[[], None]] = []
+        touched = len(self._touched)
+        self._journal = journal
+        try:
+            yield self
+        except BaseException:
+            for undo in reversed(journal):
+                undo()
+            del self._touched[touched:]
+            raise
+        finally:
+            self._journal = None
+
+    def _undo(self, step: Callable[[], None]) -> None:
+        if self._journal is not None:
+            self._journal.append(step)
+
+    def take_quarantined(self) -> list[QuarantineEntry]:
+        """The quarantine entries added (or seen again) since the last call, in order: what a
+        replica must store. O(new entries), however large the quarantine."""
+        out, self._touched = self._touched, []
+        return out
+
+    def _quarantine(
+        self, data: bytes, reason: QuarantineReason, message: str, seen_ms: int
+    ) -> QuarantineEntry:
+        q = self.quarantine
+        before = q.get_bytes(data)
+        entry = q.add(data, reason, message, seen_ms=seen_ms)
+        self._touched.append(entry)
+        self._undo(lambda: q.put_back(entry.key, before))
+        return entry
 
     # --- receiving -------------------------------------------------------------------------------
 
@@ -200,16 +271,12 @@ class ChangeLog:
             pred = self._accepted.get(change.prev)
             if pred is None:
                 self._check_room(Area.PENDING, change.data)
-                self._pending.setdefault(change.prev, {})[cid] = change
-                self._pending_ids.add(cid)
-                self._pending_bytes += len(change.data)
+                self._park(change)
                 return Receipt(Status.PENDING, cid)
             problem = _link_problem(pred, change)
             if problem:
                 self._check_room(Area.QUARANTINE, change.data)
-                self.quarantine.add(
-                    change.data, QuarantineReason.BROKEN_CHAIN, problem, seen_ms=seen_ms
-                )
+                self._quarantine(change.data, QuarantineReason.BROKEN_CHAIN, problem, seen_ms)
                 return Receipt(
                     Status.QUARANTINED, cid, reason=QuarantineReason.BROKEN_CHAIN, message=problem
                 )
@@ -247,9 +314,27 @@ class ChangeLog:
             else:
                 receipts.append(self.receive_verified(verified, seen_ms=seen_ms))
 
+    def _park(self, change: VerifiedChange) -> None:
+        assert change.prev is not None
+        waiting = self._pending.setdefault(change.prev, {})
+        waiting[change.change_id] = change
+        self._raise_top(change)
+        self._pending_ids.add(change.change_id)
+        self._pending_bytes += len(change.data)
+        self._undo(lambda: self._unpark(change))
+
+    def _unpark(self, change: VerifiedChange) -> None:
+        assert change.prev is not None
+        waiting = self._pending[change.prev]
+        del waiting[change.change_id]
+        if not waiting:
+            del self._pending[change.prev]
+        self._pending_ids.discard(change.change_id)
+        self._pending_bytes -= len(change.data)
+
     def _refuse(self, data: bytes, exc: VerificationError, seen_ms: int) -> Receipt:
         self._check_room(Area.QUARANTINE, data)
-        self.quarantine.add(data, exc.reason, exc.message, seen_ms=seen_ms)
+        self._quarantine(data, exc.reason, exc.message, seen_ms)
         return Receipt(Status.QUARANTINED, None, reason=exc.reason, message=exc.message)
 
     def _check_room(self, area: Area, data: bytes) -> None:
@@ -278,20 +363,38 @@ class ChangeLog:
             c = work.pop()
             self._accepted[c.change_id] = c
             self._by_seq.setdefault((c.author, c.seq), []).append(c.change_id)
+            self._raise_top(c)
+            self._undo(lambda c=c: self._unaccept(c))  # type: ignore[misc]
             admitted.append(c)
-            waiting = self._pending.pop(c.change_id, {})
+            waiting = dict(self._pending.get(c.change_id, {}))
             for cid in sorted(waiting):
                 succ = waiting[cid]
-                self._pending_ids.discard(cid)
-                self._pending_bytes -= len(succ.data)
+                self._unpark(succ)
+                self._undo(lambda succ=succ: self._park(succ))  # type: ignore[misc]
                 problem = _link_problem(c, succ)
                 if problem:
-                    self.quarantine.add(
-                        succ.data, QuarantineReason.BROKEN_CHAIN, problem, seen_ms=seen_ms
-                    )
+                    self._quarantine(succ.data, QuarantineReason.BROKEN_CHAIN, problem, seen_ms)
                 else:
                     work.append(succ)
         return admitted
+
+    def _raise_top(self, c: VerifiedChange) -> None:
+        if c.seq > self._top.get(c.author, 0):
+            self._top[c.author] = c.seq
+
+    def highest_seq(self, author: bytes) -> int:
+        """The highest seq of ``author`` this log has held, accepted or pending (0: none). Only
+        grows, even when an `atomic` block is undone: it answers "has this seq been seen
+        before", which a replica asks to tell its own changes coming back from changes it never
+        knew of."""
+        return self._top.get(author, 0)
+
+    def _unaccept(self, c: VerifiedChange) -> None:
+        del self._accepted[c.change_id]  # the newest entry: the order of the others is kept
+        ids = self._by_seq[(c.author, c.seq)]
+        ids.remove(c.change_id)
+        if not ids:
+            del self._by_seq[(c.author, c.seq)]
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -321,55 +424,85 @@ class ChangeLog:
         waiting = [c for p in self._pending.values() for c in p.values()]
         return sorted(waiting, key=lambda c: c.change_id)
 
-    def equivocations(self) -> list[Equivocation]:
-        """Every (author, seq) with more than one accepted change, sorted."""
+    def forks(self) -> list[Fork]:
+        """Every (author, seq) with more than one accepted change, sorted: the proof of each
+        fork (both branches are kept and count)."""
         return [
-            Equivocation(author, seq, tuple(sorted(ids)))
+            Fork(author, seq, tuple(sorted(ids)))
             for (author, seq), ids in sorted(self._by_seq.items())
             if len(ids) > 1
         ]
 
-    def _equivocation_cutoffs(self) -> dict[bytes, int]:
-        cutoff: dict[bytes, int] = {}
-        for e in self.equivocations():
-            cutoff[e.author] = min(cutoff.get(e.author, e.seq), e.seq)
-        return cutoff
+    #: The name of the first release.
+    equivocations = forks
+
+    def fork_at(self, author: bytes, seq: int) -> Fork | None:
+        """The fork at ``(author, seq)``, or None if only one change holds that seq."""
+        ids = self._by_seq.get((author, seq), ())
+        return Fork(author, seq, tuple(sorted(ids))) if len(ids) > 1 else None
+
+    def heads(self, author: bytes) -> list[VerifiedChange]:
+        """The author's accepted changes that no accepted change names as ``prev`` (one per
+        branch of a forked feed), highest ``(seq, change_id)`` first."""
+        mine = [
+            self._accepted[cid]
+            for (a, _), ids in self._by_seq.items()
+            if a == author
+            for cid in ids
+        ]
+        named = {c.prev for c in mine}
+        tips = [c for c in mine if c.change_id not in named]
+        return sorted(tips, key=lambda c: (c.seq, c.change_id), reverse=True)
 
     def trust(self) -> TrustState:
-        """The trust decisions of the root's trust ops in its counted changes."""
+        """The trust decisions of the root's trust ops in its accepted changes (every branch of
+        a forked root feed counts, as any author's does)."""
         root = self.root if self.root is not None else b""
-        equivocated = self._equivocation_cutoffs()
-        limit = equivocated.get(root)
         trust_ops = [
             op
             for c in self._accepted.values()
-            if c.author == root and (limit is None or c.seq < limit)
+            if c.author == root
             for op in c.ops
             if isinstance(op, TRUST_OP_TYPES)
         ]
         return trust_state(root, self.mode, trust_ops)
+
+    def kept(self, trust: TrustState) -> dict[bytes, frozenset[bytes]]:
+        """author -> the ids of its changes that survive every `AuthorCutOff` of it: the kept
+        changes and their ancestors (by ``prev``), intersected over the revocations. A kept
+        change not (yet) accepted keeps nothing until it arrives: which changes are its
+        ancestors is only known from it."""
+        out: dict[bytes, frozenset[bytes]] = {}
+        for author, keeps in trust.keeps.items():
+            sets = [self._ancestry(author, keep) for keep in keeps]
+            out[author] = frozenset.intersection(*sets)
+        return out
+
+    def _ancestry(self, author: bytes, keep: frozenset[bytes]) -> frozenset[bytes]:
+        seen: set[bytes] = set()
+        for cid in keep:
+            c = self._accepted.get(cid)
+            while c is not None and c.author == author and c.change_id not in seen:
+                seen.add(c.change_id)
+                c = self._accepted.get(c.prev) if c.prev is not None else None
+        return frozenset(seen)
 
     def verdicts(self) -> dict[bytes, Ignored]:
         """change_id -> why an accepted change does not count (changes that count are absent).
 
         A pure function of the accepted set, so replicas with the same changes agree."""
         trust = self.trust()
-        equivocated = self._equivocation_cutoffs()
+        kept = self.kept(trust)
         out: dict[bytes, Ignored] = {}
         for cid in sorted(self._accepted):
-            c = self._accepted[cid]
-            limit = equivocated.get(c.author)
-            if limit is not None and c.seq >= limit:
-                out[cid] = Ignored.EQUIVOCATION
-            elif not trust.may_write(c.author):
-                out[cid] = Ignored.UNKNOWN_AUTHOR
-            elif not trust.counts(c.author, c.seq, cid):
-                out[cid] = Ignored.REVOKED
+            why = verdict(self._accepted[cid], trust, kept)
+            if why is not None:
+                out[cid] = why
         return out
 
     def ops(self) -> OpSet:
-        """The memory ops that count: accepted changes minus those in `verdicts` (equivocation,
-        unknown author in closed mode, revoked). Trust ops are not memory ops: see `trust`."""
+        """The memory ops that count: accepted changes minus those in `verdicts` (unknown
+        author in closed mode, revoked). Trust ops are not memory ops: see `trust`."""
         ignored = self.verdicts()
         out = OpSet()
         for cid, c in self._accepted.items():
@@ -383,6 +516,22 @@ class ChangeLog:
 
 #: How many changes `ChangeLog.receive_all` verifies together.
 _RECEIVE_BATCH = 256
+
+
+def verdict(
+    change: VerifiedChange, trust: TrustState, kept: dict[bytes, frozenset[bytes]]
+) -> Ignored | None:
+    """Why ``change`` does not count under ``trust`` and the revocations' ``kept`` sets
+    (`ChangeLog.kept`), or None when it counts."""
+    author = change.author
+    if not trust.may_write(author):
+        return Ignored.UNKNOWN_AUTHOR
+    if not trust.counts(author, change.seq, change.change_id):
+        return Ignored.REVOKED
+    keep = kept.get(author)
+    if keep is not None and change.change_id not in keep:
+        return Ignored.REVOKED
+    return None
 
 
 def _link_problem(pred: VerifiedChange, succ: VerifiedChange) -> str:

@@ -215,13 +215,12 @@ def _rejected(url: str, path: str, status: int, data: bytes, content_type: str) 
 
 
 def _merge_report(document: dict[str, Any], url: str) -> MergeReport:
-    counts = {f.name: document.get(f.name) for f in fields(MergeReport)}
-    checked = {name: c for name, c in counts.items() if type(c) is int and c >= 0}
-    if len(checked) != len(counts):
+    report = MergeReport.from_json(document)
+    if report is None:
         raise MalformedResponseError(
             "response.push", "merge-report", f"{url} answered a push without its counts"
         )
-    return MergeReport(**checked)
+    return report
 
 
 @contextlib.contextmanager

@@ -25,16 +25,20 @@ All signing and verifying goes through one library, ``cryptography``, so replica
 cases (non-canonical ``S``, non-canonical ``R``...). Nothing here reads the clock or uses randomness
 except `SigningKey.generate`.
 
-Key files (format version 1, 70 bytes)::
+Key files (format version 2, 86 bytes)::
 
     offset  size  content
     0       5     magic b"SFKEY"
-    5       1     format version, 1
+    5       1     format version, 2
     6       32    Ed25519 seed (RFC 8032 private key)
     38      32    author: the public key derived from the seed
+    70      16    the id of the store the key is bound to (all zero: bound to none)
 
-The stored author lets `SigningKey.load` detect a damaged seed, which would otherwise silently turn
-the writer into a different author. Files are created with mode 0600, atomically (temporary file in
+Version 1 (the first release) is the first 70 bytes with version 1 and no binding; it is still
+read. The stored author lets `SigningKey.load` detect a damaged seed, which would otherwise
+silently turn the writer into a different author. The binding lets a replica refuse to write
+into a second store with a key that already writes in another: one key in two stores forks its
+feed (`SigningKey.bound_to`). Files are created with mode 0600, atomically (temporary file in
 the same directory, fsync, link or rename, fsync of the directory), and `SigningKey.load` refuses a
 file that group or others may access, as OpenSSH does.
 
@@ -66,7 +70,9 @@ SEED_BYTES = 32
 #: First bytes of every key file.
 KEY_FILE_MAGIC = b"SFKEY"
 #: Version of the key file format `SigningKey.save` writes.
-KEY_FILE_VERSION = 1
+KEY_FILE_VERSION = 2
+#: Length of the store id a key file binds the key to.
+STORE_ID_BYTES = 16
 #: How many accepted authors `verify_signature` remembers.
 AUTHOR_CACHE_SIZE = 4096
 
@@ -75,6 +81,7 @@ _D = -121665 * pow(121666, -1, _P) % _P
 _SQRT_M1 = pow(2, (_P - 1) // 4, _P)
 _Y_MASK = (1 << 255) - 1
 _KEY_FILE_V1_BYTES = len(KEY_FILE_MAGIC) + 1 + SEED_BYTES + PUBLIC_KEY_BYTES
+_KEY_FILE_V2_BYTES = _KEY_FILE_V1_BYTES + STORE_ID_BYTES
 #: Longest file `load` reads; anything longer is refused unread.
 _MAX_KEY_FILE_BYTES = 1024
 #: Permission bits a key file may not have: any access by group or others.
@@ -246,6 +253,7 @@ class SigningKey:
 
     _private: Ed25519PrivateKey
     _public: PublicKey = field(init=False)
+    _bound: bytes | None = None
 
     def __post_init__(self) -> None:
         raw = self._private.public_key().public_bytes_raw()
@@ -273,6 +281,17 @@ class SigningKey:
 
     def public_key(self) -> PublicKey:
         return self._public
+
+    @property
+    def bound_to(self) -> bytes | None:
+        """The id of the store this key writes in, as its key file says (None: not bound)."""
+        return self._bound
+
+    def bound(self, store_id: bytes) -> SigningKey:
+        """The same key, bound to the store ``store_id`` (what `save` then records)."""
+        if type(store_id) is not bytes or len(store_id) != STORE_ID_BYTES:
+            raise SigningKeyError("store_id", "store-id", f"a store id is {STORE_ID_BYTES} bytes")
+        return SigningKey(self._private, store_id)
 
     def __repr__(self) -> str:
         return f"SigningKey(author={self.author.hex()})"
@@ -309,7 +328,8 @@ class SigningKey:
             raise _exists(target)
         directory = os.path.dirname(target) or "."
         seed = self._private.private_bytes_raw()
-        payload = KEY_FILE_MAGIC + bytes([KEY_FILE_VERSION]) + seed + self.author
+        bound = self._bound or bytes(STORE_ID_BYTES)
+        payload = KEY_FILE_MAGIC + bytes([KEY_FILE_VERSION]) + seed + self.author + bound
         temp = _write_temp(directory, os.path.basename(target), payload)
         try:
             if overwrite:
@@ -385,7 +405,22 @@ def _decode_file_v1(data: bytes, name: str) -> SigningKey:
             "key-file-format",
             f"{name} holds {len(data)} bytes; a version 1 key file holds {_KEY_FILE_V1_BYTES}",
         )
-    body = data[len(KEY_FILE_MAGIC) + 1 :]
+    return _decode_seed_and_author(data[len(KEY_FILE_MAGIC) + 1 :], name)
+
+
+def _decode_file_v2(data: bytes, name: str) -> SigningKey:
+    if len(data) != _KEY_FILE_V2_BYTES:
+        raise KeyFileError(
+            "path",
+            "key-file-format",
+            f"{name} holds {len(data)} bytes; a version 2 key file holds {_KEY_FILE_V2_BYTES}",
+        )
+    key = _decode_seed_and_author(data[len(KEY_FILE_MAGIC) + 1 : _KEY_FILE_V1_BYTES], name)
+    bound = data[_KEY_FILE_V1_BYTES:]
+    return key if bound == bytes(STORE_ID_BYTES) else key.bound(bound)
+
+
+def _decode_seed_and_author(body: bytes, name: str) -> SigningKey:
     seed, stored = body[:SEED_BYTES], body[SEED_BYTES:]
     try:
         _check_public_key(stored, "author")
@@ -407,7 +442,7 @@ def _decode_file_v1(data: bytes, name: str) -> SigningKey:
 
 
 #: Key file decoders by format version; every released version keeps its decoder.
-_FILE_DECODERS = {1: _decode_file_v1}
+_FILE_DECODERS = {1: _decode_file_v1, 2: _decode_file_v2}
 
 
 def _exists(target: str) -> KeyFileError:

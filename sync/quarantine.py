@@ -53,6 +53,19 @@ class Quarantine:
         self._entries[key] = entry
         return entry
 
+    def get_bytes(self, data: bytes) -> QuarantineEntry | None:
+        """The entry of exactly these bytes, if refused before."""
+        return self._entries.get(blake3.blake3(data).digest())
+
+    def put_back(self, key: bytes, entry: QuarantineEntry | None) -> None:
+        """Undo an `add`: restore the entry ``key`` had before it (None: it had none)."""
+        current = self._entries.pop(key, None)
+        if current is not None:
+            self._nbytes -= len(current.data)
+        if entry is not None:
+            self._entries[key] = entry
+            self._nbytes += len(entry.data)
+
     @property
     def nbytes(self) -> int:
         """Total size of the kept bytes (each entry counted once, however often seen)."""

@@ -15,6 +15,16 @@ Invariants:
   earlier changes stop counting, and then the state is rebuilt from the log (rare and explicit).
 - Trust verdicts and the state are functions of the set of accepted changes, never of arrival
   order (that is `ChangeLog`'s invariant; the replica only caches it).
+- Receiving is atomic per call: the whole input is checked before anything is taken in, and a
+  call that raises leaves log, state, store, pending area and quarantine exactly as before.
+- The replica never forks its own feed knowingly: it signs after the highest head of its own
+  author that it knows from any source (its store, a peer, a bundle, a snapshot). Changes of its
+  own author that it did not write in this store (a restored backup, a key used by two stores)
+  are reported once per call with an `OwnFeedWarning`, and writing continues after them.
+- A store that does not verify on open (a damaged page, a broken chain, a change that no longer
+  verifies) is read-only until repaired (`Replica.repair`): reads show what verifies, every write
+  and every receive raises `StoreDamagedError`. A replica never signs from a partially loaded
+  feed, so damage cannot spread to peers as a fork of lost history.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -34,6 +44,7 @@ from typing import Any
 from registry import DEFAULT_REGISTRY, Registry
 from registry.error import InputError
 from registry.value import Value
+from statefuse.clitable import plural
 from statefuse.materializer import Materializer
 from statefuse.op import (
     ClaimAdded,
@@ -45,12 +56,21 @@ from statefuse.op import (
 )
 from statefuse.opset import OpSet
 from statefuse.state import ConflictSet, State
-from statefuse.store import MemoryStore, QuarantineRecord, Store, StoreError, StoreInfo, StoreWrite
+from statefuse.store import (
+    MemoryStore,
+    QuarantineRecord,
+    RepairPlan,
+    Store,
+    StoreError,
+    StoreInfo,
+    StoreWrite,
+)
 from statefuse.view import SurfacedConflict
 from statefuse.writer import Writer
 from sync.change import (
     MAX_CHANGE_BYTES,
     MAX_OPS_PER_CHANGE,
+    ChangeInputError,
     UnverifiedChange,
     VerifiedChange,
     change_body,
@@ -58,8 +78,8 @@ from sync.change import (
     signed_message,
     wire,
 )
-from sync.changelog import ChangeLog, Ignored, Status
-from sync.key import SigningKey
+from sync.changelog import ChangeLog, Fork, Ignored, Receipt, Status, verdict
+from sync.key import KeyFileError, SigningKey
 from sync.quarantine import QuarantineEntry
 from sync.reconcile import Reconciler
 from sync.snapshot import (
@@ -72,6 +92,7 @@ from sync.snapshot import (
     open_snapshot,
 )
 from sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
+from sync.verify import QuarantineReason
 
 Observer = Callable[[tuple[Op, ...]], object]
 
@@ -85,24 +106,149 @@ class ReplicaError(InputError, ValueError):
     """A replica asked to do something its rules forbid (e.g. trust ops from a non-root key)."""
 
 
+class ReadOnlyError(StoreError):
+    """A write or receive on a replica that is read-only: opened with ``readonly=True``
+    (rule ``readonly``) or without its author key (rule ``no-key``). The message says why and
+    what to do."""
+
+
+class StoreDamagedError(ReadOnlyError):
+    """A write or receive on a store that failed verification on open (rule
+    ``store-damaged``): the message names the damage and the repair command."""
+
+
+class OwnFeedWarning(UserWarning):
+    """Changes of this replica's own author arrived that this store did not write: a restored
+    backup, a copied store, or one key used by two stores. Both branches are kept (a fork, see
+    `Replica.forks`); this replica writes on after the highest of them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Why a store opened read-only: what failed verification or SQLite's checks."""
+
+    #: Stored accepted changes that no longer verify (bad bytes, broken links).
+    failed: int
+    #: Stored changes that verify but follow a failed one (parked until it comes back).
+    orphaned: int
+    #: Stored pending changes that no longer verify.
+    failed_pending: int
+    #: What SQLite reported about the file (empty: the file itself is sound).
+    sqlite: tuple[str, ...]
+    #: One line per problem found first (at most `DAMAGE_DETAIL`).
+    details: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One line: what is damaged and the fix."""
+        parts = []
+        if self.sqlite:
+            parts.append(f"SQLite reports damage ({self.sqlite[0]})")
+        if self.failed:
+            parts.append(f"failing verification: {plural(self.failed, 'stored change')}")
+        if self.orphaned:
+            parts.append(f"after a damaged change: {plural(self.orphaned, 'stored change')}")
+        if self.failed_pending:
+            parts.append(f"failing verification: {plural(self.failed_pending, 'pending change')}")
+        first = f" (first: {self.details[0]})" if self.details else ""
+        return (
+            f"the store is damaged: {'; '.join(parts)}{first}; it is read-only until repaired:"
+            " run `statefuse repair` (add --from URL to fetch the lost changes from a peer)"
+        )
+
+
+#: How many problems `Damage.details` keeps.
+DAMAGE_DETAIL = 20
+
+
+@dataclass(frozen=True, slots=True)
+class RepairReport:
+    """What `Replica.repair` did: rows moved (never deleted) and where a damaged file went."""
+
+    #: Stored changes moved into quarantine, with the reason they failed.
+    quarantined: int = 0
+    #: Stored changes that verify but wait for a damaged predecessor: moved to pending.
+    parked: int = 0
+    #: Where the damaged file was kept when SQLite could not read all of it (else None).
+    original: Path | None = None
+    #: This replica's own changes waiting for a damaged predecessor (fetch it from a peer
+    #: before writing, or the next write forks the feed: both branches are kept).
+    own_waiting: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class MergeReport:
-    """What one receive, merge or import did, counted by outcome."""
+    """What one receive, merge or import did, counted by outcome, with the forks it revealed
+    (`ChangeLog.forks` of the authors and seqs it touched) and how many of this replica's own
+    changes arrived from elsewhere."""
 
     accepted: int = 0
     duplicate: int = 0
     pending: int = 0
     quarantined: int = 0
     new_ops: int = 0
+    forks: tuple[Fork, ...] = ()
+    own_from_elsewhere: int = 0
 
     def __add__(self, other: MergeReport) -> MergeReport:
+        forks = {(f.author, f.seq): f for f in (*self.forks, *other.forks)}
         return MergeReport(
-            self.accepted + other.accepted,
-            self.duplicate + other.duplicate,
-            self.pending + other.pending,
-            self.quarantined + other.quarantined,
-            self.new_ops + other.new_ops,
+            accepted=self.accepted + other.accepted,
+            duplicate=self.duplicate + other.duplicate,
+            pending=self.pending + other.pending,
+            quarantined=self.quarantined + other.quarantined,
+            new_ops=self.new_ops + other.new_ops,
+            forks=tuple(forks[k] for k in sorted(forks)),
+            own_from_elsewhere=self.own_from_elsewhere + other.own_from_elsewhere,
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as a JSON document (ids in hex): what the HTTP server answers a push."""
+        out: dict[str, Any] = {name: getattr(self, name) for name in _COUNTS}
+        out["own_from_elsewhere"] = self.own_from_elsewhere
+        out["forks"] = [
+            {"author": f.author.hex(), "seq": f.seq, "change_ids": [c.hex() for c in f.change_ids]}
+            for f in self.forks
+        ]
+        return out
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> MergeReport | None:
+        """The report `to_json` wrote, or None for a document that is not one. A peer of the
+        first release sends the counts only: no forks, nothing from elsewhere."""
+        counts: dict[str, int] = {}
+        for name in _COUNTS:
+            c = document.get(name)
+            if type(c) is not int or c < 0:
+                return None
+            counts[name] = c
+        own = document.get("own_from_elsewhere", 0)
+        raw_forks = document.get("forks", [])
+        if type(own) is not int or own < 0 or not isinstance(raw_forks, list):
+            return None
+        forks = []
+        try:
+            for f in raw_forks[:_MAX_REPORTED_FORKS]:
+                seq = f["seq"]
+                if type(seq) is not int or seq < 1:
+                    return None
+                ids = tuple(bytes.fromhex(c) for c in f["change_ids"][:_MAX_REPORTED_FORKS])
+                forks.append(Fork(bytes.fromhex(f["author"]), seq, ids))
+        except (TypeError, KeyError, ValueError):
+            return None
+        return cls(
+            accepted=counts["accepted"],
+            duplicate=counts["duplicate"],
+            pending=counts["pending"],
+            quarantined=counts["quarantined"],
+            new_ops=counts["new_ops"],
+            forks=tuple(forks),
+            own_from_elsewhere=own,
+        )
+
+
+_COUNTS = ("accepted", "duplicate", "pending", "quarantined", "new_ops")
+#: Most forks (and change ids per fork) read from a peer's report.
+_MAX_REPORTED_FORKS = 1000
 
 
 def _wall_ms() -> int:
@@ -123,12 +269,13 @@ class Replica:
     def __init__(
         self,
         store: Store,
-        key: SigningKey,
+        key: SigningKey | None,
         *,
         registry: Registry = DEFAULT_REGISTRY,
         clock: Callable[[], int] = _wall_ms,
         path: Path | None = None,
         load: Load | str = Load.SNAPSHOT,
+        readonly: bool = False,
     ) -> None:
         try:
             load = Load(load)
@@ -153,6 +300,28 @@ class Replica:
         self.space = info.space
         self.mode = TrustMode(info.mode)
         self.root = info.root
+        author = key.author if key is not None else info.author
+        #: This replica's author id: the key's, or, opened without its key, the store's.
+        self.author: bytes = author if author is not None else b""
+        #: Why writes are refused (None: they are not): read-only open, no key.
+        self._readonly: ReadOnlyError | None = None
+        if readonly or store.readonly:
+            self._readonly = ReadOnlyError(
+                "store",
+                "readonly",
+                "this replica was opened read-only; open it without readonly=True to write",
+            )
+        elif key is None:
+            self._readonly = ReadOnlyError(
+                "key",
+                "no-key",
+                "no author key for this store"
+                + (f" (expected at {key_path(path)})" if path is not None else "")
+                + ": it opened read-only; restore the key file to write",
+            )
+        #: What failed verification when the store was opened (None: it verified).
+        self.damage: Damage | None = None
+        self._new_forks: set[tuple[bytes, int]] = set()
         self._clock = clock
         self._observers: list[Observer] = []
         #: Ops written inside `batch()`, each with its encoding.
@@ -177,41 +346,54 @@ class Replica:
         key: SigningKey | None = None,
         mode: TrustMode | str = TrustMode.OPEN,
         root: bytes | None = None,
-        create: bool = True,
+        create: bool = False,
+        readonly: bool = False,
+        adopt_key: bool = False,
         wait: float = 0.0,
         clock: Callable[[], int] = _wall_ms,
         load: Load | str = Load.SNAPSHOT,
     ) -> Replica:
-        """Open (or create) the SQLite replica at ``path``.
+        """Open the SQLite replica at ``path`` (or, with ``create=True``, create it there).
 
-        A new store needs ``space``; its author key is generated (or ``key`` is used) and saved
-        to ``<path>.key`` with mode 0600. An existing store refuses another ``space`` and a
-        different registry. ``mode="closed"`` admits only authors the root admits; the root
-        defaults to this replica's own key. Raises StoreError when the store is locked by a live
-        writer (unless it frees up within ``wait`` seconds).
+        Creating needs ``space``; the author key is generated (or ``key`` is used) and saved to
+        ``<path>.key`` with mode 0600, bound to the new store. Opening refuses: a missing path
+        without ``create`` (StoreError rule ``no-such-store``), a file that is not a StateFuse
+        store (``not-a-store``; the file is left untouched), another ``space``, another registry,
+        a key bound to another store (``key-bound-elsewhere``) or of another author
+        (``key-author``) unless ``adopt_key=True``, and a store locked by a live writer
+        (``single-writer``, unless it frees up within ``wait`` seconds).
 
-        ``load="verify"`` ignores the store's snapshot and verifies every stored change again;
-        by default the changes a valid snapshot covers are restored from it (`sync.snapshot`).
+        ``readonly=True`` takes no lock and works beside a live writer (SQLite WAL readers see
+        the last committed state); a store whose key file is missing opens read-only too. A
+        store that fails verification opens read-only with `damage` set (`repair` fixes it).
+        ``mode="closed"`` admits only authors the root admits; the root defaults to this
+        replica's own key. ``load="verify"`` ignores the store's snapshot and verifies every
+        stored change again.
         """
         from statefuse.sqlitestore import SQLiteStore
 
         path = Path(path)
         kpath = key_path(path)
-        existed = path.exists()
-        if not existed and not create:
-            raise StoreError("path", "exists", f"no store at {path}")
-        if not existed and space is None:
-            raise StoreError("space", "required", "a new store needs a space name")
-        store = SQLiteStore(path, wait=wait)
+        if path.exists() or not create:
+            store = SQLiteStore(path, create=False, readonly=readonly, wait=wait)
+        else:
+            if space is None:
+                raise StoreError("space", "required", "a new store needs a space name")
+            store = SQLiteStore(path, create=True, wait=wait)
         try:
             info = store.info()
-            if info is None:
-                if space is None:
-                    raise StoreError("space", "required", "a new store needs a space name")
-                key = key or (SigningKey.load(kpath) if kpath.exists() else SigningKey.generate())
-                if not kpath.exists():
-                    key.save(kpath)
-                store.initialize(_new_info(space, registry, key, mode, root))
+            if info is None:  # a store created by a process that died before initializing it
+                if readonly or space is None:
+                    raise StoreError(
+                        "path", "not-a-store", f"{path} was never initialized as a store"
+                    )
+                key = key or (_load_key(kpath) if kpath.exists() else SigningKey.generate())
+                info = _new_info(space, registry, key, mode, root)
+                store.initialize(info)
+                info = store.info()
+                assert info is not None
+                _check_key(key, info, path, adopt_key=adopt_key)
+                _bind_key_file(key, kpath, info, create=True)
             else:
                 if space is not None and space != info.space:
                     raise StoreError(
@@ -219,13 +401,21 @@ class Replica:
                         "same-space",
                         f"{path} holds space {info.space!r}, not {space!r}",
                     )
-                if key is None:
-                    if not kpath.exists():
-                        raise StoreError(
-                            "key", "exists", f"no author key at {kpath} (pass key= to use one)"
-                        )
-                    key = SigningKey.load(kpath)
-            return cls(store, key, registry=registry, clock=clock, path=path, load=load)
+                if key is None and kpath.exists():
+                    try:
+                        key = _load_key(kpath)
+                    except KeyFileError:
+                        if not readonly:
+                            raise
+                if readonly and key is not None and info.author not in (None, key.author):
+                    key = None  # another author's key: reads need none
+                if key is not None and not readonly:
+                    _check_key(key, info, path, adopt_key=adopt_key)
+                    info = store.bind(key.author)
+                    _bind_key_file(key, kpath, info, create=False)
+            return cls(
+                store, key, registry=registry, clock=clock, path=path, load=load, readonly=readonly
+            )
         except BaseException:
             store.close()
             raise
@@ -269,7 +459,9 @@ class Replica:
             key = SigningKey.generate()
             key.save(key_path(path))
             store = SQLiteStore(path)
-            store.initialize(info)
+            store.initialize(replace(info, author=key.author, store_id=b""))
+            key = key.bound(store.info().store_id)  # type: ignore[union-attr]
+            key.save(key_path(path), overwrite=True)
             child = Replica(store, key, registry=self.registry, clock=self._clock, path=Path(path))
         child.merge(self)
         return child
@@ -288,26 +480,43 @@ class Replica:
     def _load_all(self) -> None:
         self.log = ChangeLog(self.space, root=self.root, mode=self.mode)
         self._reconciler = None
+        self.damage = None
         now = self._clock()
-        restored = self._restore() if self._load_mode is Load.SNAPSHOT else None
-        upto = 0
-        if restored is not None:
-            snap, upto = restored
-            for c in snap.changes:
-                self.log.receive_verified(c, seen_ms=now)
-        for _pos, data in self.store.accepted(upto):
-            self.log.receive(data, seen_ms=now)
-        for data in self.store.pending():
-            self.log.receive(data, seen_ms=now)
+        scan = _Scan()
+        restored: tuple[Restored, int] | None = None
+        self._unused_snapshot: SnapshotWarning | None = None
+        try:
+            with self.store.read_transaction():
+                if self._load_mode is Load.SNAPSHOT and self.key is not None:
+                    restored = self._restore()
+                upto = 0
+                if restored is not None:
+                    snap, upto = restored
+                    for c in snap.changes:
+                        self.log.receive_verified(c, seen_ms=now)
+                for pos, data in self.store.accepted(upto):
+                    scan.accepted(pos, data, self.log.receive(data, seen_ms=now))
+                for cid, data in self.store.pending_rows():
+                    scan.pending(cid, data, self.log.receive(data, seen_ms=now))
+        except StoreError as exc:  # SQLite could not read part of the file
+            scan.sqlite.append(exc.message)
+        if not self.readonly:  # a writer must not write into a file SQLite finds damaged
+            scan.sqlite.extend(self.store.integrity_problems(full=True))
+        self.log.take_quarantined()  # damage found on load is reported as damage, not stored
+        self.damage = scan.damage(self.log)
+        if self._unused_snapshot is not None and self.damage is None:
+            warnings.warn(self._unused_snapshot, stacklevel=_caller_level())
+        self._scan = scan
         self.restored = self._snap_count = 0 if restored is None else len(restored[0].changes)
         self._by_seq: dict[tuple[bytes, int], bytes] = {}
-        self._head: tuple[int, bytes | None] = (0, None)
         for c in self.log.changes():
             self._by_seq.setdefault((c.author, c.seq), c.change_id)
-            if c.author == self.key.author and c.seq > self._head[0]:
-                self._head = (c.seq, c.change_id)
-        self.writer = Writer(self.key.author, registry=self.registry, clock=self._clock)
-        self.trust_writer = TrustWriter(self.key.author)
+        heads = self.log.heads(self.author)
+        self._head: tuple[int, bytes | None] = (
+            (heads[0].seq, heads[0].change_id) if heads else (0, None)
+        )
+        self.writer = Writer(self.author or bytes(32), registry=self.registry, clock=self._clock)
+        self.trust_writer = TrustWriter(self.author or bytes(32))
         self._mat = Materializer(registry=self.registry)
         self._counted: set[bytes] = set()
         rest = self.log.changes()
@@ -318,7 +527,7 @@ class Replica:
         self._recount()
         for c in rest:
             self.writer.observe(op for op in c.ops if not isinstance(op, TRUST_OP_TYPES))
-            if c.author == self.key.author:
+            if c.author == self.author:
                 for op in c.ops:
                     if isinstance(op, TRUST_OP_TYPES):
                         self._observe_trust(op.lamport)
@@ -329,17 +538,19 @@ class Replica:
 
     def _identity(self) -> Identity:
         return Identity(
-            self.space, self.key.author, self.registry.fingerprint, self.mode.value, self.root
+            self.space, self.author, self.registry.fingerprint, self.mode.value, self.root
         )
 
     def _restore(self) -> tuple[Restored, int] | None:
         """The changes of the store's snapshot and the position it covers, or None (no
-        snapshot, or one that does not check out: then a SnapshotWarning says why)."""
+        snapshot, or one that does not check out: then `_load_all` warns why, unless the store
+        turns out damaged, which says more)."""
         found = self.store.load_snapshot()
         if found is None:
             return None
         upto, blob = found
         try:
+            assert self.key is not None  # snapshots are authenticated with the key
             snap = open_snapshot(blob, key=self.key, identity=self._identity(), upto=upto)
             datas = []
             for pos, data in self.store.accepted():
@@ -351,9 +562,8 @@ class Replica:
             rule, why = exc.rule, exc.message
         except Exception as exc:  # a cache must never stop a store from opening
             rule, why = "snapshot-format", repr(exc)
-        warnings.warn(
-            SnapshotWarning(rule, f"snapshot ignored, every stored change verified again: {why}"),
-            stacklevel=_caller_level(),
+        self._unused_snapshot = SnapshotWarning(
+            rule, f"snapshot ignored, every stored change verified again: {why}"
         )
         return None
 
@@ -397,7 +607,7 @@ class Replica:
         marks += [op for op in snap.others if not isinstance(op, TRUST_OP_TYPES)]
         self.writer.observe(marks)
         for op in snap.others:
-            if isinstance(op, TRUST_OP_TYPES) and op.author == self.key.author:
+            if isinstance(op, TRUST_OP_TYPES) and op.author == self.author:
                 self._observe_trust(op.lamport)
 
     # --- counting (which accepted changes the state includes) -----------------------------------
@@ -406,10 +616,8 @@ class Replica:
         """Recompute trust verdicts from the whole log; rebuild the state if a change stopped
         counting, else apply the changes that started to. Returns the ops newly applied."""
         self._trust: TrustState = self.log.trust()
+        self._kept = self.log.kept(self._trust)
         ignored = self.log.verdicts()
-        self._cutoff: dict[bytes, int] = {}
-        for e in self.log.equivocations():
-            self._cutoff[e.author] = min(self._cutoff.get(e.author, e.seq), e.seq)
         counted = {cid for cid in self.log.change_ids() if cid not in ignored}
         if self._counted - counted:
             self._mat = Materializer(self.log.ops(), registry=self.registry)
@@ -431,34 +639,50 @@ class Replica:
         return tuple(self._mat.apply_all(ops)) if len(ops) else ()
 
     def _admitted(self, admitted: Sequence[VerifiedChange]) -> tuple[Op, ...]:
-        """Count newly admitted changes; returns the ops the state gained."""
+        """Count newly admitted changes; returns the ops the state gained. Follows this
+        replica's own head (whatever source the change came from) and notes new forks."""
         recount = False
+        head = self._head
         for c in admitted:
             first = self._by_seq.setdefault((c.author, c.seq), c.change_id)
             if first != c.change_id:
-                recount = True  # equivocation: later changes of this author stop counting
+                self._new_forks.add((c.author, c.seq))
+            if c.author == self.author and (c.seq, c.change_id) > (head[0], head[1] or b""):
+                head = (c.seq, c.change_id)
             if c.author == self.root and any(isinstance(op, TRUST_OP_TYPES) for op in c.ops):
-                recount = True
+                recount = True  # trust changed: earlier changes may stop (or start) counting
+            if c.author in self._kept:
+                recount = True  # a kept change may arrive after its revocation
+        self._head = head
         if recount:
             return self._recount()
-        counting = []
-        for c in admitted:
-            cut = self._cutoff.get(c.author)
-            if (
-                (cut is None or c.seq < cut)
-                and self._trust.may_write(c.author)
-                and self._trust.counts(c.author, c.seq, c.change_id)
-            ):
-                self._counted.add(c.change_id)
-                counting.append(c)
+        counting = [c for c in admitted if verdict(c, self._trust, self._kept) is None]
+        self._counted.update(c.change_id for c in counting)
         return self._apply(counting)
+
+    def _take_forks(self) -> tuple[Fork, ...]:
+        """The forks that changes admitted since the last call created or widened."""
+        found = []
+        for author, seq in sorted(self._new_forks):
+            fork = self.log.fork_at(author, seq)
+            if fork is not None:
+                found.append(fork)
+        self._new_forks.clear()
+        return tuple(found)
 
     # --- reading ---------------------------------------------------------------------------------
 
     @property
-    def author(self) -> bytes:
-        """This replica's author id (its raw Ed25519 public key)."""
-        return self.key.author
+    def readonly(self) -> bool:
+        """True when writes and receives are refused: opened read-only, without the author key,
+        or on a damaged store (`damage`)."""
+        return self._readonly is not None or self.damage is not None
+
+    def forks(self) -> list[Fork]:
+        """Every fork in the accepted changes: (author, seq) signed twice or more. Both branches
+        are kept and count; revoke the author (`revoke`) or re-key it if that was not an
+        accident."""
+        return self.log.forks()
 
     def state(self) -> State:
         """The current memory (an immutable snapshot; later writes do not change it)."""
@@ -522,6 +746,7 @@ class Replica:
     # --- writing ---------------------------------------------------------------------------------
 
     def _emit(self, op: Any) -> Any:
+        self._check_writable()
         pair = (op, sealed_encoding(op))
         if self._batch is not None:
             self._batch.append(pair)
@@ -647,7 +872,7 @@ class Replica:
     def batch(self) -> Iterator[Replica]:
         """Everything written inside becomes one signed change, stored atomically on exit
         (nothing is stored if the block raises). Batches nest into the outermost one."""
-        self._check_open()
+        self._check_writable()
         if self._batch is not None:
             yield self
             return
@@ -663,7 +888,7 @@ class Replica:
     # --- trust (root key only) --------------------------------------------------------------------
 
     def _trust_op(self, op: TrustOp) -> TrustOp:
-        if self.root != self.key.author:
+        if self.root != self.author:
             raise ReplicaError("key", "root-only", "only the space's root key signs trust ops")
         emitted: TrustOp = self._emit(op)
         return emitted
@@ -676,16 +901,44 @@ class Replica:
         self,
         author: bytes,
         *,
-        through_seq: int,
+        keep: Iterable[bytes] | None = None,
+        through_seq: int | None = None,
         through_change: bytes | None = None,
         reason: str = "",
     ) -> TrustOp:
-        """Revoke an author: its changes after ``through_seq`` stop counting everywhere."""
+        """Revoke an author: only its changes in ``keep`` and their ancestors go on counting,
+        everywhere, whatever arrives later (an `AuthorCutOff`). ``keep`` defaults to the
+        author's heads this replica knows (`heads`): everything seen so far stays, on every
+        branch of a forked feed, and nothing signed after counts.
+
+        ``through_seq`` (with ``through_change``) writes the first release's shorthand
+        (`AuthorRevoked`) instead; it is refused once the author's feed has forked at or before
+        that seq, where it could not say which branch stays."""
+        if through_seq is None:
+            kept = [c.change_id for c in self.log.heads(author)] if keep is None else list(keep)
+            return self._trust_op(self.trust_writer.cut_off(author, keep=kept, reason=reason))
+        if keep is not None:
+            raise ReplicaError(
+                "keep", "revocation-form", "name the kept changes or through_seq, not both"
+            )
+        forked = [f for f in self.log.forks() if f.author == author and f.seq <= through_seq]
+        if forked and through_change is None:
+            raise ReplicaError(
+                "through_seq",
+                "revocation-ambiguous",
+                f"{forked[0].describe()}; through_seq cannot say which branch stays valid:"
+                " revoke with keep= (the default keeps every head this replica knows)",
+            )
         return self._trust_op(
             self.trust_writer.revoke(
                 author, through_seq=through_seq, through_change=through_change, reason=reason
             )
         )
+
+    def heads(self, author: bytes) -> list[bytes]:
+        """Ids of ``author``'s accepted changes that no other names as ``prev``: its latest
+        change, or one per branch of a forked feed (highest seq first)."""
+        return [c.change_id for c in self.log.heads(author)]
 
     def grant(self, author: bytes, roles: Iterable[str]) -> TrustOp:
         return self._trust_op(self.trust_writer.grant(author, roles))
@@ -739,6 +992,7 @@ class Replica:
             datas=datas,
         )
         cid = change_id_of(body)
+        assert self.key is not None  # `_check_writable` refused to write without it
         signature = self.key.sign(signed_message(cid))
         return VerifiedChange(
             self.space,
@@ -756,50 +1010,64 @@ class Replica:
 
     def receive(self, changes: Iterable[bytes | UnverifiedChange]) -> MergeReport:
         """Verify and take in changes from outside (a peer, a bundle); bad ones are quarantined
-        with their reason, ones missing a predecessor are parked. One store transaction."""
-        self._check_open()
+        with their reason, ones missing a predecessor are parked. One store transaction.
+
+        Atomic: the whole input is checked first (ChangeInputError names the first item that is
+        not bytes), and a call that raises (a full pending area or quarantine, a failed store
+        write, Ctrl-C) leaves log, state, store, pending area and quarantine as they were.
+        Raises ReadOnlyError / StoreDamagedError on a replica that may not take anything in.
+        """
+        self._check_writable()
+        return self._receive(_unverified(changes))
+
+    def _receive(
+        self,
+        items: list[UnverifiedChange],
+        progress: Callable[[int, int], object] | None = None,
+    ) -> MergeReport:
         now = self._clock()
         accepted: list[VerifiedChange] = []
         pending: list[tuple[bytes, bytes]] = []
-        quarantined: list[QuarantineRecord] = []
         counts = {s: 0 for s in Status}
-        known = len(self.log.quarantine)
-        seen_keys = {e.key for e in self.log.quarantine} if known else set()
-        for raw in changes:
-            r = self.log.receive(raw, seen_ms=now)
-            counts[r.status] += 1
-            if r.status is Status.ACCEPTED:
-                accepted.extend(r.admitted)
-            elif r.status is Status.PENDING:
-                assert r.change_id is not None
-                data = raw.data if isinstance(raw, UnverifiedChange) else bytes(raw)
-                pending.append((r.change_id, data))
-            elif r.status is Status.QUARANTINED and len(self.log.quarantine) == known:
-                # the same bytes refused again: count the sighting
-                data = raw.data if isinstance(raw, UnverifiedChange) else bytes(raw)
-                entry = self.log.quarantine.get(UnverifiedChange(data).key)
-                if entry is not None:
-                    quarantined.append(_record(entry, now))
-            if len(self.log.quarantine) != known:
-                # new refusals: this change, or a parked successor whose link broke
-                for e in self.log.quarantine:
-                    if e.key not in seen_keys:
-                        seen_keys.add(e.key)
-                        quarantined.append(_record(e, now))
-                known = len(self.log.quarantine)
-        seen_keys = {e.key for e in self.log.quarantine} if known else set()
-        admitted_ids = {c.change_id for c in accepted}
-        batch = StoreWrite(
-            accepted=tuple((c.change_id, c.data) for c in accepted),
-            pending=tuple(p for p in pending if p[0] not in admitted_ids),
-            quarantined=tuple(quarantined),
-        )
-        try:
+        known = self.log.highest_seq(self.author)
+        with self.log.atomic():
+            for start in range(0, len(items), _RECEIVE_STEP):
+                part = items[start : start + _RECEIVE_STEP]
+                for item, r in zip(part, self.log.receive_all(part, seen_ms=now), strict=True):
+                    counts[r.status] += 1
+                    if r.status is Status.ACCEPTED:
+                        accepted.extend(r.admitted)
+                    elif r.status is Status.PENDING:
+                        assert r.change_id is not None
+                        pending.append((r.change_id, item.data))
+                if progress is not None:
+                    progress(min(start + _RECEIVE_STEP, len(items)), len(items))
+            quarantined = [_record(e, now) for e in self.log.take_quarantined()]
+            admitted_ids = {c.change_id for c in accepted}
+            batch = StoreWrite(
+                accepted=tuple((c.change_id, c.data) for c in accepted),
+                pending=tuple(p for p in pending if p[0] not in admitted_ids),
+                quarantined=tuple(quarantined),
+            )
             self.store.write(batch)
+        # Stored: from here on, memory follows the store (rebuilt from it if this fails).
+        try:
+            new_ops = self._admitted(accepted)
         except BaseException:
             self._reload()
             raise
-        new_ops = self._admitted(accepted)
+        # Own changes past any seq this store held: written elsewhere (those up to it are its
+        # own history coming back, e.g. after `repair`).
+        own = sum(1 for c in accepted if c.author == self.author and c.seq > known)
+        if own:
+            warnings.warn(
+                OwnFeedWarning(
+                    f"{plural(own, 'change')} of this replica's own author arrived that this"
+                    " store did not write (a restored backup, a copied store, or its key used"
+                    f" by another store); writing continues after seq {self._head[0]}"
+                ),
+                stacklevel=_caller_level(),
+            )
         self._notify(new_ops)
         return MergeReport(
             accepted=len(accepted),
@@ -807,12 +1075,14 @@ class Replica:
             pending=len(batch.pending),
             quarantined=len(quarantined),
             new_ops=len(new_ops),
+            forks=self._take_forks(),
+            own_from_elsewhere=own,
         )
 
     def merge(self, other: Replica) -> MergeReport:
         """Take in every change ``other`` has that this replica lacks (one way; merge both ways
         for a full sync), through the same verification as network data."""
-        self._check_open()
+        self._check_writable()
         other._check_open()
         mine = self.log
         theirs = sorted(other.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
@@ -827,24 +1097,24 @@ class Replica:
 
         self._check_open()
         changes = self.all_change_bytes()
+        if self.key is None:
+            raise ReadOnlyError(
+                "key", "no-key", "a bundle is signed by its exporter: export needs the author key"
+            )
         write_bundle(path, self.key, self.space, changes)
         return len(changes)
 
     def import_(
         self, path: str | os.PathLike[str], *, progress: Callable[[int, int], object] | None = None
     ) -> MergeReport:
-        """Verify and take in the changes of a bundle file (see `sync.bundle`)."""
+        """Verify and take in the changes of a bundle file (see `sync.bundle`), all or nothing:
+        the file is read and checked whole before anything is taken in, and one store
+        transaction keeps what it brought."""
         from sync.bundle import read_bundle
 
-        self._check_open()
+        self._check_writable()
         changes = read_bundle(path, space=self.space)
-        report = MergeReport()
-        step = 256
-        for start in range(0, len(changes), step):
-            report = report + self.receive(changes[start : start + step])
-            if progress is not None:
-                progress(min(start + step, len(changes)), len(changes))
-        return report
+        return self._receive(_unverified(changes), progress)
 
     # --- observers and lifetime ------------------------------------------------------------------
 
@@ -872,6 +1142,51 @@ class Replica:
         if self._closed:
             raise ReplicaError("replica", "open", "the replica is closed")
 
+    def _check_writable(self) -> None:
+        """Raise unless this replica may write and take changes in: a damaged store
+        (StoreDamagedError), a read-only open or a missing key (ReadOnlyError)."""
+        self._check_open()
+        if self.damage is not None:
+            raise StoreDamagedError("store", "store-damaged", self.damage.describe())
+        if self._readonly is not None:
+            e = self._readonly
+            raise ReadOnlyError(e.field, e.rule, e.message)
+
+    def repair(self) -> RepairReport:
+        """Make a damaged store writable again, losing nothing (`damage` says what is wrong).
+
+        When SQLite cannot read the whole file, it is rebuilt from every readable row and the
+        damaged file is kept beside it (`RepairReport.original`). Then every stored change that
+        still verifies stays; each one that does not moves into quarantine with its reason, and
+        changes that verify but follow a damaged one move to the pending area, where they wait
+        for the lost change to come back from a peer (`statefuse repair --from URL`). Nothing is
+        deleted. The replica is reloaded and writable afterwards; a store with no damage is left
+        as it is. Raises ReadOnlyError on a replica opened read-only or without its key.
+        """
+        self._check_open()
+        if self._readonly is not None:
+            e = self._readonly
+            raise ReadOnlyError(e.field, e.rule, e.message)
+        if self.damage is None:
+            return RepairReport()
+        original: Path | None = None
+        rebuild = getattr(self.store, "rebuild", None)
+        if self.damage.sqlite and rebuild is not None:
+            original = rebuild()
+            self._load()
+        plan = self._scan.plan(self.log, now=self._clock())
+        self.store.apply_repair(plan)
+        self._load()
+        if self.damage is not None:  # what is left SQLite reports; the rows all verify
+            raise StoreDamagedError("store", "store-damaged", self.damage.describe())
+        own_waiting = sum(1 for c in self.log.pending() if c.author == self.author)
+        return RepairReport(
+            quarantined=len(plan.quarantine_accepted) + len(plan.quarantine_pending),
+            parked=len(plan.park),
+            original=original,
+            own_waiting=own_waiting,
+        )
+
     def snapshot(self) -> int:
         """Save a snapshot of the accepted changes now, so the next open restores them instead
         of verifying them again; returns how many changes it covers. Only a cache: the changes
@@ -890,6 +1205,7 @@ class Replica:
         collecting = gc.isenabled()
         gc.disable()  # many new lists, none of them garbage until the blob is built
         try:
+            assert self.key is not None
             blob = encode_snapshot(covered, key=self.key, identity=self._identity(), upto=upto)
         finally:
             if collecting:
@@ -907,7 +1223,7 @@ class Replica:
         A snapshot that cannot be saved is reported as a SnapshotWarning, never raised."""
         if not self._closed:
             try:
-                if self.path is not None and self._snapshot_due():
+                if self.path is not None and not self.readonly and self._snapshot_due():
                     self.snapshot()
             except SnapshotError:
                 pass  # a store with changes that fail on reload: `statefuse verify` says which
@@ -930,6 +1246,25 @@ class Replica:
         where = str(self.path) if self.path else "memory"
         who = self.author.hex()[:12]
         return f"Replica({self.space!r}, author={who}…, {where}, {len(self)} changes)"
+
+
+#: How many received changes are verified together (progress is reported per step).
+_RECEIVE_STEP = 256
+
+
+def _unverified(changes: Iterable[bytes | UnverifiedChange]) -> list[UnverifiedChange]:
+    """The whole input as UnverifiedChange, before any of it is taken in. Raises
+    ChangeInputError (field ``changes[i]``) for the first item that is not bytes-like."""
+    out = []
+    for i, c in enumerate(changes):
+        if isinstance(c, UnverifiedChange):
+            out.append(c)
+            continue
+        try:
+            out.append(UnverifiedChange(c))
+        except ChangeInputError as exc:
+            raise ChangeInputError(f"changes[{i}]", exc.rule, exc.message) from None
+    return out
 
 
 #: Room left in a change for everything but the ops' bytes (keys, ids, framing, signature).
@@ -974,6 +1309,126 @@ def _record(entry: QuarantineEntry, now: int) -> QuarantineRecord:
     return QuarantineRecord(entry.key, entry.data, entry.reason.value, entry.message, now, now)
 
 
+class _Scan:
+    """What loading found in the store, row by row: the rows that did not verify (damage) and
+    what `Replica.repair` must move where."""
+
+    __slots__ = ("_orphan_rows", "details", "failed", "failed_pending", "sqlite")
+
+    def __init__(self) -> None:
+        #: (position, quarantine record) of stored accepted rows that fail verification.
+        self.failed: list[tuple[int, QuarantineRecord]] = []
+        #: (position, change id, wire bytes) of stored accepted rows parked on load.
+        self._orphan_rows: list[tuple[int, bytes, bytes]] = []
+        #: (change id, quarantine record) of stored pending rows that fail verification.
+        self.failed_pending: list[tuple[bytes, QuarantineRecord]] = []
+        self.sqlite: list[str] = []
+        self.details: list[str] = []
+
+    def _note(self, text: str) -> None:
+        if len(self.details) < DAMAGE_DETAIL:
+            self.details.append(text)
+
+    def accepted(self, pos: int, data: bytes, r: Receipt) -> None:
+        if r.status is Status.QUARANTINED:
+            reason = r.reason.value if r.reason is not None else "malformed"
+            self.failed.append((pos, _damaged(data, reason, r.message)))
+            self._note(f"stored change #{pos}: {reason}: {r.message}")
+        elif r.status is Status.PENDING:
+            assert r.change_id is not None
+            self._orphan_rows.append((pos, r.change_id, data))
+
+    def pending(self, cid: bytes, data: bytes, r: Receipt) -> None:
+        if r.status is Status.QUARANTINED and r.reason is not QuarantineReason.BROKEN_CHAIN:
+            reason = r.reason.value if r.reason is not None else "malformed"
+            self.failed_pending.append((cid, _damaged(data, reason, r.message)))
+            self._note(f"pending change {cid.hex()[:12]}…: {reason}: {r.message}")
+
+    def orphans(self, log: ChangeLog) -> list[tuple[int, bytes]]:
+        """Stored accepted rows still parked once every row was read (rows stored out of order
+        were admitted by a later one): they follow a change that failed."""
+        return [(pos, cid) for pos, cid, _ in self._orphan_rows if cid not in log]
+
+    def damage(self, log: ChangeLog) -> Damage | None:
+        orphans = self.orphans(log)
+        if not (self.failed or orphans or self.failed_pending or self.sqlite):
+            return None
+        details = list(self.details)
+        if not details and orphans:
+            details.append(f"stored change #{orphans[0][0]} follows a change that is missing")
+        return Damage(
+            failed=len(self.failed),
+            orphaned=len(orphans),
+            failed_pending=len(self.failed_pending),
+            sqlite=tuple(self.sqlite[:DAMAGE_DETAIL]),
+            details=tuple(details),
+        )
+
+    def plan(self, log: ChangeLog, *, now: int) -> RepairPlan:
+        """Where `Replica.repair` moves each damaged row, found at ``now``."""
+        return RepairPlan(
+            quarantine_accepted=tuple((p, _seen(r, now)) for p, r in self.failed),
+            park=tuple(self.orphans(log)),
+            quarantine_pending=tuple((c, _seen(r, now)) for c, r in self.failed_pending),
+        )
+
+
+def _damaged(data: bytes, reason: str, message: str) -> QuarantineRecord:
+    """The quarantine record of a stored row that failed verification on load (its times are
+    filled in when `repair` moves it)."""
+    key = UnverifiedChange(data).key
+    return QuarantineRecord(key, data, reason, f"damaged in the store: {message}", 0, 0)
+
+
+def _seen(record: QuarantineRecord, now: int) -> QuarantineRecord:
+    return replace(record, first_seen_ms=now, last_seen_ms=now)
+
+
+def _load_key(kpath: Path) -> SigningKey:
+    return SigningKey.load(kpath)
+
+
+def _check_key(key: SigningKey, info: StoreInfo, path: Path, *, adopt_key: bool) -> None:
+    """Refuse a key that belongs to another store, unless the caller adopts it: one key
+    writing in two stores forks its feed (kept and reported, but never by accident)."""
+    if adopt_key:
+        return
+    if info.author is not None and info.author != key.author:
+        raise StoreError(
+            "key",
+            "key-author",
+            f"{path} was created by author {info.author.hex()[:16]}…, the key given is author"
+            f" {key.author.hex()[:16]}… (pass adopt_key=True / --adopt-key to write with it)",
+        )
+    bound = key.bound_to
+    if bound is not None and info.store_id and bound != info.store_id:
+        raise StoreError(
+            "key",
+            "key-bound-elsewhere",
+            f"the key for {path} belongs to another store ({bound.hex()[:16]}…, this one is"
+            f" {info.store_id.hex()[:16]}…): two stores writing with one key fork its feed."
+            " Give this store its own key, or pass adopt_key=True / --adopt-key to use it anyway",
+        )
+
+
+def _bind_key_file(key: SigningKey, kpath: Path, info: StoreInfo, *, create: bool) -> None:
+    """Save the key next to its store, bound to it: a new store's key, or a key file of the
+    first release, which carried no binding (a key handed over for an existing store is not
+    written where there was no file)."""
+    if not info.store_id:
+        return
+    if not kpath.exists() and not create:
+        return
+    if kpath.exists():
+        try:
+            on_disk = SigningKey.load(kpath)
+        except KeyFileError:
+            return  # not ours to rewrite; `_check_key` judged the key handed over
+        if on_disk.author != key.author or on_disk.bound_to == info.store_id:
+            return
+    key.bound(info.store_id).save(kpath, overwrite=True)
+
+
 def _new_info(
     space: str, registry: Registry, key: SigningKey, mode: TrustMode | str, root: bytes | None
 ) -> StoreInfo:
@@ -987,4 +1442,6 @@ def _new_info(
         raise ReplicaError("space", "space-name", "a space is a non-empty name of up to 256 chars")
     if mode is TrustMode.CLOSED and root is None:
         root = key.author
-    return StoreInfo(space=space, mode=mode.value, root=root, registry=registry.fingerprint)
+    return StoreInfo(
+        space=space, mode=mode.value, root=root, registry=registry.fingerprint, author=key.author
+    )

@@ -28,7 +28,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict
 from enum import Enum
 from types import TracebackType
 from typing import Any
@@ -37,6 +36,7 @@ from waitress import trigger, wasyncore
 from waitress.channel import HTTPChannel
 from waitress.server import BaseWSGIServer, create_server
 
+from sync.changelog import AreaFullError
 from sync.protocol import (
     CONTENT_TYPE,
     MAX_BODY_BYTES,
@@ -54,7 +54,7 @@ from sync.protocol import (
     limits,
 )
 from sync.reconcile import ID_BYTES, MAX_MESSAGE_BYTES, ReconcileError, Reconciler
-from sync.replica import Replica
+from sync.replica import ReadOnlyError, Replica
 
 __all__ = ["DEFAULT_TIMEOUT", "SyncApp", "SyncServer", "serve"]
 
@@ -242,8 +242,13 @@ class SyncApp:
             body, max_frames=1 + MAX_PAGE_CHANGES, max_frame_bytes=MAX_CHANGE_FRAME_BYTES
         )
         with self._locked():
-            report = self.replica.receive(changes)
-        counts = asdict(report)
+            try:
+                report = self.replica.receive(changes)
+            except ReadOnlyError as exc:  # a damaged or read-only store still serves reads
+                raise _Reject(503, exc.field, exc.rule, exc.message) from None
+            except AreaFullError as exc:
+                raise _Reject(503, "changes", "area-full", str(exc)) from None
+        counts = report.to_json()
         if report.quarantined:
             raise _Reject(
                 422,

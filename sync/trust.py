@@ -6,10 +6,16 @@ of root trust ops, so every replica that holds the same changes reaches the same
 whatever order they arrived in:
 
 - ``AuthorAdmitted``: the author may write (in closed mode) and holds the given roles.
-- ``AuthorRevoked``: the author's changes after ``through_seq`` are ignored, whatever they
-  claim; if ``through_change`` is given, the author's change at ``through_seq`` must be that
-  one. Several revocations of one author: the earliest cutoff wins. Revocation is final: a
-  revoked author needs a new key.
+- ``AuthorCutOff``: revocation by named changes (SEMANTICS §8). The root names the author's
+  changes that stay valid (``keep``, usually the heads it has seen); the author's changes that are
+  ancestors of, or equal to, a kept change count, every other one is ignored. That reads only the
+  set of changes (the ``prev`` links), so it holds whatever the arrival order and however the
+  author's feed forked. Several revocations of one author intersect.
+- ``AuthorRevoked``: the shorthand of the first release, still read: the author's changes after
+  ``through_seq`` are ignored; if ``through_change`` is given, the author's change at
+  ``through_seq`` must be that one. It cannot say which branch of a forked feed stays valid, so
+  new revocations are written as ``AuthorCutOff``. Several revocations: the earliest cutoff wins.
+- Revocation is final: a revoked author needs a new key.
 - ``RolesGranted`` / ``RolesWithdrawn``: per (author, role), the op with the highest
   (lamport, op_id) decides.
 """
@@ -25,6 +31,7 @@ from statefuse.error import OpRuleError
 from statefuse.op import (
     _author,
     _id,
+    _ids,
     _lamport,
     _ms,
     _OpBase,
@@ -130,16 +137,44 @@ class AuthorRevoked(_OpBase):
         self._validate_and_seal()
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class AuthorCutOff(_OpBase):
+    """The root revokes ``subject``, keeping the changes named in ``keep`` and their ancestors:
+    every other change of ``subject`` stops counting, on every replica, whatever arrives when."""
+
+    KIND: ClassVar[str] = "AuthorCutOff"
+    author: bytes
+    lamport: int
+    wall_ms: int
+    subject: bytes
+    keep: tuple[bytes, ...] = ()
+    reason: str = ""
+    op_id: bytes = field(init=False, repr=False)
+
+    _SCHEMA: ClassVar[tuple[tuple[str, Any], ...]] = (
+        ("author", _author),
+        ("lamport", _lamport),
+        ("wall_ms", _ms),
+        ("subject", _subject),
+        ("keep", _ids),
+        ("reason", _text),
+    )
+
+    def __post_init__(self) -> None:
+        self._validate_and_seal()
+
+
 TRUST_OP_TYPES: tuple[type[_OpBase], ...] = (
     AuthorAdmitted,
     AuthorRevoked,
+    AuthorCutOff,
     RolesGranted,
     RolesWithdrawn,
 )
 for _t in TRUST_OP_TYPES:
     register_op_type(_t)
 
-TrustOp = AuthorAdmitted | AuthorRevoked | RolesGranted | RolesWithdrawn
+TrustOp = AuthorAdmitted | AuthorRevoked | AuthorCutOff | RolesGranted | RolesWithdrawn
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,12 +194,16 @@ class TrustState:
     admitted: frozenset[bytes]
     cutoffs: dict[bytes, Cutoff]
     roles: dict[bytes, frozenset[str]]
+    #: author -> the ``keep`` sets of its `AuthorCutOff` revocations, sorted (each set is
+    #: closed over ancestors by the change log, which holds the ``prev`` links).
+    keeps: dict[bytes, tuple[frozenset[bytes], ...]] = field(default_factory=dict)
 
     def may_write(self, author: bytes) -> bool:
         return self.mode is TrustMode.OPEN or author == self.root or author in self.admitted
 
     def counts(self, author: bytes, seq: int, change_id: bytes) -> bool:
-        """Whether the author's change ``seq`` / ``change_id`` survives revocation."""
+        """Whether the author's change ``seq`` / ``change_id`` survives the ``through_seq``
+        shorthand (`AuthorCutOff` needs the change graph: `ChangeLog.verdicts` applies it)."""
         cut = self.cutoffs.get(author)
         if cut is None or seq < cut.through_seq:
             return True
@@ -177,6 +216,7 @@ def trust_state(root: bytes, mode: TrustMode, ops: Iterable[_OpBase]) -> TrustSt
     """The trust decisions of the root's trust ops among ``ops`` (others are ignored)."""
     admitted: set[bytes] = set()
     cutoffs: dict[bytes, Cutoff] = {}
+    keeps: dict[bytes, set[frozenset[bytes]]] = {}
     latest: dict[tuple[bytes, str], tuple[int, bytes, bool]] = {}
     for op in ops:
         if op.author != root:  # type: ignore[attr-defined]
@@ -195,6 +235,9 @@ def trust_state(root: bytes, mode: TrustMode, ops: Iterable[_OpBase]) -> TrustSt
                 old.through_change or b"",
             ):
                 cutoffs[op.subject] = new
+        elif isinstance(op, AuthorCutOff):
+            if op.subject != root:
+                keeps.setdefault(op.subject, set()).add(frozenset(op.keep))
         elif isinstance(op, (RolesGranted, RolesWithdrawn)):
             for role in op.roles:
                 _vote(latest, op.subject, role, op, grant=isinstance(op, RolesGranted))
@@ -208,6 +251,7 @@ def trust_state(root: bytes, mode: TrustMode, ops: Iterable[_OpBase]) -> TrustSt
         admitted=frozenset(admitted),
         cutoffs=cutoffs,
         roles={k: frozenset(v) for k, v in sorted(roles.items())},
+        keeps={a: tuple(sorted(k, key=sorted)) for a, k in sorted(keeps.items())},
     )
 
 
@@ -258,6 +302,10 @@ class TrustWriter:
             through_change,
             reason,
         )
+
+    def cut_off(self, author: bytes, *, keep: Iterable[bytes], reason: str = "") -> AuthorCutOff:
+        """Revoke ``author``, keeping the changes ``keep`` names and their ancestors."""
+        return AuthorCutOff(self.root, self._tick(), 0, author, tuple(keep), reason)
 
     def grant(self, author: bytes, roles: Iterable[str]) -> RolesGranted:
         return RolesGranted(self.root, self._tick(), 0, author, tuple(roles))

@@ -1305,36 +1305,34 @@ def the_root_cannot_revoke_itself(w: World) -> TrustCase:
 
 
 @trust_case
-def an_author_equivocates_and_builds_on_its_fork(w: World) -> TrustCase:
+def an_author_forks_and_builds_on_its_fork(w: World) -> TrustCase:
     fork = w.alice.at(2, w.alice1.change_id, [w.alice.claim("red")])
     on_fork = w.alice.at(3, fork.change_id)
-    ignored = {c.change_id: Ignored.EQUIVOCATION for c in (w.alice2, fork, on_fork)}
     return TrustCase(
         ChangeLog(SPACE),
         [w.alice1, w.bob1, w.alice2, fork, on_fork],
-        ignored,
-        counted=[w.alice1, w.bob1],
+        {},
+        counted=[w.alice1, w.bob1, w.alice2, fork, on_fork],
         then=w.bob.next(),
         equivocations=[_proof(w.alice.author, 2, w.alice2, fork)],
     )
 
 
 @trust_case
-def an_equivocation_whose_fork_arrives_before_the_genuine_change(w: World) -> TrustCase:
+def a_fork_that_arrives_before_the_other_branch_counts_as_well(w: World) -> TrustCase:
     fork = w.alice.at(2, w.alice1.change_id, [w.alice.claim("red")])
-    ignored = {c.change_id: Ignored.EQUIVOCATION for c in (fork, w.alice2, w.alice3)}
     return TrustCase(
         ChangeLog(SPACE),
         [w.alice1, fork, w.alice2, w.alice3],
-        ignored,
-        counted=[w.alice1],
+        {},
+        counted=[w.alice1, fork, w.alice2, w.alice3],
         then=w.bob1,
         equivocations=[_proof(w.alice.author, 2, w.alice2, fork)],
     )
 
 
 @trust_case
-def an_equivocating_root_loses_its_trust_ops_from_the_fork_on(w: World) -> TrustCase:
+def a_forked_root_keeps_the_trust_ops_of_both_branches(w: World) -> TrustCase:
     admit = w.root.next([w.root.trust.admit(w.alice.author)])
     let_in = w.root.at(2, admit.change_id, [w.root.trust.admit(w.mallory.author)])
     fork = w.root.at(2, admit.change_id, [TrustWriter(w.root.author).grant(w.alice.author, ["x"])])
@@ -1342,14 +1340,48 @@ def an_equivocating_root_loses_its_trust_ops_from_the_fork_on(w: World) -> Trust
     return TrustCase(
         _closed(w),
         [admit, w.alice1, let_in, fork, stranger],
-        {
-            let_in.change_id: Ignored.EQUIVOCATION,
-            fork.change_id: Ignored.EQUIVOCATION,
-            stranger.change_id: Ignored.UNKNOWN_AUTHOR,
-        },
-        counted=[admit, w.alice1],
+        {},
+        counted=[admit, w.alice1, let_in, fork, stranger],
         then=w.alice2,
         equivocations=[_proof(w.root.author, 2, let_in, fork)],
+    )
+
+
+@trust_case
+def a_revocation_by_named_changes_keeps_every_branch_it_names(w: World) -> TrustCase:
+    fork = w.alice.at(2, w.alice1.change_id, [w.alice.claim("red")])
+    on_fork = w.alice.at(3, fork.change_id)
+    cut = w.root.next(
+        [
+            TrustWriter(w.root.author).cut_off(
+                w.alice.author, keep=[w.alice2.change_id, fork.change_id]
+            )
+        ]
+    )
+    return TrustCase(
+        ChangeLog(SPACE, root=w.root.author),
+        [on_fork, w.alice3, cut, w.alice2, fork, w.alice1],
+        {on_fork.change_id: Ignored.REVOKED, w.alice3.change_id: Ignored.REVOKED},
+        counted=[w.alice1, w.alice2, fork, cut],
+        then=w.bob1,
+        equivocations=[
+            _proof(w.alice.author, 2, w.alice2, fork),
+            _proof(w.alice.author, 3, w.alice3, on_fork),
+        ],
+    )
+
+
+@trust_case
+def two_revocations_by_named_changes_intersect(w: World) -> TrustCase:
+    t = TrustWriter(w.root.author)
+    first = w.root.next([t.cut_off(w.alice.author, keep=[w.alice3.change_id])])
+    second = w.root.next([t.cut_off(w.alice.author, keep=[w.alice2.change_id])])
+    return TrustCase(
+        ChangeLog(SPACE, root=w.root.author),
+        [w.alice1, w.alice2, w.alice3, first, second],
+        {w.alice3.change_id: Ignored.REVOKED},
+        counted=[w.alice1, w.alice2, first, second],
+        then=w.bob1,
     )
 
 

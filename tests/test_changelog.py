@@ -173,7 +173,7 @@ def test_a_replayed_change_is_a_duplicate_and_changes_nothing():
     assert log.materialize().digest() == digest and len(log.quarantine) == 0
 
 
-def test_equivocation_is_kept_as_proof_and_the_authors_ops_from_that_seq_are_ignored():
+def test_a_fork_is_kept_as_proof_and_every_branch_counts():
     a = Author()
     first = a.change()
     fork_a = a.change()
@@ -184,9 +184,14 @@ def test_equivocation_is_kept_as_proof_and_the_authors_ops_from_that_seq_are_ign
     log = ChangeLog(SPACE)
     for c in (later, fork_b, fork_a, first):
         log.receive(c.data, seen_ms=0)
-    (proof,) = log.equivocations()
+    (proof,) = log.forks()
     assert proof.seq == 2 and set(proof.change_ids) == {fork_a.change_id, fork_b.change_id}
-    assert {op.op_id for op in log.ops()} == {op.op_id for op in first.ops}
+    assert log.verdicts() == {}
+    every = (first, fork_a, fork_b, later)
+    assert {op.op_id for op in log.ops()} == {op.op_id for c in every for op in c.ops}
+    assert [c.change_id for c in log.heads(a.key.author)] == sorted(
+        [later.change_id, fork_a.change_id], key=lambda cid: (log.get(cid).seq, cid), reverse=True
+    )
 
 
 def test_a_prev_that_names_a_change_with_the_wrong_seq_is_a_broken_chain():

@@ -67,7 +67,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> Path:
 @contextmanager
 def opened(path: Path, **options: object) -> Iterator[Replica]:
     """The store through the library (closed again before the next command runs)."""
-    replica = Replica.open(path, **options)  # type: ignore[arg-type]
+    replica = Replica.open(path, create="space" in options, **options)  # type: ignore[arg-type]
     try:
         yield replica
     finally:
@@ -667,9 +667,10 @@ def test_verify_fails_on_a_store_whose_bytes_were_altered(store, cli):
     code, out, err = cli("verify")
     assert (code, err) == (1, "")
     lines = out.splitlines()
-    assert lines[-4] == "FAILED: 3 problems"
-    assert lines[-3].startswith("  - stored change 2 fails verification: bad-signature: ")
-    for seq, line in zip((3, 4), lines[-2:], strict=True):  # their predecessor is gone
+    assert lines[-5] == "FAILED: 3 problems"
+    assert lines[-4].startswith("  - stored change 2 fails verification: bad-signature: ")
+    assert lines[-1].startswith("Fix: `statefuse repair` keeps every change that verifies")
+    for seq, line in zip((3, 4), lines[-3:-1], strict=True):  # their predecessor is gone
         assert re.fullmatch(
             rf"  - stored change {seq} \([0-9a-f]{{12}}\) is not accepted on reload: its chain"
             r" of predecessors is broken",
@@ -688,24 +689,30 @@ def test_a_missing_store_is_a_user_error_with_a_hint(tmp_path, cli):
     assert not path.exists()
 
 
-def test_a_store_without_its_key_file_is_a_user_error(store, cli):
+def test_a_store_without_its_key_file_reads_but_refuses_writes_saying_why(store, cli):
+    _seed_launch(store)
     Path(f"{store}.key").unlink()
-    assert cli("show") == Run(
+    shown = cli("show")
+    assert shown.code == 0 and "project/launch/deadline" in shown.out
+    assert cli("verify").code == 0
+    assert cli("claim", "a/b/c", "1") == Run(
         1,
         "",
-        f"Error: no author key at {store}.key: a store opens with the key it was created with\n",
+        f"Error: no author key for this store (expected at {store}.key): it opened read-only;"
+        " restore the key file to write\n",
     )
 
 
-def test_a_store_another_process_holds_is_a_user_error_naming_it(store, cli):
+def test_a_store_another_process_holds_is_readable_and_a_writer_is_refused_naming_it(store, cli):
     with opened(store):
-        assert cli("show") == Run(
+        assert cli("show").code == 0  # readers take no lock (SQLite WAL)
+        assert cli("claim", "a/b/c", "1") == Run(
             1,
             "",
             f"Error: {store} is locked by process {os.getpid()}; close that replica first"
             " (or pass --wait SECONDS)\n",
         )
-    assert cli("show").code == 0
+    assert cli("claim", "a/b/c", "1").code == 0
 
 
 def test_the_store_defaults_to_statefuse_db_in_the_working_directory(tmp_path, monkeypatch, cli):
@@ -727,7 +734,7 @@ def test_global_options_work_before_and_after_the_command(store, tmp_path, cli):
 
 
 def test_an_interrupt_exits_130_without_a_traceback(store, cli, monkeypatch):
-    def interrupted(self):
+    def interrupted(self, **options):
         raise KeyboardInterrupt
 
     monkeypatch.setattr("statefuse.cli.Session.replica", interrupted)
@@ -854,11 +861,20 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
         "pending": 0,
         "quarantined": 0,
         "new_ops": 0,
+        "forks": [],
+        "own_from_elsewhere": 0,
     }
     keys = doc("keys")
     assert set(keys) == {"authors", "mode", "root", "space", "you"}
     assert keys["authors"] == [
-        {"author": keys["you"], "changes": 8, "last_seq": 8, "roles": [], "status": ["you"]}
+        {
+            "author": keys["you"],
+            "changes": 8,
+            "last_seq": 8,
+            "roles": [],
+            "status": ["you"],
+            "forks": [],
+        }
     ]
     assert doc("quarantine") == {"quarantine": []}
     verified = doc("verify")

@@ -61,7 +61,7 @@ def test_sigkill_at_random_moments_never_loses_an_acknowledged_change(tmp_path):
     for trial in range(TRIALS):
         if trial % TRIALS_PER_STORE == 0:
             path = str(tmp_path / f"store{trial}.db")
-            Replica.open(path, space="crash").close()
+            Replica.open(path, create=True, space="crash").close()
             acked = set()
         parent, child = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=_writer, args=(path, trial, child), daemon=True)

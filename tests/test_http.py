@@ -220,7 +220,7 @@ def test_three_replicas_on_three_servers_converge_after_any_writes_and_pairwise_
 
 def test_replicas_on_disk_converge_over_http(tmp_path):
     paths = [tmp_path / f"{name}.db" for name in "abc"]
-    replicas = [Replica.open(p, space=SPACE) for p in paths]
+    replicas = [Replica.open(p, create=True, space=SPACE) for p in paths]
     try:
         for k, r in enumerate(replicas):
             _write(r, f"r{k}", 5 + k)
@@ -552,6 +552,8 @@ def test_garbage_changes_get_422_and_land_in_the_quarantine_with_their_reason():
             "new_ops": 1,
             "pending": 0,
             "quarantined": 2,
+            "forks": [],
+            "own_from_elsewhere": 0,
         }
         reasons = {q.data: q.reason for q in replica.quarantine()}
         assert reasons == {b"not a change": "malformed", bytes(tampered): "bad-signature"}

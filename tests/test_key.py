@@ -410,13 +410,24 @@ def test_a_saved_key_loads_as_the_same_author_and_signs_the_same(tmp_path, key):
     assert SigningKey.load(str(path)).author == key.author
 
 
-def test_the_key_file_format_is_magic_version_seed_author(tmp_path, key):
+def test_the_key_file_format_is_magic_version_seed_author_store(tmp_path, key):
     path = tmp_path / "alice.key"
     key.save(path)
     data = path.read_bytes()
     seed = bytes.fromhex(RFC8032[0]["secret_key"])
-    assert data == KEY_FILE_MAGIC + bytes([KEY_FILE_VERSION]) + seed + key.author
-    assert (KEY_FILE_MAGIC, KEY_FILE_VERSION, len(data)) == (b"SFKEY", 1, 70)
+    assert data == KEY_FILE_MAGIC + bytes([KEY_FILE_VERSION]) + seed + key.author + bytes(16)
+    assert (KEY_FILE_MAGIC, KEY_FILE_VERSION, len(data)) == (b"SFKEY", 2, 86)
+    assert SigningKey.load(path).bound_to is None
+    key.bound(b"S" * 16).save(path, overwrite=True)
+    assert path.read_bytes()[70:] == b"S" * 16
+    assert SigningKey.load(path).bound_to == b"S" * 16
+
+
+def test_a_version_1_key_file_of_the_first_release_is_still_read_unbound(tmp_path, key):
+    seed = bytes.fromhex(RFC8032[0]["secret_key"])
+    path = write_private(tmp_path / "old.key", KEY_FILE_MAGIC + b"\x01" + seed + key.author)
+    loaded = SigningKey.load(path)
+    assert (loaded.author, loaded.bound_to) == (key.author, None)
 
 
 @posix_only
@@ -555,10 +566,20 @@ def test_every_truncation_of_a_key_file_is_refused_as_malformed(tmp_path, key):
         (b"sfkey" + bytes(65), "key-file-format"),
         (KEY_FILE_MAGIC + b"\x01" + bytes(65), "key-file-format"),
         (KEY_FILE_MAGIC + b"\x01" + bytes(2000), "key-file-format"),
-        (KEY_FILE_MAGIC + b"\x02" + bytes(64), "key-file-version"),
+        (KEY_FILE_MAGIC + b"\x02" + bytes(64), "key-file-format"),
+        (KEY_FILE_MAGIC + b"\x03" + bytes(80), "key-file-version"),
         (KEY_FILE_MAGIC + b"\x00" + bytes(64), "key-file-version"),
     ],
-    ids=["pem", "zeros", "lowercase-magic", "one-byte-long", "huge", "version-2", "version-0"],
+    ids=[
+        "pem",
+        "zeros",
+        "lowercase-magic",
+        "one-byte-long",
+        "huge",
+        "version-2-short",
+        "version-3",
+        "version-0",
+    ],
 )
 def test_a_file_that_is_not_a_version_1_key_file_is_refused(tmp_path, data, rule):
     path = write_private(tmp_path / "a.key", data)

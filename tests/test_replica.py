@@ -24,7 +24,7 @@ def _value_of(replica: Replica, subject: str) -> list[object]:
 
 def test_a_new_replica_saves_its_key_privately_and_reopens_as_the_same_author(tmp_path):
     path = tmp_path / "a.db"
-    with Replica.open(path, space="team") as r:
+    with Replica.open(path, create=True, space="team") as r:
         author = r.author
         r.add_claim("project", "launch", "deadline", "2026-03-25")
         digest = r.state().digest()
@@ -39,21 +39,21 @@ def test_a_new_replica_saves_its_key_privately_and_reopens_as_the_same_author(tm
 
 
 def test_opening_a_store_of_another_space_is_refused(tmp_path):
-    Replica.open(tmp_path / "a.db", space="team").close()
+    Replica.open(tmp_path / "a.db", create=True, space="team").close()
     with pytest.raises(StoreError) as err:
-        Replica.open(tmp_path / "a.db", space="elsewhere")
+        Replica.open(tmp_path / "a.db", create=True, space="elsewhere")
     assert (err.value.field, err.value.rule) == ("space", "same-space")
 
 
 def test_a_new_store_needs_a_space(tmp_path):
     with pytest.raises(StoreError) as err:
-        Replica.open(tmp_path / "a.db")
+        Replica.open(tmp_path / "a.db", create=True)
     assert err.value.rule == "required"
     assert not (tmp_path / "a.db").exists()
 
 
 def test_a_store_written_under_another_registry_is_refused(tmp_path):
-    Replica.open(tmp_path / "a.db", space="team").close()
+    Replica.open(tmp_path / "a.db", create=True, space="team").close()
     other = Registry([PredicateContract("price", normalizer="money")])
     with pytest.raises(StoreError) as err:
         Replica.open(tmp_path / "a.db", registry=other)
@@ -61,14 +61,14 @@ def test_a_store_written_under_another_registry_is_refused(tmp_path):
 
 
 def test_a_second_open_of_a_live_store_is_refused(tmp_path):
-    with Replica.open(tmp_path / "a.db", space="team"):
+    with Replica.open(tmp_path / "a.db", create=True, space="team"):
         with pytest.raises(StoreError) as err:
             Replica.open(tmp_path / "a.db")
         assert err.value.rule == "single-writer"
 
 
 def test_a_batch_is_one_signed_change_and_nothing_is_stored_if_it_raises(tmp_path):
-    with Replica.open(tmp_path / "a.db", space="team") as r:
+    with Replica.open(tmp_path / "a.db", create=True, space="team") as r:
         with r.batch():
             for i in range(5):
                 r.add_claim("ns", f"s{i}", "p", i)
@@ -100,7 +100,7 @@ def test_supersede_of_an_unknown_claim_is_a_clear_error():
 
 
 def test_a_fork_is_a_new_author_with_the_same_memory_and_merging_back_converges(tmp_path):
-    planner = Replica.open(tmp_path / "planner.db", space="team")
+    planner = Replica.open(tmp_path / "planner.db", create=True, space="team")
     planner.add_claim("project", "launch", "deadline", "2026-03-25")
     scout = planner.fork(tmp_path / "scout.db")
     assert scout.author != planner.author
@@ -116,7 +116,7 @@ def test_a_fork_is_a_new_author_with_the_same_memory_and_merging_back_converges(
 
 
 def test_forking_onto_an_existing_path_is_refused(tmp_path):
-    r = Replica.open(tmp_path / "a.db", space="team")
+    r = Replica.open(tmp_path / "a.db", create=True, space="team")
     (tmp_path / "b.db").write_bytes(b"")
     with pytest.raises(StoreError):
         r.fork(tmp_path / "b.db")
@@ -149,7 +149,7 @@ def test_a_change_whose_predecessor_is_missing_waits_and_survives_a_reopen(tmp_p
         (a.log.get(cid) for cid in a.change_ids()),
         key=lambda c: c.seq,  # type: ignore[union-attr]
     )
-    b = Replica.open(tmp_path / "b.db", space="team")
+    b = Replica.open(tmp_path / "b.db", create=True, space="team")
     assert b.receive([second.data]).pending == 1
     b.close()
     b = Replica.open(tmp_path / "b.db")
@@ -242,7 +242,7 @@ def test_trust_ops_need_the_root_key():
     assert err.value.rule == "root-only"
 
 
-def test_an_equivocating_author_stops_counting_from_the_forked_seq():
+def test_a_forked_author_keeps_counting_on_both_branches():
     key = SigningKey.generate()
     honest = Replica.memory(space="team", key=key)
     honest.add_claim("ns", "s", "p", "one")
@@ -251,9 +251,9 @@ def test_an_equivocating_author_stops_counting_from_the_forked_seq():
     observer = Replica.memory(space="team")
     observer.merge(honest)
     assert _value_of(observer, "s") == ["'one'"]
-    observer.merge(twin)
-    assert _value_of(observer, "s") == []
-    assert len(observer.log.equivocations()) == 1
+    report = observer.merge(twin)
+    assert _value_of(observer, "s") == ["'one'", "'two'"]
+    assert report.forks == tuple(observer.forks()) and len(report.forks) == 1
 
 
 # --- the incremental state equals a fresh materialization ---------------------------------------
@@ -312,7 +312,7 @@ def test_two_processes_never_write_one_store_at_once_and_the_second_may_wait(tmp
 
     ctx = multiprocessing.get_context("fork")
     path = str(tmp_path / "a.db")
-    Replica.open(path, space="team").close()
+    Replica.open(path, create=True, space="team").close()
     ready, release = ctx.Event(), ctx.Event()
     holder = ctx.Process(target=_hold, args=(path, ready, release), daemon=True)
     holder.start()
