@@ -454,15 +454,15 @@ class Replica:
         else:
             if Path(path).exists():
                 raise StoreError("path", "new", f"{path} already exists; fork into a new path")
-            from statefuse.sqlitestore import SQLiteStore
-
-            key = SigningKey.generate()
-            key.save(key_path(path))
-            store = SQLiteStore(path)
-            store.initialize(replace(info, author=key.author, store_id=b""))
-            key = key.bound(store.info().store_id)  # type: ignore[union-attr]
-            key.save(key_path(path), overwrite=True)
-            child = Replica(store, key, registry=self.registry, clock=self._clock, path=Path(path))
+            child = Replica.open(
+                path,
+                create=True,
+                space=self.space,
+                registry=self.registry,
+                mode=self.mode,
+                root=info.root,
+                clock=self._clock,
+            )
         child.merge(self)
         return child
 
@@ -699,7 +699,7 @@ class Replica:
         return self.log.pending()
 
     def verdicts(self) -> dict[bytes, Ignored]:
-        """Accepted changes that do not count, and why (equivocation, unknown author, revoked)."""
+        """Accepted changes that do not count, and why (unknown author, revoked)."""
         return self.log.verdicts()
 
     def trust(self) -> TrustState:
