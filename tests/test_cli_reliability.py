@@ -228,3 +228,51 @@ def test_ctrl_c_while_close_saves_its_snapshot_exits_130_and_keeps_the_write(
     monkeypatch.undo()
     assert _values(cli, path) == {'"kept"'}
     assert cli("--store", str(path), "verify").code == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["claim", "a/b/c", "x" * 2_000_000],
+        ["claim", "a/b/c", "\udcff"],
+        ["claim", "a" * 100_000 + "/b/c", "1"],
+        ["claim", "a/b/c", "1", "--confidence", "nan"],
+        ["claim", "a/b/c", "1", "--expires", "-5"],
+        ["claim", "a/b/c", '{"a":' * 3000],
+        ["context", "--query", "q", "--budget", "-1"],
+        ["history", "a/b/c", "--scope", "\ud800"],
+        ["decide", "ffffffff"],
+    ],
+    ids=lambda argv: f"{argv[0]}-{len(''.join(argv))}",
+)
+def test_hostile_arguments_are_one_error_line_and_change_nothing(tmp_path, cli, argv):
+    path = tmp_path / "a.db"
+    _init(cli, path, "1")
+    before = _values(cli, path)
+    run = cli("--store", str(path), *argv)
+    assert run.code in (0, 1)
+    if run.code:
+        assert run.err.startswith("Error: ") and run.err.count("\n") == 1, run.err
+    assert _values(cli, path) == before
+
+
+def test_own_changes_from_another_store_are_one_warning_line_and_writing_follows_them(
+    tmp_path, cli
+):
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    _init(cli, a, "1", "2")
+    shutil.copy2(key_path(a), key_path(b))
+    assert cli("--store", str(b), "--adopt-key", "init", "--space", "team").code == 0
+    bundle = tmp_path / "a.bundle"
+    assert cli("--store", str(a), "export", str(bundle)).code == 0
+    run = cli("--store", str(b), "--adopt-key", "import", str(bundle))
+    assert run.code == 0
+    assert run.err == (
+        "Warning: 2 changes of this replica's own author arrived that this store did not write"
+        " (a restored backup, a copied store, or its key used by another store); writing"
+        " continues after seq 2\n"
+    )
+    assert cli("--store", str(b), "--adopt-key", "claim", "p/x/v", "3").code == 0
+    assert cli("--store", str(b), "export", str(bundle)).code == 0
+    run = cli("--store", str(a), "import", str(bundle))
+    assert "fork" not in run.out  # b wrote seq 3 after a's seq 2: one feed, no fork
