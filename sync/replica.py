@@ -525,16 +525,15 @@ class Replica:
             rest = [c for c in rest if c.change_id not in covered]
             self._from_snapshot(restored[0])
         self._recount()
-        for c in rest:
-            self.writer.observe(op for op in c.ops if not isinstance(op, TRUST_OP_TYPES))
-            if c.author == self.author:
-                for op in c.ops:
-                    if isinstance(op, TRUST_OP_TYPES):
-                        self._observe_trust(op.lamport)
+        self._observe(rest)
 
-    def _observe_trust(self, lamport: int) -> None:
-        if lamport > self.trust_writer._lamport:
-            self.trust_writer._lamport = lamport
+    def _observe(self, changes: Iterable[VerifiedChange]) -> None:
+        """Advance both writers' lamport clocks past every op of ``changes`` (SEMANTICS §2: one
+        more than the highest the replica holds, whoever wrote it and whether it counts), and
+        let the writer remember the ref retractions among them (for ``reasserts``)."""
+        self.writer.observe(op for c in changes for op in c.ops)
+        if self.writer.lamport > self.trust_writer._lamport:
+            self.trust_writer._lamport = self.writer.lamport
 
     def _identity(self) -> Identity:
         return Identity(
@@ -604,11 +603,8 @@ class Replica:
             for r in snap.by_type[ClaimRetracted]
             if isinstance(r, ClaimRetracted) and r.target_claim_ref is not None
         ]
-        marks += [op for op in snap.others if not isinstance(op, TRUST_OP_TYPES)]
+        marks += snap.others
         self.writer.observe(marks)
-        for op in snap.others:
-            if isinstance(op, TRUST_OP_TYPES) and op.author == self.author:
-                self._observe_trust(op.lamport)
 
     # --- counting (which accepted changes the state includes) -----------------------------------
 
@@ -654,6 +650,7 @@ class Replica:
             if c.author in self._kept:
                 recount = True  # a kept change may arrive after its revocation
         self._head = head
+        self._observe(admitted)
         if recount:
             return self._recount()
         counting = [c for c in admitted if verdict(c, self._trust, self._kept) is None]
@@ -819,6 +816,31 @@ class Replica:
             )
         )
         return op
+
+    def update(
+        self, namespace: str, subject: str, predicate: str, value: Value, **meta: Any
+    ) -> ClaimAdded:
+        """Make ``value`` this replica's current value at a key and scope: one change holding
+        the new claim and an exact retraction (``superseded_by`` the new claim) of each of this
+        replica's own active claims there. Other authors' claims are untouched, so a real
+        disagreement still surfaces as a conflict; two replicas updating one key concurrently
+        still conflict (each retracts only its own). ``meta`` is `add_claim`'s.
+
+        Use `update` when your own value changed (a status, a counter, a date that moved); use
+        `add_claim` for a new, independent assertion that should stand beside your earlier ones
+        (a second source, an observation at another time)."""
+        self._check_writable()
+        scope = meta.get("scope", "global")
+        mine = [
+            c
+            for c in self._mat.active_at(namespace, subject, predicate, scope)
+            if c.author == self.author
+        ]
+        with self.batch():
+            new = self.add_claim(namespace, subject, predicate, value, **meta)
+            for old in mine:
+                self.retract(old, reason="updated", superseded_by=new.claim_id)
+        return new
 
     def supersede(
         self, old: bytes | ClaimAdded, new_value: Value, reason: str = ""

@@ -415,3 +415,63 @@ def test_reconcilers_share_the_built_ids_until_a_change_arrives_and_never_share_
     third = a.reconciler()
     assert third._ids is not first._ids
     assert list(third._ids) == sorted(a.change_ids()) == sorted(b.change_ids())
+
+
+# --- lamport clocks (SEMANTICS §2) ---------------------------------------------------------------
+
+
+def _highest_lamport(r: Replica) -> int:
+    return max((op.lamport for c in r.log.changes() for op in c.ops), default=0)
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["write", "merge", "bundle"]), st.integers(0, 2), st.integers(0, 2)
+        ),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_every_write_is_one_more_than_the_highest_lamport_the_replica_holds(
+    tmp_path_factory, steps
+):
+    home = tmp_path_factory.mktemp("lamport")
+    root = SigningKey.generate()
+    replicas = [
+        Replica.memory(space="team", key=root, mode="closed", root=root.author),
+        Replica.memory(space="team", mode="closed", root=root.author),
+        Replica.memory(space="team", mode="closed", root=root.author),
+    ]
+    for r in replicas[1:]:
+        replicas[0].admit(r.author)
+    for r in replicas[1:]:
+        r.merge(replicas[0])
+    for n, (what, i, j) in enumerate(steps):
+        a, b = replicas[i], replicas[j]
+        if what == "write":
+            expected = _highest_lamport(a) + 1
+            assert a.add_claim("ns", f"s{n}", "p", n).lamport == expected
+        elif what == "merge" and a is not b:
+            a.merge(b)
+        elif what == "bundle" and a is not b:
+            b.export(home / f"{n}.bundle")
+            a.import_(home / f"{n}.bundle")
+    expected = _highest_lamport(replicas[0]) + 1
+    assert replicas[0].grant(replicas[1].author, ["editor"]).lamport == expected
+
+
+def test_a_reopened_replica_writes_past_every_lamport_in_its_store_and_snapshot(tmp_path):
+    path = tmp_path / "a.db"
+    other = Replica.memory(space="team")
+    for i in range(5):
+        other.add_claim("ns", "s", "p", i)
+    with Replica.open(path, create=True, space="team") as r:
+        r.merge(other)
+        r.snapshot()
+    for load in ("snapshot", "verify"):
+        with Replica.open(path, load=load) as again:
+            assert again.add_claim("ns", "t", "p", load).lamport == _highest_lamport(other) + 1 + (
+                load == "verify"
+            )
