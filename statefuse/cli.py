@@ -406,13 +406,37 @@ def _init_json(rep: Replica, path: Path, *, created: bool) -> dict[str, Any]:
 
 
 def _cmd_claim(s: Session) -> int:
+    rep, c = _assert(s, update=False)
+    s.emit(_claim_json(c, rep.state()), f"Added claim {c.claim_id.hex()}: {_where(c)}")
+    return EXIT_OK
+
+
+def _cmd_update(s: Session) -> int:
+    rep, c = _assert(s, update=True)
+    state = rep.state()
+    replaced = sorted(
+        cid
+        for cid, rets in state.retracted.items()
+        if any(r.superseded_by == c.claim_id for r in rets)
+    )
+    data = {**_claim_json(c, state), "replaced": [cid.hex() for cid in replaced]}
+    text = f"Updated {_where(c)}: claim {c.claim_id.hex()}"
+    if replaced:
+        text += f" replaces {', '.join(short_id(cid) for cid in replaced)}"
+    s.emit(data, text)
+    return EXIT_OK
+
+
+def _assert(s: Session, *, update: bool) -> tuple[Replica, ClaimAdded]:
+    """``claim`` and ``update``: the same arguments, `Replica.add_claim` or `Replica.update`."""
     a = s.args
     key = parse_key(a.key)
     value = parse_value(a.value)
     rep = s.replica()
     state = rep.state()
     depends = [resolve_claim(state, d).claim_id for d in a.depends_on]
-    c = rep.add_claim(
+    write = rep.update if update else rep.add_claim
+    c = write(
         *key,
         value,
         scope=a.scope,
@@ -426,8 +450,7 @@ def _cmd_claim(s: Session) -> int:
         depends_on=depends,
         expires=a.expires,
     )
-    s.emit(_claim_json(c, rep.state()), f"Added claim {c.claim_id.hex()}: {_where(c)}")
-    return EXIT_OK
+    return rep, c
 
 
 def _retraction_json(r: ClaimRetracted, state: State) -> dict[str, Any]:
@@ -1323,6 +1346,7 @@ def _cmd_context(s: Session) -> int:
 COMMANDS: tuple[Command, ...] = (
     Command("init", "create a store for a space", _init_arguments, _cmd_init),
     Command("claim", "assert a value for a key", _claim_arguments, _cmd_claim),
+    Command("update", "replace your own value at a key", _claim_arguments, _cmd_update),
     Command("retract", "retract a claim", _retract_arguments, _cmd_retract),
     Command("supersede", "replace a claim with a new value", _supersede_arguments, _cmd_supersede),
     Command("show", "list active claims", _show_arguments, _cmd_show),

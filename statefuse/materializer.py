@@ -123,6 +123,15 @@ class Materializer:
             applied.sort(key=_op_id)
         return applied
 
+    def active_at(
+        self, namespace: str, subject: str, predicate: str, scope: str = "global"
+    ) -> list[ClaimAdded]:
+        """Active claims of one key and scope, sorted by claim_id, read from the index without
+        making a State (so a writer asking between two writes copies nothing)."""
+        claims = self._ix.claims
+        ids = self._ix.members_at((namespace, subject, predicate, scope))
+        return [claims[c] for c in sorted(ids)]
+
     def state(self) -> State:
         """The current State (an immutable snapshot)."""
         if self._state is None:
