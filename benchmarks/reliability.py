@@ -68,7 +68,7 @@ PUSH = 100
 BIG_PUSH = 20
 SMALL_GARBAGE = 2 * 1024
 BIG_GARBAGE = 180 * 1024
-#: Ops in each change of the parked chain (a change of about 1.5 KB on the wire).
+#: Ops in each change of the parked chain (a change of about 3 KB on the wire).
 CHAIN_OPS = 8
 #: Ops per change in the damaged store.
 STORE_CHANGE_OPS = 100
