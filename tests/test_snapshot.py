@@ -271,8 +271,10 @@ def test_trust_ops_and_their_clock_survive_a_restored_open(tmp_path):
     with _open(path) as fast:
         assert fast.restored == len(fast)
         got = _fingerprint(fast)
-        assert got["trust_lamport"] == 2
+        # the agent's claims had lamports 1 and 2; admit and revoke followed them (3, 4)
+        assert got["trust_lamport"] == 4
         nxt = fast.grant(agent.author, ["editor"])
+        assert nxt.lamport == 5
     with _open(path, load="verify") as slow:
         assert _fingerprint(slow)["digest"] == got["digest"]
         assert slow.verdicts() == got["verdicts"]
