@@ -28,7 +28,7 @@ from registry.error import InputError
 #: Current layout version of durable stores; older stores are migrated forward on open.
 #: Version 2 marks the file as StateFuse's (SQLite ``application_id``) and gives every store a
 #: random ``store_id``, so a key file can be bound to the one store it writes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Length of a new store's random ``store_id``.
 STORE_ID_BYTES = 16

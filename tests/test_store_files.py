@@ -196,7 +196,7 @@ def test_a_new_store_is_marked_as_statefuse_and_appears_whole(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["s.db", "s.db-shm", "s.db-wal", "s.db.lock"]
     store.close()
     assert sorted(os.listdir(tmp_path)) == ["s.db", "s.db.lock"]  # no temporary file left
-    assert _header(path) == (SCHEMA_VERSION, APPLICATION_ID) == (2, APPLICATION_ID)
+    assert _header(path) == (SCHEMA_VERSION, APPLICATION_ID) == (3, APPLICATION_ID)
     db = sqlite3.connect(path)
     (store_id,) = db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
     db.close()
@@ -291,7 +291,7 @@ V1_CONTENT = (
 )
 
 
-def test_a_schema_1_store_opens_and_is_migrated_to_schema_2_with_a_store_id(tmp_path):
+def test_a_schema_1_store_opens_and_is_migrated_to_the_current_schema_with_a_store_id(tmp_path):
     path = tmp_path / "s.db"
     _v1_store(path)
     assert _header(path) == (1, 0)
@@ -301,9 +301,15 @@ def test_a_schema_1_store_opens_and_is_migrated_to_schema_2_with_a_store_id(tmp_
     assert _content(store) == V1_CONTENT
     assert store.bind(b"\x0a" * 32).author == b"\x0a" * 32
     store.close()
-    assert _header(path) == (2, APPLICATION_ID)
+    assert _header(path) == (3, APPLICATION_ID)
+    db = sqlite3.connect(path)
+    schema = dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+    db.close()
+    for area in ("pending", "quarantine"):  # big rows: appended, only the key in an index
+        assert "WITHOUT ROWID" not in schema[area] and "UNIQUE" in schema[area]
     again = SQLiteStore(path)
     assert again.info().store_id == info.store_id  # migrated once, not again
+    assert _content(again) == V1_CONTENT
     again.close()
 
 
@@ -334,13 +340,14 @@ def test_a_store_of_a_newer_schema_is_refused_read_only_too(tmp_path):
     path = tmp_path / "s.db"
     SQLiteStore(path).close()
     db = sqlite3.connect(path)
-    db.execute("PRAGMA user_version = 3")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     db.close()
     before = path.read_bytes()
     for how in ("create", "readonly"):
         with pytest.raises(StoreError) as err:
             SQLiteStore(path, **OPENS[how])
-        assert err.value.rule == "schema-version" and "schema 3" in err.value.message
+        assert err.value.rule == "schema-version"
+        assert f"schema {SCHEMA_VERSION + 1}" in err.value.message
     assert path.read_bytes() == before
 
 
