@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -734,3 +735,23 @@ def test_ctrl_c_ends_serve_forever_cleanly_and_it_returns():
     finally:
         proc.kill()
     assert (proc.returncode, out.strip()) == (0, "returned")
+
+
+def test_a_sync_that_reveals_a_fork_reports_it_on_both_sides_and_keeps_both_branches():
+    from sync.key import SigningKey
+    from sync.replica import OwnFeedWarning
+
+    key = SigningKey.generate()
+    served_side, ours = Replica.memory(space=SPACE), Replica.memory(space=SPACE)
+    one, two = Replica.memory(space=SPACE, key=key), Replica.memory(space=SPACE, key=key)
+    one.add_claim("p", "x", "v", "from one")
+    two.add_claim("p", "x", "v", "from two")  # seq 1 signed twice: a key in two stores
+    served_side.merge(one)
+    ours.merge(two)
+    with serve(served_side) as server, warnings.catch_warnings():
+        warnings.simplefilter("ignore", OwnFeedWarning)
+        report = sync_with(ours, server.url)
+    assert [(f.author, f.seq) for f in report.merge.forks] == [(key.author, 1)]
+    assert [(f.author, f.seq) for f in report.peer_merge.forks] == [(key.author, 1)]
+    for r in (ours, served_side):
+        assert {c.value for c in r.state().active_claims()} == {"from one", "from two"}
