@@ -4,7 +4,11 @@ Invariant: `project` is pure and replayable — it reads the State and never cha
 same state, lens and deterministic resolver give an identical View (everything is ordered by
 ids or keys, never by hash order). Rules apply in SEMANTICS order: visibility, scope and
 shadowing, expiry, then resolution. A hidden claim is dropped at the first rule, so it can never
-reach a resolver, a conflict listing, a repair note or an explanation.
+reach a resolver, a conflict listing, a repair note or an explanation. The State's `ConflictSet`
+names every candidate, hidden ones too, so it stays here (decisions are looked up by it) and
+never goes out: a resolver gets a `ResolverInput` whose `ShownConflict` keeps only the
+conflict's place, its snapshot id and a count of the candidates not shown, and a
+`SurfacedConflict` lists only visible candidates and groups.
 
 Resolution of a visible conflict: an applicable decision (its conflict snapshot is current, its
 scope is one the lens sees, its choice is visible), else the predicate's registry policy
@@ -43,6 +47,7 @@ from statefuse.resolver import (
     Resolver,
     ResolverInput,
     Select,
+    ShownConflict,
     _check_order,
     run_resolver,
 )
@@ -138,6 +143,7 @@ class _Conflict:
     ids: tuple[bytes, ...]
     policy: Policy
     conflict: ConflictSet
+    shown: ShownConflict  # every candidate is shown to a lens that sees the conflict at all
     groups: tuple[tuple[ClaimAdded, ...], ...]
     values: str
 
@@ -202,6 +208,7 @@ def _plan(state: State) -> _Plan:
                 tuple(c.op_id for c in claims),
                 contract.policy,
                 conflict,
+                ShownConflict.of(conflict, len(claims)),
                 groups,
                 values,
             )
@@ -312,7 +319,8 @@ class _Run:
 
     def _conflict(self, p: _Conflict) -> None:
         if self.sees(p.visibility, p.scope, len(p.ids), p.ids):
-            self._settle(p.key, p.conflict, p.claims, p.groups, p.policy, p.values, "")
+            inp = ResolverInput._checked_by_caller(p.shown, p.claims, p.groups, self.lens)
+            self._settle(p.key, p.conflict, inp, p.policy, p.values, "")
 
     def _key(self, key: Key, claims: tuple[ClaimAdded, ...]) -> None:
         """Any other key: filter each claim, shadow wider scopes, then select or resolve."""
@@ -339,20 +347,23 @@ class _Run:
             return
         assert conflict is not None
         values = " | ".join(_fmt(g[0]) for g in groups)
-        self._settle(key, conflict, here, groups, contract.policy, values, _note(shadowed))
+        as_shown = ShownConflict.of(conflict, len(here))
+        inp = ResolverInput._checked_by_caller(as_shown, here, groups, self.lens)
+        self._settle(key, conflict, inp, contract.policy, values, _note(shadowed))
 
     def _settle(
         self,
         key: Key,
         conflict: ConflictSet,
-        here: tuple[ClaimAdded, ...],
-        groups: tuple[tuple[ClaimAdded, ...], ...],
+        inp: ResolverInput,
         policy: Policy,
         values: str,
         note: str,
     ) -> None:
-        """Resolve one visible conflict (rule 4): select a candidate, or surface them all."""
-        inp = ResolverInput._checked_by_caller(conflict, here, groups, self.lens)
+        """Resolve one visible conflict (rule 4): select a candidate, or surface them all.
+        ``conflict`` is the whole conflict, for finding its decisions; a resolver is handed
+        only ``inp``, which names no candidate the lens may not see."""
+        here, groups = inp.candidates, inp.groups
         answer, how, error = self._resolve(conflict, inp, policy)
         scope = conflict.scope
         name = "/".join(key)

@@ -1,7 +1,7 @@
 """Bounded resolvers: choose one shown candidate of a conflict, or abstain (SEMANTICS §7.4).
 
 Invariant: a resolver can only select a candidate it was shown, or abstain; it can never change
-memory. It receives an immutable `ResolverInput` (a frozen `ConflictSet` and the frozen
+memory. It receives an immutable `ResolverInput` (a `ShownConflict` and the frozen
 `ClaimAdded` ops the lens may see) and returns a value, `Select(claim_id, reason)` or
 `Abstain(reason)`; it has no handle on the op-set, the writer or the state, so the worst it can
 do is choose badly among what it was shown. Every caller goes through `run_resolver`, which turns
@@ -10,9 +10,16 @@ retracted claim) into `Abstain` with the error recorded. A bad resolver therefor
 conflict surfaced with all its candidates, never resolved to something it was not offered:
 failing closed keeps a planner from acting on a choice nobody could check.
 
+Second invariant: nothing reachable from a `ResolverInput` names a candidate the lens may not
+see (SEMANTICS §7.1). A `ConflictSet` lists every candidate id and its groups' normal forms
+(which spell the values), so the input keeps none of it: its `ShownConflict` holds the
+conflict's place and snapshot (hashes, which reveal no id) and only a count of the candidates
+not shown, never which they are or how they group. Resolvers are often outside code (an LLM
+judge, a plugin), and what they are handed may be logged or sent anywhere.
+
 The built-ins (`AbstainAll`, `LatestWins`, `AuthorityRank`, `Conservative`, `Chain`) are pure:
-their answer depends only on the set of shown candidates and the conflict's groups, never on the
-order they are given in or on the hash seed. `statefuse.judge.CallableResolver` (its own module:
+their answer depends only on the set of shown candidates and how they group, never on the order
+they are given in or on the hash seed. `statefuse.judge.CallableResolver` (its own module:
 it starts threads, which the pure core must not) hands a conflict to an outside judge.
 
 Errors: the constructors raise `ResolverConfigError` (an `InputError` and `ValueError`) naming
@@ -34,7 +41,6 @@ from statefuse.state import ConflictSet
 
 #: Longest error text kept from a failing resolver (a hostile one may raise a huge message).
 MAX_ERROR_CHARS = 500
-#: Format tag of the payload `CallableResolver` hands to its judge.
 
 
 class ResolverConfigError(InputError, ValueError):
@@ -66,37 +72,75 @@ class Abstain:
 
 
 @dataclass(frozen=True, slots=True)
+class ShownConflict:
+    """A conflict as a resolver may see it: where it is and which snapshot, not who is in it.
+
+    ``locus`` (of the key and scope) and ``conflict_id`` (of the whole candidate set, SEMANTICS
+    §5) are hashes: a decision names them, so `Writer.decide_on` works from what a viewer saw,
+    and neither reveals a claim id. ``not_shown`` counts the conflict's candidates the resolver
+    is not shown (hidden from the lens, or expired), so a resolver can abstain rather than
+    choose among part of a conflict; which candidates they are and how they group is never
+    given.
+    """
+
+    locus: bytes
+    conflict_id: bytes
+    key: tuple[str, str, str]
+    scope: str
+    not_shown: int = 0
+
+    @classmethod
+    def of(cls, conflict: ConflictSet, shown: int) -> ShownConflict:
+        """``conflict`` with only its place and snapshot kept, ``shown`` of its candidates
+        shown."""
+        return cls(
+            conflict.locus,
+            conflict.conflict_id,
+            conflict.key,
+            conflict.scope,
+            len(conflict.candidates) - shown,
+        )
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class ResolverInput:
     """What a resolver is shown: one conflict, its visible candidates, and the lens.
 
-    ``candidates`` are the claims of ``conflict`` the lens may see (the projection drops hidden,
-    out-of-scope and expired ones); the constructor sorts them by claim_id, so callers may pass
-    any order. ``groups`` is derived: the conflict's candidate groups restricted to the shown
-    candidates, as tuples of claims sorted by claim_id, the groups sorted by normal form (groups
-    with no shown claim are dropped, so a hidden claim's agreement never counts). ``lens`` is
-    opaque here; resolvers that need it know its type.
+    ``ResolverInput(conflict, candidates, lens=None)`` takes the whole `ConflictSet` and the
+    claims of it the lens may see (the projection drops hidden, out-of-scope and expired ones),
+    in any order, and keeps only what those reveal (see the module docstring): ``conflict`` is
+    its `ShownConflict`; ``candidates`` are sorted by claim_id; ``groups`` are the conflict's
+    candidate groups restricted to the shown candidates, as tuples of claims sorted by claim_id,
+    the groups sorted by normal form (groups with no shown claim are dropped, so a hidden
+    claim's agreement never counts). ``lens`` is opaque here; resolvers that need it know its
+    type.
 
     Raises ResolverInputError if ``conflict`` is not a ConflictSet, ``candidates`` is not a
     sequence, or a candidate is not a ClaimAdded, appears twice, is not a candidate of
     ``conflict`` or belongs to none of its groups.
     """
 
-    conflict: ConflictSet
+    conflict: ShownConflict
     candidates: tuple[ClaimAdded, ...]
-    lens: object | None = None
-    groups: tuple[tuple[ClaimAdded, ...], ...] = field(init=False, repr=False, compare=False)
+    lens: object | None
+    groups: tuple[tuple[ClaimAdded, ...], ...] = field(repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.conflict, ConflictSet):
+    def __init__(
+        self,
+        conflict: ConflictSet,
+        candidates: Sequence[ClaimAdded],
+        lens: object | None = None,
+    ) -> None:
+        if not isinstance(conflict, ConflictSet):
             raise ResolverInputError(
-                "conflict", "conflict-type", f"expected ConflictSet, got {type(self.conflict)}"
+                "conflict", "conflict-type", f"expected ConflictSet, got {type(conflict)}"
             )
-        if isinstance(self.candidates, (str, bytes)) or not isinstance(self.candidates, Sequence):
+        if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence):
             raise ResolverInputError(
-                "candidates", "sequence", f"expected a tuple of claims, got {type(self.candidates)}"
+                "candidates", "sequence", f"expected a tuple of claims, got {type(candidates)}"
             )
         shown: dict[bytes, ClaimAdded] = {}
-        for i, c in enumerate(self.candidates):
+        for i, c in enumerate(candidates):
             if not isinstance(c, ClaimAdded):
                 raise ResolverInputError(
                     f"candidates[{i}]", "claim-type", f"expected ClaimAdded, got {type(c)}"
@@ -107,11 +151,11 @@ class ResolverInput:
                 )
             shown[c.claim_id] = c
         group_of: dict[bytes, bytes] = {}
-        for g in self.conflict.groups:
+        for g in conflict.groups:
             for cid in g.claim_ids:
                 group_of[cid] = g.normal_key
         members: dict[bytes, list[ClaimAdded]] = {}
-        in_conflict = frozenset(self.conflict.candidates)
+        in_conflict = frozenset(conflict.candidates)
         for cid in sorted(shown):
             if cid not in in_conflict or cid not in group_of:
                 raise ResolverInputError(
@@ -120,26 +164,40 @@ class ResolverInput:
                     f"claim {cid.hex()} is not a grouped candidate of the conflict",
                 )
             members.setdefault(group_of[cid], []).append(shown[cid])
-        object.__setattr__(self, "candidates", tuple(shown[cid] for cid in sorted(shown)))
-        object.__setattr__(self, "groups", tuple(tuple(members[k]) for k in sorted(members)))
+        self._fill(
+            ShownConflict.of(conflict, len(shown)),
+            tuple(shown[cid] for cid in sorted(shown)),
+            tuple(tuple(members[k]) for k in sorted(members)),
+            lens,
+        )
+
+    def _fill(
+        self,
+        conflict: ShownConflict,
+        candidates: tuple[ClaimAdded, ...],
+        groups: tuple[tuple[ClaimAdded, ...], ...],
+        lens: object | None,
+    ) -> None:
+        object.__setattr__(self, "conflict", conflict)
+        object.__setattr__(self, "candidates", candidates)
+        object.__setattr__(self, "lens", lens)
+        object.__setattr__(self, "groups", groups)
 
     @classmethod
     def _checked_by_caller(
         cls,
-        conflict: ConflictSet,
+        conflict: ShownConflict,
         candidates: tuple[ClaimAdded, ...],
         groups: tuple[tuple[ClaimAdded, ...], ...],
         lens: object | None,
     ) -> ResolverInput:
         """The input the constructor would build, from parts the caller already holds in that
-        form: ``candidates`` grouped candidates of ``conflict`` sorted by claim_id, ``groups``
-        exactly what the constructor derives. The projection builds one per conflict and gets
-        them from the conflict's own sorted groups; its tests check that both ways agree."""
+        form: ``conflict`` the `ShownConflict` of the conflict for these candidates,
+        ``candidates`` grouped candidates of it sorted by claim_id, ``groups`` exactly what the
+        constructor derives. The projection builds one per conflict and gets them from the
+        conflict's own sorted groups; its tests check that both ways agree."""
         inp = object.__new__(cls)
-        object.__setattr__(inp, "conflict", conflict)
-        object.__setattr__(inp, "candidates", candidates)
-        object.__setattr__(inp, "lens", lens)
-        object.__setattr__(inp, "groups", groups)
+        inp._fill(conflict, candidates, groups, lens)
         return inp
 
 
@@ -191,7 +249,9 @@ def run_resolver(resolver: Resolver, inp: ResolverInput) -> Select | Abstain:
         for c in inp.candidates:
             if c.op_id == cid:
                 return Select(cid, reason)
-        return _failed(resolver, f"selected {cid.hex()[:64]}, which is not a shown candidate")
+        # The id is not echoed: the error is shown to the viewer, and an id the resolver was
+        # not shown may be a hidden claim's, learnt elsewhere.
+        return _failed(resolver, "selected a claim_id that is not a shown candidate")
     if isinstance(answer, Abstain):
         reason, error = answer.reason, answer.error
         if type(reason) is not str:

@@ -52,7 +52,13 @@ class Selection:
 
 @dataclass(frozen=True, slots=True)
 class SurfacedConflict:
-    """A conflict this view could not resolve, with every candidate it may see."""
+    """A conflict this view could not resolve, with every candidate it may see.
+
+    ``candidates`` and ``groups`` hold visible claims only. ``locus`` and ``conflict_id`` are
+    the State's (hashes of the key and scope, and of the whole candidate set), so that
+    `Writer.decide_on` records a decision that applies to this snapshot; a hash names no
+    hidden candidate.
+    """
 
     key: Key
     scope: str

@@ -18,6 +18,7 @@ from statefuse import (
     ClaimAdded,
     Conservative,
     LatestWins,
+    OpRuleError,
     Policy,
     PredicateContract,
     Registry,
@@ -313,9 +314,22 @@ def test_a_planner_decides_a_surfaced_conflict_and_the_next_view_selects_it():
     assert sel.reason == "checked the invoice"
 
 
-def test_deciding_for_a_claim_that_is_not_a_candidate_is_refused():
-    from statefuse import OpRuleError
+def test_a_viewer_decides_a_conflict_with_hidden_candidates_from_what_it_was_shown():
+    a, b, c, planner = w("a"), w("b"), w("c"), w("planner")
+    red, blue = a.claim("p", "x", "color", "red"), b.claim("p", "x", "color", "blue")
+    secret = c.claim("p", "x", "color", "secret-green", visibility=["admin"])
+    ops = [red, blue, secret]
+    (surfaced,) = view_of(ops).surfaced_conflicts
+    assert [x.claim_id for x in surfaced.candidates] == sorted([red.claim_id, blue.claim_id])
+    assert surfaced.conflict_id == materialize(ops, registry=REG).conflicts[0].conflict_id
+    d = planner.decide_on(surfaced, red.claim_id, reason="checked the invoice")
+    sel = view_of([*ops, d]).selected[KEY]
+    assert sel.claim == red and sel.how is How.DECISION
+    with pytest.raises(OpRuleError):
+        planner.decide_on(surfaced, secret.claim_id)  # not a candidate the viewer was shown
 
+
+def test_deciding_for_a_claim_that_is_not_a_candidate_is_refused():
     a, b = w("a"), w("b")
     ops = [a.claim("p", "x", "color", "red"), b.claim("p", "x", "color", "blue")]
     (conflict,) = materialize(ops, registry=REG).conflicts

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import subprocess
 import sys
 import threading
 import time
+import types
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import FrozenInstanceError, dataclass, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +33,10 @@ from statefuse.resolver import (
     ResolverInput,
     ResolverInputError,
     Select,
+    ShownConflict,
     run_resolver,
 )
+from statefuse.state import ConflictSet
 
 REG = Registry([PredicateContract("price", normalizer="number")])
 KEY = ("p", "x", "price")
@@ -42,6 +49,11 @@ def writers(*names: str) -> list[Writer]:
 
 def price(w: Writer, value: Any, *, confidence: float = 1.0, authority: str = "") -> ClaimAdded:
     return w.claim(*KEY, value, confidence=confidence, authority=authority)
+
+
+def the_conflict(ops: list[Any]) -> ConflictSet:
+    (conflict,) = materialize(ops, registry=REG).conflicts
+    return conflict
 
 
 def shown(ops: list[Any], *, hide: tuple[bytes, ...] = ()) -> ResolverInput:
@@ -75,6 +87,7 @@ AUTHORITIES = ("", "admin", "user", "bot")
 
 @dataclass(frozen=True)
 class Scenario:
+    conflict: ConflictSet
     inp: ResolverInput
     hidden: tuple[bytes, ...]
     retracted: tuple[bytes, ...]
@@ -110,7 +123,12 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     ids = conflict.candidates
     hidden = draw(st.sets(st.sampled_from(ids), max_size=len(ids) - 1))
     visible = tuple(state.claims[c] for c in ids if c not in hidden)
-    return Scenario(ResolverInput(conflict, visible), tuple(sorted(hidden)), tuple(state.retracted))
+    return Scenario(
+        conflict,
+        ResolverInput(conflict, visible),
+        tuple(sorted(hidden)),
+        tuple(state.retracted),
+    )
 
 
 class Hostile:
@@ -181,7 +199,7 @@ def test_every_builtin_abstains_or_selects_a_shown_candidate(s):
 
 @given(scenarios(), st.data())
 def test_builtins_answer_the_same_whatever_the_order_of_candidates_and_groups(s, data):
-    conflict = s.inp.conflict
+    conflict = s.conflict
     groups = data.draw(st.permutations(conflict.groups))
     groups = [replace(g, claim_ids=tuple(data.draw(st.permutations(g.claim_ids)))) for g in groups]
     shuffled = ResolverInput(
@@ -234,7 +252,8 @@ def test_resolver_input_sorts_candidates_and_groups_only_the_shown_ones():
     inp = shown([agree1, agree2, other], hide=(agree2.claim_id,))
     assert [x.claim_id for x in inp.candidates] == sorted([agree1.claim_id, other.claim_id])
     assert sorted(len(g) for g in inp.groups) == [1, 1]
-    backwards = ResolverInput(inp.conflict, tuple(reversed(inp.candidates)))
+    conflict = the_conflict([agree1, agree2, other])
+    backwards = ResolverInput(conflict, tuple(reversed(inp.candidates)))
     assert backwards.candidates == inp.candidates and backwards.groups == inp.groups
 
 
@@ -244,17 +263,18 @@ def test_resolver_input_rejects_claims_that_are_not_candidates_of_the_conflict()
     gone = a.retract(claim_id=x.claim_id)
     z = price(b, 500)
     inp = shown([x, y, z, gone])
+    conflict = the_conflict([x, y, z, gone])
     with pytest.raises(ResolverInputError) as err:
-        ResolverInput(inp.conflict, (*inp.candidates, x))
+        ResolverInput(conflict, (*inp.candidates, x))
     assert err.value.field == "candidates" and isinstance(err.value, ValueError)
     with pytest.raises(ResolverInputError, match=r"candidates\[1\].*twice"):
-        ResolverInput(inp.conflict, (y, y))
+        ResolverInput(conflict, (y, y))
     with pytest.raises(ResolverInputError, match=r"candidates\[0\]"):
-        ResolverInput(inp.conflict, ("claim",))  # type: ignore[arg-type]
+        ResolverInput(conflict, ("claim",))  # type: ignore[arg-type]
     with pytest.raises(ResolverInputError, match="conflict"):
         ResolverInput(None, ())  # type: ignore[arg-type]
     with pytest.raises(ResolverInputError) as err:
-        ResolverInput(inp.conflict, None)  # type: ignore[arg-type]
+        ResolverInput(conflict, None)  # type: ignore[arg-type]
     assert err.value.rule == "sequence"
 
 
@@ -272,7 +292,7 @@ def test_run_resolver_records_which_resolver_failed_and_how():
     sneaky = run_resolver(Hostile(SneakySelect(inp.candidates[0].claim_id, "")), inp)
     assert sneaky.error == "answered SneakySelect, a subclass of Select or Abstain"
     stranger = run_resolver(Hostile(Select(b"\x00" * 32, "")), inp)
-    assert stranger.error == f"selected {'00' * 32}, which is not a shown candidate"
+    assert stranger.error == "selected a claim_id that is not a shown candidate"
 
 
 # --- LatestWins ----------------------------------------------------------------------------------
@@ -655,7 +675,189 @@ def test_callable_resolver_rejects_a_bad_judge_or_time_limit(kwargs, field):
 def test_the_input_the_projection_builds_unchecked_equals_the_checked_one(s):
     from statefuse.projection import _visible_groups
 
-    groups = _visible_groups(s.inp.conflict, s.inp.candidates)
-    fast = ResolverInput._checked_by_caller(s.inp.conflict, s.inp.candidates, groups, None)
+    groups = _visible_groups(s.conflict, s.inp.candidates)
+    shown = ShownConflict.of(s.conflict, len(s.inp.candidates))
+    fast = ResolverInput._checked_by_caller(shown, s.inp.candidates, groups, None)
     assert fast == s.inp
     assert fast.groups == s.inp.groups
+
+
+# --- what a resolver may see (SEMANTICS §7.1) ---------------------------------------------------
+
+_ATOMS = (str, bytes, bytearray, int, float, complex, bool, type(None), Enum)
+_OPAQUE = (
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.MethodWrapperType,
+    types.WrapperDescriptorType,
+)
+
+
+def _attribute_names(obj: object) -> set[str]:
+    """Every attribute a resolver could read off ``obj``: slots along the class chain, the
+    instance dict, and whatever `dir` lists (properties included), dunders aside."""
+    names: set[str] = set()
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        names.update((slots,) if isinstance(slots, str) else slots)
+    names.update(getattr(obj, "__dict__", {}))
+    names.update(n for n in dir(obj) if not n.startswith("__"))
+    return names
+
+
+def reachable(root: object, *, depth: int = 10) -> list[object]:
+    """Every object a hostile resolver reaches from ``root`` by attributes (slots, ``vars``,
+    properties) and by the contents of mappings, sequences and sets, up to ``depth`` steps;
+    atoms (strs, bytes, numbers) included, so a caller can search them."""
+    found: list[object] = []  # keeps every object alive, so no id is reused while walking
+    seen: set[int] = set()
+    todo: list[tuple[object, int]] = [(root, 0)]
+    while todo:
+        obj, d = todo.pop()
+        if id(obj) in seen or isinstance(obj, _OPAQUE):
+            continue
+        seen.add(id(obj))
+        found.append(obj)
+        if d == depth or isinstance(obj, _ATOMS):
+            continue
+        children: list[object] = []
+        if isinstance(obj, Mapping):
+            for k, v in obj.items():
+                children += (k, v)
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            children += obj
+        for name in sorted(_attribute_names(obj)):
+            try:
+                children.append(getattr(obj, name))
+            except Exception:  # an unset slot, a property that refuses: nothing to read
+                continue
+        todo.extend((c, d + 1) for c in children)
+    return found
+
+
+def leaks(root: object, ids: Iterable[bytes], values: Iterable[str] = ()) -> list[str]:
+    """What of ``ids`` (raw or in hex) and ``values`` (as text or inside bytes, e.g. a
+    normal form) can be found from ``root``; empty if nothing."""
+    ids, values = list(ids), list(values)
+    out = []
+    for obj in reachable(root):
+        if isinstance(obj, (bytes, bytearray)):
+            out += [f"id {i.hex()[:12]} in bytes" for i in ids if i in obj]
+            out += [f"value {v!r} in bytes" for v in values if v.encode() in obj]
+        elif isinstance(obj, str):
+            out += [f"id {i.hex()[:12]} in {obj[:60]!r}" for i in ids if i.hex() in obj]
+            out += [f"value {v!r} in {obj[:60]!r}" for v in values if v in obj]
+    return out
+
+
+class Snoop:
+    """A hostile resolver: keeps everything it is given, then answers ``then``."""
+
+    def __init__(self, then: Any = None) -> None:
+        self.inputs: list[ResolverInput] = []
+        self.then = then or AbstainAll()
+
+    def resolve(self, inp: ResolverInput) -> Select | Abstain:
+        self.inputs.append(inp)
+        answer: Select | Abstain = self.then.resolve(inp)
+        return answer
+
+
+def test_a_resolver_input_holds_no_id_value_or_grouping_of_a_hidden_candidate():
+    a, b, c, d = writers("a", "b", "c", "d")
+    seen1, seen2 = price(a, 1000), price(b, 999)
+    twin = price(c, "1,000")  # agrees with a shown claim: its value is no secret, its id is
+    secret = price(d, 424242)
+    inp = shown([seen1, seen2, twin, secret], hide=(twin.claim_id, secret.claim_id))
+    assert leaks(inp, [twin.claim_id, secret.claim_id], ["424242"]) == []
+    assert inp.conflict.not_shown == 2
+    assert [len(g) for g in inp.groups] == [1, 1]
+
+
+@given(scenarios())
+def test_no_hidden_candidate_id_is_reachable_from_any_resolver_input(s):
+    assert leaks(s.inp, s.hidden) == []
+    assert s.inp.conflict.not_shown == len(s.hidden)
+
+
+# --- through the projection: random visibility ---------------------------------------------------
+
+VIS_KEYS = (("p", "x", "color"), ("p", "y", "color"))
+VIS_ROLES = ((), ("admin",), ("ops",), ("admin", "ops"))
+
+
+@st.composite
+def visibility_worlds(draw: st.DrawFn) -> tuple[list[Any], Any]:
+    """Claims at two keys with random values, visibilities, scopes and expiries, a decision now
+    and then (on any candidate, hidden or not), and a lens with random roles."""
+    from statefuse import Lens
+
+    ws = [Writer(n, clock=lambda: 0) for n in AUTHORS]
+    ops: list[Any] = []
+    for who, k, value, vis, scope, expires in draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, len(AUTHORS) - 1),
+                st.integers(0, len(VIS_KEYS) - 1),
+                st.integers(0, 3),
+                st.sampled_from(VIS_ROLES),
+                st.sampled_from(("global", "global", "task:t1")),
+                st.sampled_from((None, None, 500, 1500)),
+            ),
+            min_size=2,
+            max_size=8,
+        )
+    ):
+        key = VIS_KEYS[k]
+        ops.append(
+            ws[who].claim(
+                *key,
+                f"val{value}-{key[1]}",
+                visibility=vis,
+                scope=scope,
+                expires=expires,
+            )
+        )
+    conflicts = materialize(ops).conflicts
+    if conflicts and draw(st.booleans()):
+        conflict = draw(st.sampled_from(conflicts))
+        ops.append(ws[0].decide_on(conflict, draw(st.sampled_from(conflict.candidates))))
+    lens = Lens(
+        roles=draw(st.sets(st.sampled_from(("admin", "ops")))),
+        task=draw(st.sampled_from((None, "t1"))),
+        now=1000,
+    )
+    return ops, lens
+
+
+@given(visibility_worlds(), st.sampled_from([AbstainAll(), LatestWins(), Conservative()]))
+def test_neither_a_snooping_resolver_nor_the_view_finds_a_hidden_claim(world, then):
+    from statefuse import project
+
+    ops, lens = world
+    state = materialize(ops)
+    hidden = [c for c in state.active_claims() if not lens.sees_roles(c.visibility)]
+    seen_values = {c.value for c in state.all_claims() if lens.sees_roles(c.visibility)}
+    secrets = sorted({str(c.value) for c in hidden} - seen_values)
+    hidden_ids = [c.claim_id for c in hidden]
+    snoop = Snoop(then)
+    view = project(state, lens, resolver=snoop)
+    for inp in snoop.inputs:
+        assert leaks(inp, hidden_ids, secrets) == []
+        missing = len(state.conflict_of(*inp.conflict.key, inp.conflict.scope).candidates)
+        assert inp.conflict.not_shown == missing - len(inp.candidates)
+    assert leaks(view, hidden_ids, secrets) == []
+    text = view.to_json()
+    assert not [i for i in hidden_ids if i.hex() in text]
+    assert not [v for v in secrets if v in text]
+
+
+def test_a_resolver_input_cannot_be_changed_and_survives_copying():
+    inp = fixed_conflict()
+    with pytest.raises(FrozenInstanceError):
+        inp.conflict = None  # type: ignore[misc]
+    for copied in (copy.deepcopy(inp), pickle.loads(pickle.dumps(inp))):
+        assert copied == inp and copied.groups == inp.groups and hash(copied) == hash(inp)
