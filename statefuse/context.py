@@ -14,6 +14,10 @@ Invariants:
   ``key = value`` summary line, then into a counted group line — and every claim not shown in
   full or summary is listed under a handle (``F1``, ``W1``…) that `Context.expand` resolves
   to exactly those claims.
+- **An answered key is never a known unknown.** A question (a claim of kind ``question``,
+  which `Writer.question` stores at ``predicate?``) is listed only while the key it asks about
+  shows no answer this lens may see, however many questions there are and whether or not they
+  disagree; disagreeing questions are never shown as a conflict (see `_partition`).
 - **Deterministic.** Every order comes from claim ids, keys, lamports or scores (ties by claim
   id), never from hash or insertion order; the same View, query, budget, tokenizer and policy
   give the same text in any process.
@@ -379,11 +383,20 @@ def _asked_key(c: ClaimAdded) -> Key:
 
 
 def _partition(view: View) -> _Parts:
+    """The View sorted into sections. Questions go to known unknowns unless the key they ask
+    about is answered: it has a shown claim that is not a question (a selected claim — the
+    representative of a single-valued key, any value of a multi-valued one — or a candidate
+    of an unresolved conflict). The View holds only what its lens may see, so an answer hidden
+    by role, scope or expiry answers nothing. Questions never conflict in a context: several
+    different questions about one key (a conflict in the View) are one known unknown listing
+    each, or, once the key is answered, are left out like any answered question and counted
+    under ``excluded["answered-question"]``."""
     parts = _Parts()
     identity, constraints, facts = parts.identity, parts.constraints, parts.facts
     stale = view.stale
     fact_layer, identity_layer = Layer.FACT, Layer.IDENTITY
     questions: list[ClaimAdded] = []
+    answered: set[Key] = set()
     for sel in view.selected.values():
         for c in sel.claims if sel.how is How.MULTI else (sel.claim,):
             layer = c.layer
@@ -399,6 +412,7 @@ def _partition(view: View) -> _Parts:
                 constraints.append(c)
             elif kind == "question":
                 questions.append(c)
+                continue  # a question answers nothing
             elif layer is Layer.WORKING:
                 parts.working.append(c)
             elif layer is Layer.ENVIRONMENT:
@@ -407,19 +421,24 @@ def _partition(view: View) -> _Parts:
                 parts.stale_facts.append(c)
             else:
                 facts.append(c)
-    answers = set(view.unresolved)
-    answers.update(view.selected)
+            answered.add(sel.key)
+    asked: list[SurfacedConflict] = []
+    for sc in view.surfaced_conflicts:
+        if all(c.kind == "question" for c in sc.candidates):
+            asked.append(sc)
+        else:
+            parts.conflicts.append(sc)
+            answered.add(sc.key)
     for c in questions:
-        asked = _asked_key(c)
-        if asked != c.key and asked in answers:
+        if _asked_key(c) in answered:
             parts.answered += 1
         else:
             parts.questions.append((c.key, (c,)))
-    for sc in view.surfaced_conflicts:
-        if all(c.kind == "question" for c in sc.candidates):
-            parts.questions.append((sc.key, sc.candidates))
+    for sc in asked:
+        if _asked_key(sc.candidates[0]) in answered:
+            parts.answered += len(sc.candidates)
         else:
-            parts.conflicts.append(sc)
+            parts.questions.append((sc.key, sc.candidates))
     return parts
 
 

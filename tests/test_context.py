@@ -333,6 +333,123 @@ def test_an_open_question_is_a_known_unknown_until_its_key_is_answered():
     assert fact_lines(answered) == ["- vendor/b/maintenance: 1200"]
 
 
+ASKED = ("vendor", "acme", "price")
+#: Ways to ask about one key: who asks what, in which scope (several writers, one key ``price?``).
+QUESTION_FORMS = {
+    "one": [("q1", "What does Acme charge?", "global")],
+    "several agreeing": [
+        ("q1", "What does Acme charge?", "global"),
+        ("q2", "What does Acme charge?", "global"),
+    ],
+    "several scopes": [
+        ("q1", "What does Acme charge?", "global"),
+        ("q2", "Acme price for this task?", "task:t1"),
+    ],
+    "two conflicting": [
+        ("q1", "What does Acme charge?", "global"),
+        ("q2", "Is Acme under 1200?", "global"),
+    ],
+    "three conflicting": [
+        ("q1", "What does Acme charge?", "global"),
+        ("q2", "Is Acme under 1200?", "global"),
+        ("q3", "Did Acme send a quote?", "global"),
+    ],
+}
+
+
+def questions(form: str) -> list:
+    return [w(who).question(*ASKED, text, scope=scope) for who, text, scope in QUESTION_FORMS[form]]
+
+
+def shown_questions(ctx) -> int:
+    """How many question claims the context shows or leaves under a handle."""
+    listed = ctx.section(SectionName.UNKNOWNS)
+    left_out = [h for h in ctx.omitted if h.startswith("Q")]
+    return (0 if listed is None else len(listed.claim_ids)) + sum(
+        len(ctx.omitted[h]) for h in left_out
+    )
+
+
+@pytest.mark.parametrize("form", QUESTION_FORMS)
+@pytest.mark.parametrize(
+    "answer",
+    [{}, {"scope": "task:t1"}, {"scope": "session:s1"}, {"visibility": ["planner"]}],
+    ids=["global", "task", "session", "role"],
+)
+def test_a_key_with_a_visible_answer_is_never_a_known_unknown(form, answer):
+    asked = questions(form)
+    ctx = ctx_of([*asked, w("sales").claim(*ASKED, 1150, **answer)])
+    assert ctx.section(SectionName.UNKNOWNS) is None
+    assert ctx.section(SectionName.CONFLICTS) is None  # questions never hide the answer
+    assert [ln.split(" (")[0] for ln in fact_lines(ctx)] == ["- vendor/acme/price: 1150"]
+    unanswered = ctx_of(asked)
+    assert shown_questions(unanswered) >= 1 and unanswered.section(SectionName.CONFLICTS) is None
+    assert ctx.excluded["answered-question"] == shown_questions(unanswered)
+    assert unanswered.excluded["answered-question"] == 0
+
+
+def test_two_conflicting_questions_are_one_known_unknown_until_answered():
+    asked = questions("two conflicting")
+    open_ctx = ctx_of(asked)
+    texts = " | ".join(f'"{q.value}"' for q in sorted(asked, key=lambda q: q.claim_id))
+    assert section_text(open_ctx, SectionName.UNKNOWNS).splitlines()[1:] == [
+        f"- vendor/acme/price: {texts} — not answered"
+    ]
+    state = materialize([*asked, w("sales").claim(*ASKED, 1150)])
+    view = project(state, LENS)
+    assert [sc.key for sc in view.surfaced_conflicts] == [("vendor", "acme", "price?")]
+    ctx = assemble_context(view, query="What does Acme charge?", budget=4000, tokenizer=TOK)
+    assert "KNOWN UNKNOWNS" not in ctx.text and "UNRESOLVED" not in ctx.text
+    assert fact_lines(ctx) == ["- vendor/acme/price: 1150"]
+    assert ctx.excluded["answered-question"] == 2
+
+
+@pytest.mark.parametrize("form", ["one", "two conflicting"])
+@pytest.mark.parametrize(
+    "hidden",
+    [
+        {"visibility": ["finance"]},
+        {"scope": "task:t2"},
+        {"scope": "session:s2"},
+        {"scope": "hypothetical"},
+        {"scope": "draft"},
+        {"expires": NOW - 1},
+    ],
+    ids=["role", "other-task", "other-session", "hypothetical", "draft", "expired"],
+)
+def test_an_answer_the_lens_cannot_see_leaves_the_questions_open(form, hidden):
+    asked = questions(form)
+    ctx = ctx_of([*asked, w("sales").claim(*ASKED, 1150, **hidden)])
+    unknowns = section_text(ctx, SectionName.UNKNOWNS)
+    assert unknowns.count("- vendor/acme/price: ") == 1 and "not answered" in unknowns
+    assert shown_questions(ctx) == len(asked)
+    assert "1150" not in ctx.text and ctx.excluded["answered-question"] == 0
+
+
+def test_conflicting_answers_close_the_questions_and_stay_an_unresolved_conflict():
+    asked = questions("two conflicting")
+    ops = [*asked, w("sales").claim(*ASKED, 1150), w("ops").claim(*ASKED, 1200)]
+    ctx = ctx_of(ops)
+    assert ctx.section(SectionName.UNKNOWNS) is None
+    (line, *candidates) = ctx.section(SectionName.CONFLICTS).lines
+    assert line == "- vendor/acme/price: UNRESOLVED — 2 candidate values:"
+    assert sorted(candidates) == [
+        "    • 1150 (confidence=1; 1 claim)",
+        "    • 1200 (confidence=1; 1 claim)",
+    ]
+    assert ctx.excluded["answered-question"] == 2
+
+
+@pytest.mark.parametrize("form", ["one", "two conflicting"])
+def test_a_question_is_no_answer_to_another_question(form):
+    asked = questions(form)
+    # A question written at the key itself (not through Writer.question) answers nothing.
+    self_asked = w("q3").claim(*ASKED, "What is the price?", kind="question")
+    ctx = ctx_of([*asked, self_asked])
+    assert ctx.excluded["answered-question"] == 0
+    assert section_text(ctx, SectionName.UNKNOWNS).count("— not answered") == 2
+
+
 def test_stale_claims_outside_the_facts_are_marked_where_they_stand():
     a = w("a")
     dep = a.claim("p", "x", "basis", 1)
