@@ -67,6 +67,7 @@ from statefuse.resolver import (
     ResolverInput,
     ResolverInputError,
     Select,
+    ShownConflict,
     run_resolver,
 )
 from statefuse.state import CandidateGroup, ConflictSet, StaleCause, State, conflict_id_of, locus_of
@@ -145,6 +146,7 @@ __all__ = [
     "SectionName",
     "Select",
     "Selection",
+    "ShownConflict",
     "StaleCause",
     "StaleNote",
     "State",

@@ -185,7 +185,7 @@ def test_an_sqlite_header_over_bytes_sqlite_cannot_read_is_store_unreadable(tmp_
         assert err.value.rule == "store-unreadable", how
         message = err.value.message
         assert str(path) in message and "file is not a database" in message
-        assert "restore it from a backup, or make a new store (`statefuse init`) and sync it from a peer" in message
+        assert "restore it from a backup, or make a new store (`statefuse init`)" in message
     assert path.read_bytes() == before
     assert _sidecars(path) == []
 
