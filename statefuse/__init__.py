@@ -70,7 +70,17 @@ from statefuse.resolver import (
     ShownConflict,
     run_resolver,
 )
-from statefuse.state import CandidateGroup, ConflictSet, StaleCause, State, conflict_id_of, locus_of
+from statefuse.state import (
+    CandidateGroup,
+    ConflictSet,
+    StaleCause,
+    StaleDecision,
+    StaleReason,
+    State,
+    conflict_id_of,
+    group_id_of,
+    locus_of,
+)
 from statefuse.tokenizer import (
     BpeTokenizer,
     ByteEstimate,
@@ -148,7 +158,9 @@ __all__ = [
     "Selection",
     "ShownConflict",
     "StaleCause",
+    "StaleDecision",
     "StaleNote",
+    "StaleReason",
     "State",
     "StateFuseError",
     "StoreError",
@@ -171,6 +183,7 @@ __all__ = [
     "decode_value",
     "default_tokenizer",
     "encode_value",
+    "group_id_of",
     "judge_payload",
     "locus_of",
     "materialize",

@@ -532,6 +532,8 @@ def _decision_json(d: DecisionAdded) -> dict[str, Any]:
         "selected_claim_id": d.selected_claim_id.hex(),
         "scope": d.scope,
         "reason": d.reason,
+        "groups": [g.hex() for g in d.groups],
+        "selected_group": None if d.selected_group is None else d.selected_group.hex(),
     }
 
 
@@ -543,7 +545,7 @@ def _notes(c: ClaimAdded, state: State) -> list[str]:
         if decision is None:
             notes.append("conflict")
         else:
-            notes.append("chosen" if decision.selected_claim_id == c.claim_id else "overruled")
+            notes.append("chosen" if state.decision_selects(decision, c.claim_id) else "overruled")
     if c.claim_id in state.stale:
         notes.append("stale")
     return notes
@@ -683,7 +685,8 @@ def _history(state: State, key: Key, scope: str | None) -> list[_Event]:
     loci = {locus_of(*key, c.scope) for c in claims}
     for d in state.decisions:
         if d.locus in loci and d.selected_claim_id in by_id:
-            why = d.reason if state.decision_applies(d) else f"{d.reason} (no longer applies)"
+            stale = state.why_stale(d)
+            why = d.reason if stale is None else f"{d.reason} (no longer applies: {stale.value})"
             events.append(
                 _Event(d.lamport, d.op_id, "decide", d.author, by_id[d.selected_claim_id], why)
             )

@@ -5,8 +5,18 @@ the op is built, so ids can never be chosen, only derived. Every field is valida
 built (by a writer or by `decode_op`; `decode_ops` validates a batch column by column and builds
 only ops `decode_op` would build, with the same ids), so a well-formed op has exactly one encoding
 and one id.
-Set-valued fields (roles, evidence ids, dependencies, re-asserted retractions) are kept sorted and
-unique for the same reason.
+Set-valued fields (roles, evidence ids, dependencies, re-asserted retractions, decision groups)
+are kept sorted and unique for the same reason.
+
+Versions: every op carries its encoding version as ``"v"``. A type that gains fields keeps its
+earlier encodings (`_OpBase._EARLIER`: version -> the fields it lacks, held at their defaults):
+an op whose content fits an earlier version encodes as that version, and the decoders take
+exactly that version's field set, so ops written before the change keep their bytes and ids and
+each op still has one encoding. `DecisionAdded` is the one such type: version 1 is the first
+release's decision (applies while its candidate set ``conflict_id`` is current), version 2 adds
+the value groups it chose among (``groups``, ``selected_group``; SEMANTICS §6). It stays one
+Python type rather than a new op kind because every layer dispatches on ``type(op) is
+DecisionAdded`` (op-set, index, materializer, the replica snapshot's columns and restore path).
 
 Ops compare and hash by ``op_id``: Python's ``==`` would call ``1``, ``1.0`` and ``True`` equal,
 while StateFuse keeps them apart.
@@ -292,16 +302,24 @@ def _opt_name(name: str, v: object) -> str:
 # --- the op types ---------------------------------------------------------------------------------
 
 
-_ORDERS: dict[type, tuple[str, ...]] = {}
+_ORDERS: dict[tuple[type, int], tuple[str, ...]] = {}
 
 
-def _encoding_order(cls: type[_OpBase]) -> tuple[str, ...]:
-    """The op's map keys in canonical order (by UTF-8 bytes), computed once per op type."""
-    order = _ORDERS.get(cls)
+def _encoding_order(cls: type[_OpBase], version: int | None = None) -> tuple[str, ...]:
+    """The map keys of ``cls`` ops encoded as ``version`` (default: the type's current one), in
+    canonical order (by UTF-8 bytes), computed once per op type and version."""
+    v = cls.FORMAT_VERSION if version is None else version
+    order = _ORDERS.get((cls, v))
     if order is None:
-        names = ["op", "v", *(name for name, _ in cls._SCHEMA)]
-        order = _ORDERS[cls] = tuple(sorted(names, key=lambda n: n.encode("utf-8")))
+        names = ["op", "v", *_version_fields(cls, v)]
+        order = _ORDERS[cls, v] = tuple(sorted(names, key=lambda n: n.encode("utf-8")))
     return order
+
+
+def _version_fields(cls: type[_OpBase], version: int) -> tuple[str, ...]:
+    """The ``_SCHEMA`` fields an op of ``cls`` encoded as ``version`` carries, in schema order."""
+    absent = cls._EARLIER.get(version, frozenset())
+    return tuple(name for name, _ in cls._SCHEMA if name not in absent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,29 +337,35 @@ class _Encoder:
     fetch: Callable[[Any], tuple[Any, ...]]
     #: Where Layer values sit in the fetched tuple (packed as their string value).
     layers: tuple[int, ...]
+    #: Where ``"v"`` sits when the version is an earlier one than ``FORMAT_VERSION`` (which is
+    #: what the getter fetches), else None.
+    old_version_at: int | None
+    version: int
     map_header: bytes
     #: Length of the flat array's header, replaced by ``map_header``.
     array_header_len: int
 
 
-def _encoder(cls: type[_OpBase]) -> _Encoder:
-    enc = _ENCODERS.get(cls)
+def _encoder(cls: type[_OpBase], version: int) -> _Encoder:
+    enc = _ENCODERS.get((cls, version))
     if enc is None:
-        order = _encoding_order(cls)
+        order = _encoding_order(cls, version)
         names = ("KIND" if n == "op" else "FORMAT_VERSION" if n == "v" else n for n in order)
         checks = dict(cls._SCHEMA)
         n = len(order)
-        enc = _ENCODERS[cls] = _Encoder(
+        enc = _ENCODERS[cls, version] = _Encoder(
             keys=order,
             fetch=attrgetter(*names),
             layers=tuple(i for i, name in enumerate(order) if checks.get(name) is _layer),
+            old_version_at=None if version == cls.FORMAT_VERSION else order.index("v"),
+            version=version,
             map_header=bytes((0x80 | n,)) if n <= 15 else b"\xde" + n.to_bytes(2, "big"),
             array_header_len=1 if 2 * n <= 15 else 3,
         )
     return enc
 
 
-_ENCODERS: dict[type, _Encoder] = {}
+_ENCODERS: dict[tuple[type, int], _Encoder] = {}
 #: A Layer's string value (a dict lookup is several times cheaper than the enum's property).
 _LAYER_VALUE: dict[Layer, str] = {m: m.value for m in Layer}
 #: Reused: creating a packer costs more than packing an op. It is never given a ``default``
@@ -424,17 +448,30 @@ class _OpBase:
 
     __slots__ = ()
     KIND: ClassVar[str]
+    #: The version this type's newest encoding carries as ``"v"``.
     FORMAT_VERSION: ClassVar[int] = OP_FORMAT_VERSION
     _SCHEMA: ClassVar[tuple[tuple[str, Any], ...]]
+    #: Earlier encodings of this type that stay readable and writable: version -> the
+    #: ``_SCHEMA`` fields it lacks. An op whose content fits an earlier version (`_version`)
+    #: encodes as that version, so ops written before a field was added keep their bytes and
+    #: ids. Empty for types with one encoding.
+    _EARLIER: ClassVar[dict[int, frozenset[str]]] = {}
     op_id: bytes
 
+    def _version(self) -> int:
+        """The encoding version of this op (types with earlier versions say which fits)."""
+        return self.FORMAT_VERSION
+
     def _validate_and_seal(self) -> None:
+        self._validate()
+        self._seal()
+
+    def _validate(self) -> None:
         for name, check in self._SCHEMA:
             old = getattr(self, name)
             new = check(name, old)
             if new is not old:
                 object.__setattr__(self, name, new)
-        self._seal()
 
     @classmethod
     def _from_checked(cls, checked: frozenset[str], values: Sequence[Any]) -> Any:
@@ -464,11 +501,12 @@ class _OpBase:
     def to_value(self) -> dict[str, Value]:
         """The op as a plain value map (the thing that is canonically encoded)."""
         out: dict[str, Value] = {}
-        for name in _encoding_order(type(self)):
+        version = self._version()
+        for name in _encoding_order(type(self), version):
             if name == "op":
                 v: object = self.KIND
             elif name == "v":
-                v = OP_FORMAT_VERSION
+                v = version
             else:
                 v = getattr(self, name)
                 if isinstance(v, tuple):
@@ -486,12 +524,16 @@ class _OpBase:
         its value. Fields hold exact, validated types, so msgpack's non-strict mode cannot
         change their meaning.
         """
-        enc = _encoder(type(self))
+        cls = type(self)
+        enc = _encoder(cls, self._version() if cls._EARLIER else cls.FORMAT_VERSION)
         values: Sequence[Any] = enc.fetch(self)
         if enc.layers:
             values = list(values)
             for i in enc.layers:
                 values[i] = _LAYER_VALUE[values[i]]
+        if enc.old_version_at is not None:
+            values = list(values)
+            values[enc.old_version_at] = enc.version
         flat: list[Any] = [None] * (2 * len(enc.keys))
         flat[::2] = enc.keys
         flat[1::2] = values
@@ -650,13 +692,30 @@ class ClaimRetracted(_OpBase):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class DecisionAdded(_OpBase):
-    """A planner's choice of one candidate of the conflict snapshot ``conflict_id`` at ``locus``.
+    """A planner's choice among the candidate values of the conflict at ``locus``.
 
-    Decisions never change which claims are active; a projection applies one only while its
-    ``conflict_id`` is still the current one for the locus (SEMANTICS §6).
+    A decision records the candidate *value groups* it chose among (``groups``: the group ids,
+    `statefuse.state.group_id_of` of each group's normal key, sorted) and the one it chose
+    (``selected_group``, the group of ``selected_claim_id``). It applies while that group is
+    still held by an active candidate and no value outside ``groups`` has appeared at the
+    locus, so agreement and the retraction of other candidates never make it stale
+    (SEMANTICS §6). ``conflict_id`` names the candidate set the decider saw.
+
+    Decisions written before value groups existed have no ``groups`` (empty) and no
+    ``selected_group`` (None): they keep their encoding (version 1, without those fields),
+    their ids, and their rule: they apply only while ``conflict_id`` is the current candidate
+    set of the locus. Why the same type rather than a new op kind: every layer dispatches on
+    ``type(op) is DecisionAdded`` (the op-set's per-type dicts, the index, the materializer's
+    inputs, the replica snapshot's columns and its restore path), so one type with two
+    encodings reaches all of them with no second path to keep in step; the decoders choose the
+    field set by the ``"v"`` tag, so each op still has exactly one encoding and one id.
+
+    Decisions never change which claims are active.
     """
 
     KIND: ClassVar[str] = "DecisionAdded"
+    FORMAT_VERSION: ClassVar[int] = 2
+    _EARLIER: ClassVar[dict[int, frozenset[str]]] = {1: frozenset(("groups", "selected_group"))}
     author: Author
     lamport: int
     wall_ms: int
@@ -666,6 +725,8 @@ class DecisionAdded(_OpBase):
     scope: str = "global"
     reason: str = ""
     payload: Value = None
+    groups: tuple[bytes, ...] = ()
+    selected_group: bytes | None = None
     op_id: bytes = field(init=False, repr=False)
 
     _SCHEMA: ClassVar[tuple[tuple[str, Any], ...]] = (
@@ -678,10 +739,38 @@ class DecisionAdded(_OpBase):
         ("scope", _scope),
         ("reason", _text),
         ("payload", _value),
+        ("groups", _ids),
+        ("selected_group", _opt_id),
     )
 
     def __post_init__(self) -> None:
-        self._validate_and_seal()
+        self._validate()
+        _check_decision_groups(self.groups, self.selected_group)
+        self._seal()
+
+    def _version(self) -> int:
+        return 2 if self.groups else 1
+
+    @property
+    def by_groups(self) -> bool:
+        """True for a decision that records value groups (False: the first release's form)."""
+        return bool(self.groups)
+
+
+def _check_decision_groups(groups: tuple[bytes, ...], selected: bytes | None) -> None:
+    """Both group fields or neither; at least two groups; the chosen one among them."""
+    if not groups and selected is None:
+        return
+    if selected is None or not groups:
+        raise _err(
+            "groups" if not groups else "selected_group",
+            "decision-groups",
+            "a decision records both its value groups and the chosen group, or neither",
+        )
+    if len(groups) < 2:
+        raise _err("groups", "decision-groups", "a decision chooses among at least two values")
+    if selected not in groups:
+        raise _err("selected_group", "decision-groups", "the chosen group is not among groups")
 
 
 Op = Union[EvidenceAdded, ClaimAdded, ClaimRetracted, DecisionAdded]  # noqa: UP007
@@ -720,7 +809,7 @@ def decode_op(data: bytes) -> Op:
     if type(raw) is not dict:
         raise EncodingError("op", "op-is-map", f"an op is a map, got {type(raw).__name__}")
     version = raw.pop("v", None)
-    if type(version) is not int or version != OP_FORMAT_VERSION:
+    if type(version) is not int or version not in _KNOWN_VERSIONS:
         raise EncodingError("op.v", "op-version", f"unsupported op format version {version!r}")
     kind = raw.pop("op", None)
     cls: type[_OpBase] | None = None
@@ -728,7 +817,9 @@ def decode_op(data: bytes) -> Op:
         cls = OP_TYPES.get(kind) or _EXTRA_OP_TYPES.get(kind)
     if cls is None:
         raise EncodingError("op.op", "op-type", f"unknown op type {kind!r}")
-    expected = _field_names(cls)
+    if version != cls.FORMAT_VERSION and version not in cls._EARLIER:
+        raise EncodingError("op.v", "op-version", f"{kind!r} has no format version {version!r}")
+    expected = _field_names(cls, version)
     if raw.keys() != expected:
         missing = sorted(expected - set(raw))
         extra = sorted(map(repr, set(raw) - expected))
@@ -741,18 +832,24 @@ def decode_op(data: bytes) -> Op:
         op = cls(**raw)
     except (ValueRuleError, ValueTypeError) as exc:
         raise EncodingError(f"op.{exc.field}", exc.rule, exc.message) from None
+    if op._version() != version:
+        raise EncodingError(
+            "op.v", "op-version", f"the fields hold a version {op._version()} {kind!r}"
+        )
     if blake3.blake3(data).digest() != op.op_id:
         raise EncodingError("op", "canonical", "op bytes are not the canonical encoding")
     return op  # type: ignore[return-value]  # or an op of a registered extra type
 
 
-_FIELD_NAMES: dict[type, frozenset[str]] = {}
+#: Every version some core op type reads (registered extra types use `OP_FORMAT_VERSION`).
+_KNOWN_VERSIONS = frozenset(v for t in OP_TYPES.values() for v in (t.FORMAT_VERSION, *t._EARLIER))
+_FIELD_NAMES: dict[tuple[type, int], frozenset[str]] = {}
 
 
-def _field_names(cls: type[_OpBase]) -> frozenset[str]:
-    names = _FIELD_NAMES.get(cls)
+def _field_names(cls: type[_OpBase], version: int) -> frozenset[str]:
+    names = _FIELD_NAMES.get((cls, version))
     if names is None:
-        names = _FIELD_NAMES[cls] = frozenset(name for name, _ in cls._SCHEMA)
+        names = _FIELD_NAMES[cls, version] = frozenset(_version_fields(cls, version))
     return names
 
 
@@ -966,21 +1063,37 @@ def _retraction_targets(stored: dict[str, Sequence[Any]]) -> bool:
     )
 
 
+def _decision_groups(stored: dict[str, Sequence[Any]]) -> bool:
+    if "groups" not in stored:  # the first encoding: no group fields
+        return True
+    try:
+        for groups, selected in zip(stored["groups"], stored["selected_group"], strict=True):
+            _check_decision_groups(groups, selected)
+    except OpRuleError:
+        return False
+    return True
+
+
 #: Rules a type's ``__post_init__`` adds to its field checks, over the stored columns.
 _ROW_RULES: dict[type, Callable[[dict[str, Sequence[Any]]], bool]] = {
     ClaimRetracted: _retraction_targets,
+    DecisionAdded: _decision_groups,
 }
 
 
 class _FastType:
-    """How to check and build one op type from parsed maps whose keys are in canonical order."""
+    """How to check and build one op type, encoded as one of its versions, from parsed maps
+    whose keys are in canonical order."""
 
-    __slots__ = ("cls", "fields", "kind_at", "set_id", "version_at")
+    __slots__ = ("absent", "cls", "fields", "kind_at", "set_id", "version", "version_at")
 
-    def __init__(self, cls: type[_OpBase]) -> None:
-        order = _encoding_order(cls)
+    def __init__(self, cls: type[_OpBase], version: int) -> None:
+        order = _encoding_order(cls, version)
         checks = dict(cls._SCHEMA)
+        present = _version_fields(cls, version)
+        defaults = {f.name: f.default for f in fields(cast(Any, cls))}
         self.cls = cls
+        self.version = version
         self.kind_at = order.index("op")
         self.version_at = order.index("v")
         self.fields = tuple(
@@ -991,7 +1104,13 @@ class _FastType:
                 cls.__dict__[name].__set__,
                 checks[name] is _value,
             )
+            for name in present
+        )
+        #: The fields this version lacks: set to their defaults, as the constructor does.
+        self.absent = tuple(
+            (cls.__dict__[name].__set__, defaults[name])
             for name, _ in cls._SCHEMA
+            if name not in present
         )
         self.set_id = cls.__dict__["op_id"].__set__
 
@@ -1007,7 +1126,7 @@ class _FastType:
         kinds, versions = cols[self.kind_at], cols[self.version_at]
         if kinds.count(self.cls.KIND) != n:
             return None
-        if set(map(type, versions)) != {int} or versions.count(OP_FORMAT_VERSION) != n:
+        if set(map(type, versions)) != {int} or versions.count(self.version) != n:
             return None
         stored: dict[str, Sequence[Any]] = {}
         for at, name, check, _, rewrites in self.fields:
@@ -1035,14 +1154,17 @@ class _FastType:
         # Slot setters return None, so any() runs each one over its whole column.
         for _, name, _, setter, _ in self.fields:
             any(map(setter, ops, stored[name]))
+        for setter, default in self.absent:
+            any(map(setter, ops, repeat(default, n)))
         any(map(self.set_id, ops, ids))
         return ops
 
 
-#: Core op types by their canonical key order (each type's order is distinct).
+#: Core op types and versions by their canonical key order (each order is distinct).
 _FAST_TYPES: dict[tuple[str, ...], _FastType] = {
-    _encoding_order(t): _FastType(t)
+    _encoding_order(t, v): _FastType(t, v)
     for t in (EvidenceAdded, ClaimAdded, ClaimRetracted, DecisionAdded)
+    for v in (t.FORMAT_VERSION, *t._EARLIER)
 }
 _digest = blake3.blake3.digest
 #: Fewer ops of one type than this are decoded one by one: the column checks cost about as much

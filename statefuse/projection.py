@@ -10,8 +10,12 @@ never goes out: a resolver gets a `ResolverInput` whose `ShownConflict` keeps on
 conflict's place, its snapshot id and a count of the candidates not shown, and a
 `SurfacedConflict` lists only visible candidates and groups.
 
-Resolution of a visible conflict: an applicable decision (its conflict snapshot is current, its
-scope is one the lens sees, its choice is visible), else the predicate's registry policy
+Resolution of a visible conflict: an applicable decision (`State.why_stale` is None: its chosen
+value is still held and no value it did not choose among appeared; for a first-release decision,
+its conflict snapshot is current), in a scope the lens sees, whose choice is visible (the decided
+claim, or, when that one is retracted or not shown, the lowest claim_id of its value among the
+shown candidates, with the explanation saying so), the highest (lamport, op_id) of them; else
+the predicate's registry policy
 (``latest``: `LatestWins`; ``authority``: `AuthorityRank` over the registry's
 ``authority_order``), else the given resolver (``surface``, the default policy, defers to it;
 the default resolver abstains). A policy that abstains also defers to the resolver. An
@@ -113,6 +117,20 @@ def _visible_groups(
     shown = {c.op_id: c for c in here}
     groups = (tuple(shown[i] for i in g.claim_ids if i in shown) for g in conflict.groups)
     return tuple(g for g in groups if g)
+
+
+def _decided_claim(state: State, d: DecisionAdded, shown: Sequence[ClaimAdded]) -> bytes | None:
+    """The shown claim an applicable decision selects: the decided claim if shown; for a
+    decision that records value groups, else the lowest claim_id of the chosen value among
+    ``shown`` (deterministic whatever the order of arrival); None when the lens sees no claim
+    of the decided value."""
+    chosen = d.selected_claim_id
+    if any(c.op_id == chosen for c in shown):
+        return chosen
+    if not d.groups:
+        return None
+    same = [c.op_id for c in shown if state.group_id(c.op_id) == d.selected_group]
+    return min(same) if same else None
 
 
 # --- what no lens changes: worked out once per State ---------------------------------------------
@@ -387,6 +405,7 @@ class _Run:
                 groups,
                 answer.reason,
                 error,
+                len(conflict.candidates) - len(here),
             )
         )
         self.explanations[key] = (
@@ -396,10 +415,13 @@ class _Run:
     def _resolve(
         self, conflict: ConflictSet, inp: ResolverInput, policy: Policy
     ) -> tuple[Select | Abstain, How, str | None]:
-        decision = self._decision(conflict, inp.candidates)
-        if decision is not None:
+        decided = self._decision(conflict, inp.candidates)
+        if decided is not None:
+            decision, pick = decided
             reason = decision.reason or "decided"
-            return Select(decision.selected_claim_id, reason), How.DECISION, None
+            if pick != decision.selected_claim_id:
+                reason += self._stand_in_note(decision.selected_claim_id)
+            return Select(pick, reason), How.DECISION, None
         if policy is not Policy.SURFACE:
             by_policy = LatestWins() if policy is Policy.LATEST else self.authority
             answer = run_resolver(by_policy, inp)
@@ -412,19 +434,33 @@ class _Run:
 
     def _decision(
         self, conflict: ConflictSet, shown: tuple[ClaimAdded, ...]
-    ) -> DecisionAdded | None:
-        """The applicable decision with the highest (lamport, op_id): about this snapshot of the
-        conflict, in a scope the lens sees, choosing a candidate the lens sees."""
-        best: DecisionAdded | None = None
-        for d in self.state.decisions_at(conflict.locus):
+    ) -> tuple[DecisionAdded, bytes] | None:
+        """The applicable decision with the highest (lamport, op_id) in a scope the lens sees
+        and whose choice the lens sees, and the claim it selects here."""
+        state = self.state
+        best: tuple[DecisionAdded, bytes] | None = None
+        for d in state.decisions_at(conflict.locus):
             if (
-                d.conflict_id == conflict.conflict_id
-                and any(c.op_id == d.selected_claim_id for c in shown)
+                (best is None or (d.lamport, d.op_id) > (best[0].lamport, best[0].op_id))
                 and self.sees_scope(d.scope)
-                and (best is None or (d.lamport, d.op_id) > (best.lamport, best.op_id))
+                and state.why_stale(d) is None
             ):
-                best = d
+                pick = _decided_claim(state, d, shown)
+                if pick is not None:
+                    best = (d, pick)
         return best
+
+    def _stand_in_note(self, decided: bytes) -> str:
+        """Why another claim of the decided value is selected, naming no claim the lens may
+        not see: "retracted" only when the lens could see the decided claim."""
+        c = self.state.claims.get(decided)
+        if (
+            c is not None
+            and not self.state.is_active(decided)
+            and self.lens.sees_roles(c.visibility)
+        ):
+            return " (the decided claim was retracted; another claim of its value is selected)"
+        return " (the decided claim is not shown; another claim of its value is selected)"
 
     def _stale_notes(self) -> dict[bytes, tuple[StaleNote, ...]]:
         """Repair notes for stale claims that pass rules 1-3 (shadowed ones included), naming

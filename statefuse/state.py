@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from functools import cached_property
 from itertools import filterfalse
 from types import MappingProxyType
@@ -25,6 +26,7 @@ from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdde
 
 LOCUS_DOMAIN = b"statefuse/locus/v1"
 CONFLICT_DOMAIN = b"statefuse/conflict/v1"
+GROUP_DOMAIN = b"statefuse/group/v1"
 DIGEST_DOMAIN = b"statefuse/state/v1"
 
 _T = TypeVar("_T")
@@ -51,6 +53,12 @@ def conflict_id_of(locus: bytes, claim_ids: tuple[bytes, ...]) -> bytes:
     return h.digest()
 
 
+def group_id_of(normal_key: bytes) -> bytes:
+    """``blake3(normal key)``: names one candidate value (a group) in a decision, in 32 bytes
+    whatever the value's size."""
+    return blake3.blake3(GROUP_DOMAIN + normal_key).digest()
+
+
 @dataclass(frozen=True, slots=True)
 class CandidateGroup:
     """Candidates whose values agree under the predicate contract (corroboration).
@@ -61,6 +69,31 @@ class CandidateGroup:
 
     normal_key: bytes
     claim_ids: tuple[bytes, ...]
+
+    @property
+    def group_id(self) -> bytes:
+        """`group_id_of` the normal key: what a decision records for this value."""
+        return group_id_of(self.normal_key)
+
+
+class StaleReason(Enum):
+    """Why a decision no longer applies (SEMANTICS §6)."""
+
+    #: A value it did not choose among appeared at its locus.
+    NEW_VALUE = "new value"
+    #: No active candidate holds the value it chose any more.
+    CHOSEN_VALUE_LOST = "chosen value lost"
+    #: A first-release decision (no value groups): its candidate set is no longer the current
+    #: one, or its conflict ended.
+    CANDIDATES_CHANGED = "candidates changed"
+
+
+@dataclass(frozen=True, slots=True)
+class StaleDecision:
+    """A decision that no longer applies, and why."""
+
+    decision: DecisionAdded
+    reason: StaleReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,23 +272,80 @@ class State:
 
     # --- decisions (§6) --------------------------------------------------------------------------
 
+    def group_id(self, claim_id: bytes) -> bytes:
+        """The `group_id_of` the value of claim ``claim_id`` (any claim ever added, active or
+        not): equal for claims that agree under their contract. Raises KeyError for an
+        unknown claim."""
+        g = self._group_ids.get(claim_id)
+        if g is None:
+            g = self._group_ids[claim_id] = group_id_of(self._ix.gkey(claim_id))
+        return g
+
+    @cached_property
+    def _group_ids(self) -> dict[bytes, bytes]:
+        return {}  # a pure cache of claim -> group id
+
+    def _groups_held(self, d: DecisionAdded) -> frozenset[bytes]:
+        """The value groups of the active candidates at ``d``'s locus: those of its conflict, or,
+        when there is none, those of the claims at the decided claim's key and scope (a locus
+        is a hash, so it is found through a claim the decision names; none found: empty)."""
+        conflict = self.conflict_at(d.locus)
+        if conflict is not None:
+            return frozenset(g.group_id for g in conflict.groups)
+        c = self._ix.claims.get(d.selected_claim_id)
+        if c is None:
+            return frozenset()
+        lk = (c.namespace, c.subject, c.predicate, c.scope)
+        if _locus_of_key(lk) != d.locus:
+            return frozenset()
+        return frozenset(map(self.group_id, self._ix.members_at(lk)))
+
+    def _judge(self, d: DecisionAdded) -> StaleReason | None:
+        if not d.groups:  # a first-release decision: its exact candidate set must be current
+            conflict = self.conflict_at(d.locus)
+            if conflict is None or conflict.conflict_id != d.conflict_id:
+                return StaleReason.CANDIDATES_CHANGED
+            if d.selected_claim_id not in conflict.candidates:
+                return StaleReason.CHOSEN_VALUE_LOST
+            return None
+        held = self._groups_held(d)
+        if d.selected_group not in held:
+            return StaleReason.CHOSEN_VALUE_LOST
+        if not held.issubset(d.groups):
+            return StaleReason.NEW_VALUE
+        return None
+
+    @cached_property
+    def _verdicts(self) -> Mapping[bytes, StaleReason | None]:
+        return MappingProxyType({d.op_id: self._judge(d) for d in self.decisions})
+
+    def why_stale(self, decision: DecisionAdded) -> StaleReason | None:
+        """None if ``decision`` applies, else why not (SEMANTICS §6). A decision that records
+        value groups applies while its chosen value is held by an active candidate and every
+        value held at its locus is one it chose among: agreement and retractions of other
+        values never make it stale. When both rules break, the lost value is reported. A
+        first-release decision applies only while its candidate set is current."""
+        if decision.op_id in self._ix.decisions:
+            return self._verdicts[decision.op_id]
+        return self._judge(decision)
+
     def decision_applies(self, decision: DecisionAdded) -> bool:
-        """True iff ``decision`` is about the current candidate set of its locus and picks one."""
-        conflict = self.conflict_at(decision.locus)
-        return (
-            conflict is not None
-            and decision.conflict_id == conflict.conflict_id
-            and decision.selected_claim_id in conflict.candidates
-        )
+        """True iff ``decision`` applies (`why_stale` is None)."""
+        return self.why_stale(decision) is None
+
+    def decision_selects(self, decision: DecisionAdded, claim_id: bytes) -> bool:
+        """True iff ``decision`` chose the value of claim ``claim_id`` (a first-release
+        decision: that very claim)."""
+        if not decision.groups:
+            return claim_id == decision.selected_claim_id
+        return claim_id in self._ix.claims and self.group_id(claim_id) == decision.selected_group
 
     def decision_for(self, conflict: ConflictSet) -> DecisionAdded | None:
         """The applicable decision for ``conflict`` with the highest (lamport, op_id), if any."""
         best: DecisionAdded | None = None
-        for d in self.decisions:
-            if (
-                d.locus == conflict.locus
-                and self.decision_applies(d)
-                and (best is None or (d.lamport, d.op_id) > (best.lamport, best.op_id))
+        for d in self.decisions_at(conflict.locus):
+            if self.why_stale(d) is None and (
+                best is None or (d.lamport, d.op_id) > (best.lamport, best.op_id)
             ):
                 best = d
         return best
@@ -273,8 +363,17 @@ class State:
 
     @cached_property
     def stale_decisions(self) -> tuple[DecisionAdded, ...]:
-        """Decisions that no longer apply: their conflict changed, ended, or lost the selection."""
-        return tuple(d for d in self.decisions if not self.decision_applies(d))
+        """Decisions that no longer apply, sorted by op_id (`stale_decision_reasons` says
+        why)."""
+        return tuple(s.decision for s in self.stale_decision_reasons)
+
+    @cached_property
+    def stale_decision_reasons(self) -> tuple[StaleDecision, ...]:
+        """Every decision that no longer applies with the reason, sorted by op_id."""
+        verdicts = self._verdicts
+        return tuple(
+            StaleDecision(d, r) for d in self.decisions if (r := verdicts[d.op_id]) is not None
+        )
 
     # --- stale claims (§6) -----------------------------------------------------------------------
 

@@ -55,9 +55,10 @@ class SurfacedConflict:
     """A conflict this view could not resolve, with every candidate it may see.
 
     ``candidates`` and ``groups`` hold visible claims only. ``locus`` and ``conflict_id`` are
-    the State's (hashes of the key and scope, and of the whole candidate set), so that
-    `Writer.decide_on` records a decision that applies to this snapshot; a hash names no
-    hidden candidate.
+    the State's (hashes of the key and scope, and of the whole candidate set); a hash names no
+    hidden candidate. ``not_shown`` counts the candidates this view does not show (hidden or
+    expired), never which they are: their values are not here, so `Writer.decide_on` needs
+    the State of this snapshot to record every value group of the conflict when it is not 0.
     """
 
     key: Key
@@ -68,6 +69,7 @@ class SurfacedConflict:
     groups: tuple[tuple[ClaimAdded, ...], ...]
     reason: str
     error: str | None = None
+    not_shown: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from statefuse.op import (
     _scope,
     as_ops,
 )
-from statefuse.state import ConflictSet
+from statefuse.state import ConflictSet, State, group_id_of
 from statefuse.view import SurfacedConflict
 
 #: The ClaimAdded fields `Writer.claim` validates itself, with the checks ClaimAdded names
@@ -131,14 +131,26 @@ class Writer:
         conflict: ConflictSet | SurfacedConflict,
         claim_id: bytes,
         *,
+        state: State | None = None,
         scope: str = "global",
         reason: str = "",
         payload: Value = None,
     ) -> DecisionAdded:
-        """Decide a conflict (from ``state.conflicts`` or ``view.surfaced_conflicts``) for one
-        of its candidates. The decision applies while that candidate set is current.
+        """Decide a conflict (from ``state.conflicts`` or ``view.surfaced_conflicts``) for the
+        value of one of its candidates. The decision records every value group of the
+        conflict and the chosen one, and applies while that value is held and no other value
+        appears (SEMANTICS §6), whoever else agrees or withdraws.
 
-        Raises OpRuleError if ``claim_id`` is not one of the conflict's candidates.
+        A `SurfacedConflict` shows only what its lens may see, so the value groups come from
+        ``state``, the State it was projected from, when that still holds the same snapshot
+        (``conflict_id``). Without it they are the groups shown, which are all of them when
+        the view showed every candidate (``not_shown == 0``). When ``state`` has moved on, only
+        the values shown are recorded: a value the viewer never saw must not count as decided
+        on, so a hidden one makes the decision stale until decided again.
+
+        Raises OpRuleError if ``claim_id`` is not one of the conflict's candidates (rule
+        ``candidate``), or if a surfaced conflict with candidates not shown comes without
+        ``state`` (field ``state``, rule ``full-conflict``).
         """
         if isinstance(conflict, SurfacedConflict):
             ids = tuple(c.claim_id for c in conflict.candidates)
@@ -152,6 +164,9 @@ class Writer:
             raise OpRuleError(
                 "claim_id", "candidate", "a decision selects one of the conflict's candidates"
             )
+        if state is not None and not isinstance(state, State):
+            raise OpRuleError("state", "state-type", f"expected State, got {type(state).__name__}")
+        groups, chosen = self._decided_groups(conflict, claim_id, state)
         return self.decide(
             locus=conflict.locus,
             conflict_id=conflict.conflict_id,
@@ -159,7 +174,39 @@ class Writer:
             scope=scope,
             reason=reason,
             payload=payload,
+            groups=groups,
+            selected_group=chosen,
         )
+
+    def _decided_groups(
+        self, conflict: ConflictSet | SurfacedConflict, claim_id: bytes, state: State | None
+    ) -> tuple[list[bytes], bytes]:
+        """The group ids a decision on ``conflict`` records, and the one of ``claim_id``."""
+        if isinstance(conflict, SurfacedConflict) and state is not None:
+            full = state.conflict_at(conflict.locus)
+            if full is not None and full.conflict_id == conflict.conflict_id:
+                conflict = full
+        if isinstance(conflict, ConflictSet):
+            groups = [g.group_id for g in conflict.groups]
+            chosen = next(g.group_id for g in conflict.groups if claim_id in g.claim_ids)
+            return groups, chosen
+        if state is None and conflict.not_shown:
+            raise OpRuleError(
+                "state",
+                "full-conflict",
+                f"the view did not show {conflict.not_shown} candidate(s) of this conflict;"
+                " pass the State it was projected from (state=) so that their values are"
+                " recorded too",
+            )
+        by_claim = {
+            c.claim_id: state.group_id(c.claim_id) if state is not None else self._group_id(c)
+            for c in conflict.candidates
+        }
+        return sorted(set(by_claim.values())), by_claim[claim_id]
+
+    def _group_id(self, c: ClaimAdded) -> bytes:
+        contract = self.registry.contract_for(c.namespace, c.predicate)
+        return group_id_of(self.registry.canonical_group_key(contract, c.value))
 
     def claim(
         self,
@@ -256,8 +303,15 @@ class Writer:
         scope: str = "global",
         reason: str = "",
         payload: Value = None,
+        groups: Sequence[bytes] = (),
+        selected_group: bytes | None = None,
     ) -> DecisionAdded:
-        """Record a planner's choice among the candidates of one conflict snapshot."""
+        """Record a planner's choice among the candidates of one conflict snapshot.
+
+        ``groups`` (the group ids of the values chosen among) and ``selected_group`` (the
+        chosen one) make a decision that survives agreement (`decide_on` fills them in);
+        without them it is the first release's form, which applies only while the candidate
+        set ``conflict_id`` is current. Raises OpRuleError naming a bad field."""
         lamport, wall = self._tick()
         op = DecisionAdded(
             self.author,
@@ -269,6 +323,8 @@ class Writer:
             scope=scope,
             reason=reason,
             payload=payload,
+            groups=groups,  # type: ignore[arg-type]  # validated into a sorted tuple
+            selected_group=selected_group,
         )
         self._note(op)
         return op

@@ -883,10 +883,19 @@ class Replica:
         reason: str = "",
         payload: Value = None,
     ) -> DecisionAdded:
-        """Decide a conflict for one of its candidates (applies while the conflict is current)."""
+        """Decide a conflict for the value of one of its candidates: the decision applies
+        while that value is held and no value outside the conflict's appears, whoever agrees
+        later (see `Writer.decide_on`; the value groups come from this replica's state)."""
         self._check_open()
         op: DecisionAdded = self._emit(
-            self.writer.decide_on(conflict, claim_id, scope=scope, reason=reason, payload=payload)
+            self.writer.decide_on(
+                conflict,
+                claim_id,
+                state=self.state(),
+                scope=scope,
+                reason=reason,
+                payload=payload,
+            )
         )
         return op
 

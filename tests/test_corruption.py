@@ -58,7 +58,7 @@ def _rows(path: Path) -> int | None:
             return int(db.execute("SELECT count(*) FROM changes").fetchone()[0])
         finally:
             db.close()
-    except sqlite3.Error:
+    except (sqlite3.Error, UnicodeDecodeError):  # damaged schema text, too
         return None
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from model import model
 
-from statefuse import ClaimAdded, Materializer, OpSet, materialize
+from statefuse import ClaimAdded, Materializer, OpSet, Writer, materialize
 from statefuse.testing import TEST_REGISTRY, assert_same_state, op_lists, run_program
 
 
@@ -58,6 +58,43 @@ def test_incremental_materializer_equals_full_after_any_sequence(ops, data):
     for i, snap, digest in snapshots:
         assert snap.digest() == digest, "a snapshot changed after later applies"
         assert_same_state(snap, _mat(order[:i]))
+
+
+@st.composite
+def with_group_decisions(draw):
+    """A program with decisions that record value groups made part-way through it, so that
+    later steps corroborate, retract or add values after them."""
+    ops = list(draw(op_lists()))
+    planner = Writer("planner", registry=TEST_REGISTRY, clock=lambda: 0)
+    out: list = []
+    cuts = draw(st.sets(st.integers(0, len(ops)), max_size=4))
+    for i in range(len(ops) + 1):
+        if i in cuts:
+            conflicts = _mat(out).conflicts
+            if conflicts:
+                c = draw(st.sampled_from(conflicts))
+                planner.observe(out)
+                out.append(planner.decide_on(c, draw(st.sampled_from(c.candidates))))
+        if i < len(ops):
+            out.append(ops[i])
+    return out
+
+
+def _verdicts(state):
+    return [(s.decision.op_id, s.reason) for s in state.stale_decision_reasons]
+
+
+@given(with_group_decisions(), st.data())
+def test_decisions_by_value_group_are_judged_alike_incrementally_and_in_full(ops, data):
+    order = data.draw(st.permutations(ops))
+    full = _mat(ops)
+    m = Materializer(registry=TEST_REGISTRY)
+    for op in order:
+        m.apply(op)
+    assert_same_state(m.state(), full)
+    assert _verdicts(m.state()) == _verdicts(full) == _verdicts(_mat(order))
+    for d in full.decisions:
+        assert m.state().why_stale(d) is full.why_stale(d)
 
 
 @given(op_lists(), st.data())

@@ -322,11 +322,14 @@ def test_a_viewer_decides_a_conflict_with_hidden_candidates_from_what_it_was_sho
     (surfaced,) = view_of(ops).surfaced_conflicts
     assert [x.claim_id for x in surfaced.candidates] == sorted([red.claim_id, blue.claim_id])
     assert surfaced.conflict_id == materialize(ops, registry=REG).conflicts[0].conflict_id
-    d = planner.decide_on(surfaced, red.claim_id, reason="checked the invoice")
+    assert surfaced.not_shown == 1
+    state = materialize(ops, registry=REG)
+    d = planner.decide_on(surfaced, red.claim_id, state=state, reason="checked the invoice")
+    assert len(d.groups) == 3  # the hidden value is recorded too, so it never looks new
     sel = view_of([*ops, d]).selected[KEY]
     assert sel.claim == red and sel.how is How.DECISION
     with pytest.raises(OpRuleError):
-        planner.decide_on(surfaced, secret.claim_id)  # not a candidate the viewer was shown
+        planner.decide_on(surfaced, secret.claim_id, state=state)  # not shown to the viewer
 
 
 def test_deciding_for_a_claim_that_is_not_a_candidate_is_refused():
@@ -395,19 +398,42 @@ def reference_project(state, lens, *, resolver=None, authority_order=None):
             explanations[key] = f"{name} [{scope}]: {rep(group).value!r} ({why}){note}"
             continue
         inp = ResolverInput(conflict, tuple(here), lens)
+        held = {g.group_id for g in conflict.groups}
+
+        def value_of(cid):
+            return state.group_id(cid)
+
+        def choice(d, conflict=conflict, here=here, held=held):
+            """The shown claim decision ``d`` selects, if it applies (SEMANTICS §6)."""
+            here_ids = {c.claim_id for c in here}
+            if not d.groups:  # first release: the exact candidate set must be current
+                ok = d.conflict_id == conflict.conflict_id and d.selected_claim_id in here_ids
+                return d.selected_claim_id if ok else None
+            if d.selected_group not in held or not held <= set(d.groups):
+                return None
+            if d.selected_claim_id in here_ids:
+                return d.selected_claim_id
+            same = [c.claim_id for c in here if value_of(c.claim_id) == d.selected_group]
+            return min(same, default=None)
+
         decisions = [
-            d
+            (d, choice(d))
             for d in state.decisions
-            if d.locus == conflict.locus
-            and d.conflict_id == conflict.conflict_id
-            and d.selected_claim_id in visible
-            and d.selected_claim_id in conflict.candidates
-            and lens.sees_scope(d.scope)
+            if d.locus == conflict.locus and lens.sees_scope(d.scope) and choice(d) is not None
         ]
         answer, how = None, How.RESOLVER
         if decisions:
-            d = max(decisions, key=lambda d: (d.lamport, d.op_id))
-            answer, how = Select(d.selected_claim_id, d.reason or "decided"), How.DECISION
+            d, pick = max(decisions, key=lambda x: (x[0].lamport, x[0].op_id))
+            why = d.reason or "decided"
+            if pick != d.selected_claim_id:
+                decided = state.claims.get(d.selected_claim_id)
+                gone = decided is not None and not state.is_active(decided.claim_id)
+                if gone and lens.sees_roles(decided.visibility):
+                    why += " (the decided claim was retracted; another claim of its value is"
+                else:
+                    why += " (the decided claim is not shown; another claim of its value is"
+                why += " selected)"
+            answer, how = Select(pick, why), How.DECISION
         elif contract.policy is not Policy.SURFACE:
             by_policy = LatestWins() if contract.policy is Policy.LATEST else authority
             answer = run_resolver(by_policy, inp)
@@ -434,6 +460,7 @@ def reference_project(state, lens, *, resolver=None, authority_order=None):
                     inp.groups,
                     answer.reason,
                     answer.error,
+                    len(conflict.candidates) - len(here),
                 )
             )
             values = " | ".join(repr(g[0].value) for g in groups)
@@ -577,7 +604,18 @@ def rich_ops(steps):
                 c = conflicts[step[1] % len(conflicts)]
                 pick = c.candidates[step[2] % len(c.candidates)]
                 scope = ("global", "task:t1", "session:s1")[step[3]]
-                ops.append(ws[3].decide_on(c, pick, scope=scope, reason=f"d{len(ops)}"))
+                if step[1] % 3 == 2:  # a first-release decision, by its candidate set
+                    ops.append(
+                        ws[3].decide(
+                            locus=c.locus,
+                            conflict_id=c.conflict_id,
+                            selected_claim_id=pick,
+                            scope=scope,
+                            reason=f"d{len(ops)}",
+                        )
+                    )
+                else:
+                    ops.append(ws[3].decide_on(c, pick, scope=scope, reason=f"d{len(ops)}"))
         elif step[0] == "sync":
             ws[step[1]].observe(ops)
     return ops
