@@ -374,11 +374,14 @@ class Replica:
 
         path = Path(path)
         kpath = key_path(path)
+        made: list[Path] = []  # what this call creates, removed again if it fails
         if path.exists() or not create:
             store = SQLiteStore(path, create=False, readonly=readonly, wait=wait)
         else:
             if space is None:
                 raise StoreError("space", "required", "a new store needs a space name")
+            made = [Path(f"{path}{end}") for end in ("", ".lock", "-wal", "-shm", ".key")]
+            made = [p for p in made if not p.exists()]
             store = SQLiteStore(path, create=True, wait=wait)
         try:
             info = store.info()
@@ -388,11 +391,11 @@ class Replica:
                         "path", "not-a-store", f"{path} was never initialized as a store"
                     )
                 key = key or (_load_key(kpath) if kpath.exists() else SigningKey.generate())
-                info = _new_info(space, registry, key, mode, root)
-                store.initialize(info)
+                new = _new_info(space, registry, key, mode, root)
+                _check_key(key, new, path, adopt_key=adopt_key)  # before the store is marked
+                store.initialize(new)
                 info = store.info()
                 assert info is not None
-                _check_key(key, info, path, adopt_key=adopt_key)
                 _bind_key_file(key, kpath, info, create=True)
             else:
                 if space is not None and space != info.space:
@@ -418,6 +421,9 @@ class Replica:
             )
         except BaseException:
             store.close()
+            for p in made:  # a refused create leaves nothing behind
+                with contextlib.suppress(OSError):
+                    p.unlink()
             raise
 
     @classmethod
@@ -978,13 +984,10 @@ class Replica:
         return self._trust_op(self.trust_writer.withdraw(author, roles))
 
     def last_change(self, author: bytes) -> tuple[int, bytes | None]:
-        """``(seq, change_id)`` of an author's latest accepted change (``(0, None)`` if none):
-        what a revocation names as the last change that stays valid."""
-        best: tuple[int, bytes | None] = (0, None)
-        for (a, seq), cid in self._by_seq.items():
-            if a == author and seq > best[0]:
-                best = (seq, cid)
-        return best
+        """``(seq, change_id)`` of an author's latest accepted change (``(0, None)`` if none;
+        on a feed forked at its top seq, the branch with the highest change id)."""
+        heads = self.log.heads(author)  # highest (seq, change_id) first: stable on a fork
+        return (heads[0].seq, heads[0].change_id) if heads else (0, None)
 
     def _commit(self, written: list[tuple[Op, bytes]]) -> None:
         seq, prev = self._head
@@ -1432,7 +1435,7 @@ def _check_key(key: SigningKey, info: StoreInfo, path: Path, *, adopt_key: bool)
             f" {key.author.hex()[:16]}… (pass adopt_key=True / --adopt-key to write with it)",
         )
     bound = key.bound_to
-    if bound is not None and info.store_id and bound != info.store_id:
+    if bound is not None and bound != info.store_id:  # a new store has no id yet: elsewhere
         raise StoreError(
             "key",
             "key-bound-elsewhere",

@@ -257,3 +257,32 @@ def test_all_arrival_orders_of_a_forked_feed_through_replicas_converge():
         assert r.verdicts() == {} and len(r.forks()) == 2
         digests.add(r.state().digest())
     assert len(digests) == 1
+
+
+def test_a_refused_create_leaves_no_store_behind(tmp_path):
+    Replica.open(tmp_path / "a.db", create=True, space=SPACE).close()
+    key = SigningKey.load(key_path(tmp_path / "a.db"))
+    with pytest.raises(StoreError) as err:
+        Replica.open(tmp_path / "c.db", create=True, space=SPACE, key=key)
+    assert err.value.rule == "key-bound-elsewhere"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.db", "a.db.key", "a.db.lock"]
+    with Replica.open(tmp_path / "c.db", create=True, space=SPACE) as c:
+        assert not c.readonly and c.author != key.author
+
+
+def test_last_change_of_a_feed_forked_at_its_top_is_the_same_after_a_reopen(tmp_path):
+    path = tmp_path / "a.db"
+    a = Replica.open(path, create=True, space=SPACE)
+    twin = Replica.memory(space=SPACE, key=a.key)
+    for i in range(3):
+        a.add_claim("ns", "x", "p", i)
+        twin.add_claim("ns", "y", "p", i)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OwnFeedWarning)
+        a.merge(twin)
+    before = a.last_change(a.author)
+    assert before == max((3, c) for c in a.heads(a.author))
+    a.close()
+    for load in ("snapshot", "verify"):
+        with Replica.open(path, load=load) as again:
+            assert again.last_change(again.author) == before
