@@ -370,14 +370,8 @@ def _cmd_init(s: Session) -> int:
         )
     key = SigningKey.load(a.key) if a.key is not None else None
     root = PublicKey(parse_author(a.root)).author if a.root is not None else None
-    made = [Path(f"{s.path}{end}") for end in ("", ".key", ".lock", "-wal", "-shm")]
-    made = [p for p in made if not p.exists()]
-    try:
-        rep = s.open(create=True, space=a.space, key=key, mode=a.mode, root=root)
-    except BaseException:
-        for p in made:  # a refused init (e.g. a bad space name) leaves nothing behind
-            p.unlink(missing_ok=True)
-        raise
+    # a refused init (a bad space name, a key bound elsewhere) leaves nothing behind
+    rep = s.open(create=True, space=a.space, key=key, mode=a.mode, root=root)
     lines = [
         ("author", rep.author.hex()),
         ("key file", f"{key_path(s.path)} (private: never share it)"),
