@@ -276,3 +276,10 @@ def test_own_changes_from_another_store_are_one_warning_line_and_writing_follows
     assert cli("--store", str(b), "export", str(bundle)).code == 0
     run = cli("--store", str(a), "import", str(bundle))
     assert "fork" not in run.out  # b wrote seq 3 after a's seq 2: one feed, no fork
+
+
+def test_a_refused_init_leaves_no_file_behind(tmp_path, cli):
+    path = tmp_path / "a.db"
+    run = cli("--store", str(path), "init", "--space", "x" * 300)  # longer than a space may be
+    assert run.code == 1 and run.err.startswith("Error: ")
+    assert list(tmp_path.iterdir()) == []
