@@ -731,7 +731,9 @@ def test_ctrl_c_ends_serve_forever_cleanly_and_it_returns():
         assert conn.getresponse().status == 200  # the loop runs: it answered
         conn.close()
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
+        # generous: on a loaded 2-core machine the shutdown once took longer than 30 s (CI run
+        # of 2026-11-23); what is asserted is that it returns, not how fast
+        out, _ = proc.communicate(timeout=120)
     finally:
         proc.kill()
     assert (proc.returncode, out.strip()) == (0, "returned")
