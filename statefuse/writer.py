@@ -105,6 +105,12 @@ class Writer:
         """The highest lamport this writer has made or observed."""
         return self._lamport
 
+    def advance(self, lamport: int) -> None:
+        """Move the clock to at least ``lamport`` (an op of another writer of this replica,
+        such as its trust writer, whose ops this writer does not see)."""
+        if lamport > self._lamport:
+            self._lamport = lamport
+
     def observe(self, ops: Iterable[Op]) -> None:
         """Advance the clock past ``ops`` and remember the ref retractions among them."""
         for op in as_ops(ops):

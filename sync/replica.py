@@ -640,9 +640,11 @@ class Replica:
         )
         return tuple(self._mat.apply_all(ops)) if len(ops) else ()
 
-    def _admitted(self, admitted: Sequence[VerifiedChange]) -> tuple[Op, ...]:
+    def _admitted(self, admitted: Sequence[VerifiedChange], *, own: bool = False) -> tuple[Op, ...]:
         """Count newly admitted changes; returns the ops the state gained. Follows this
-        replica's own head (whatever source the change came from) and notes new forks."""
+        replica's own head (whatever source the change came from) and notes new forks. ``own``:
+        changes this replica just signed, whose ops its writers made (nothing to observe op by
+        op: the clocks only need to agree)."""
         recount = False
         head = self._head
         for c in admitted:
@@ -656,7 +658,11 @@ class Replica:
             if c.author in self._kept:
                 recount = True  # a kept change may arrive after its revocation
         self._head = head
-        self._observe(admitted)
+        if own:
+            if self.writer.lamport > self.trust_writer._lamport:
+                self.trust_writer._lamport = self.writer.lamport
+        else:
+            self._observe(admitted)
         if recount:
             return self._recount()
         counting = [c for c in admitted if verdict(c, self._trust, self._kept) is None]
@@ -928,6 +934,7 @@ class Replica:
         if self.root != self.author:
             raise ReplicaError("key", "root-only", "only the space's root key signs trust ops")
         emitted: TrustOp = self._emit(op)
+        self.writer.advance(emitted.lamport)  # the memory writer's clock follows the trust writer's
         return emitted
 
     def admit(self, author: bytes, roles: Iterable[str] = ()) -> TrustOp:
@@ -1007,7 +1014,7 @@ class Replica:
         admitted: list[VerifiedChange] = []
         for c in changes:
             admitted.extend(self.log.receive_verified(c, seen_ms=now).admitted)
-        self._notify(self._admitted(admitted))
+        self._notify(self._admitted(admitted, own=True))
 
     def _sign(
         self, seq: int, prev: bytes | None, ops: Sequence[Op], datas: Sequence[bytes]
