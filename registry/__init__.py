@@ -1,18 +1,31 @@
 """Predicate contracts for StateFuse: cardinality, normalizers, claim_ref derivation and the
 registry fingerprint. The bottom layer: it imports nothing else of the project."""
 
-from registry.contract import DEFAULT_CONTRACT, Cardinality, Policy, PredicateContract
+from registry.catalog import register_normalizer, registered_normalizers
+from registry.contract import (
+    DEFAULT_CONTRACT,
+    EXACT_CONTRACT,
+    Cardinality,
+    Policy,
+    PredicateContract,
+)
 from registry.error import (
     ContractError,
     EncodingError,
     InputError,
     NormalizationError,
+    RegistryError,
     StateFuseError,
     ValueRuleError,
     ValueTypeError,
 )
 from registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
-from registry.registry import DEFAULT_AUTHORITY_ORDER, DEFAULT_REGISTRY, Registry
+from registry.registry import (
+    DEFAULT_AUTHORITY_ORDER,
+    DEFAULT_REGISTRY,
+    EXACT_REGISTRY,
+    Registry,
+)
 from registry.value import (
     MAX_CONTAINER_ITEMS,
     MAX_DEPTH,
@@ -30,6 +43,8 @@ __all__ = [
     "DEFAULT_AUTHORITY_ORDER",
     "DEFAULT_CONTRACT",
     "DEFAULT_REGISTRY",
+    "EXACT_CONTRACT",
+    "EXACT_REGISTRY",
     "MAX_CONTAINER_ITEMS",
     "MAX_DEPTH",
     "MAX_ENCODED_BYTES",
@@ -43,6 +58,7 @@ __all__ = [
     "Policy",
     "PredicateContract",
     "Registry",
+    "RegistryError",
     "StateFuseError",
     "Value",
     "ValueRuleError",
@@ -50,5 +66,7 @@ __all__ = [
     "canonical_value",
     "decode_value",
     "encode_value",
+    "register_normalizer",
+    "registered_normalizers",
     "same_value",
 ]

@@ -154,7 +154,8 @@ def check_registry(
 ) -> None:
     """`check_normalizer` for each normalizer of ``registry`` named in ``samples``.
 
-    Every custom normalizer named by one of ``registry.contracts`` must have samples. All
+    Every custom normalizer named by one of ``registry.contracts`` must have samples, keyed by
+    its name (version 1) or ``"name@version"`` (registered with `register_normalizer`). All
     normalizers share the same fresh interpreters, so this is cheaper than one call each.
 
     Raises ContractError if ``samples`` names a normalizer the registry does not know or leaves
@@ -164,9 +165,10 @@ def check_registry(
         raise ContractError("registry", "type", f"expected a Registry, got {_show(registry)}")
     if not isinstance(samples, Mapping):
         raise ContractError("samples", "type", "samples must map normalizer names to samples")
-    used = {c.normalizer for c in (*registry.contracts, registry.default)} - set(
-        BUILTIN_NORMALIZERS
-    )
+    used = {
+        str(c.normalizer) if c.normalizer_version == 1 else f"{c.normalizer}@{c.normalizer_version}"
+        for c in (*registry.contracts, registry.default)
+    } - set(BUILTIN_NORMALIZERS)
     missing = sorted(used - set(samples))
     if missing:
         raise ContractError(
@@ -176,8 +178,9 @@ def check_registry(
         )
     jobs = []
     for normalizer_name in sorted(samples):
+        name, _, version = str(normalizer_name).partition("@")
         try:
-            fn = registry.normalizer(normalizer_name)
+            fn = registry.normalizer(name, int(version) if version.isdigit() else 1)
         except ContractError:
             raise ContractError(
                 "samples", "known-normalizer", f"the registry has no normalizer {normalizer_name!r}"

@@ -44,3 +44,9 @@ class NormalizationError(InputError, ValueError):
 
 class ContractError(InputError, ValueError):
     """A predicate contract or registry declaration that breaks a rule."""
+
+
+class RegistryError(ContractError):
+    """A registry declaration that cannot be read or used here: a malformed registry file or
+    document, or one naming a normalizer this process has not registered (rule
+    ``unknown-normalizer``)."""

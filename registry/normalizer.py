@@ -27,6 +27,13 @@ Normal forms (``field`` is always ``"value"``):
   taken to be UTC.
 - ``money``: ``{"amount": <number normal form>, "currency": <three upper-case ASCII letters>}``.
 - ``boolean``: ``True`` or ``False``.
+- ``natural`` (the default contract's): every str in its ``text`` normal form and every int or
+  float as an int when it is a whole number in the int range (``1.0`` -> ``1``), else as the
+  float; lists and map values likewise, element by element; other values as they are. Types stay
+  apart (``"1"`` and ``1`` differ, and ``True`` is not ``1``), so it never declines a value.
+
+Normalizers with parameters take them as keyword arguments after the value: ``money`` takes
+``currency`` (the currency of amounts written without one, e.g. ``1150`` or ``"1,150.00"``).
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from datetime import timedelta
 from types import MappingProxyType
 
 from registry.error import NormalizationError
-from registry.value import Value
+from registry.value import INT_MAX, INT_MIN, Value
 
 Normalizer = Callable[[Value], Value]
 
@@ -330,26 +337,45 @@ def _money_from_map(source: dict[str, Value]) -> tuple[str, str]:
     return _number_form(source["amount"]), currency.strip().upper()
 
 
-def money(value: Value) -> dict[str, Value]:
+def money(value: Value, *, currency: str | None = None) -> dict[str, Value]:
     """Amounts of one currency agree when equal as decimals.
 
     Accepts ``{"amount": <int, finite float or decimal str>, "currency": "usd"}`` and strings
     with a three-letter code before or after the amount (``"USD 1,000.50"``, ``"1000.5 usd"``)
     or a symbol from CURRENCY_SYMBOLS (``"$1,000.50"``, ``"-$5"``, ``"€12"``, ``"12 €"``).
     Currency codes are checked for shape (three ASCII letters), not against the ISO 4217 list,
-    so new codes keep working. Raises NormalizationError (rule ``normalizer:money``) for a
-    missing or malformed currency, an amount `number` rejects, extra map keys, or other types.
+    so new codes keep working. With ``currency`` (a three-letter code), a bare amount (an int,
+    a finite float or a decimal str such as ``"1,150.00"``) is read in that currency. Raises
+    NormalizationError (rule ``normalizer:money``) for a missing or malformed currency, an
+    amount `number` rejects, extra map keys, or other types.
     """
+    if currency is not None and (
+        type(currency) is not str or not _CURRENCY_CODE.fullmatch(currency)
+    ):
+        raise _reject("money", "the currency parameter must be a three-letter code", currency)
     try:
-        if type(value) is str:
-            amount, currency = _money_from_str(value)
-        elif type(value) is dict:
-            amount, currency = _money_from_map(value)
+        if currency is not None and (
+            type(value) in (int, float) or (type(value) is str and _is_bare_amount(value))
+        ):
+            amount, code = _number_form(value), currency.upper()
+        elif type(value) is str:
+            amount, code = _money_from_str(value)
+        elif isinstance(value, dict):
+            amount, code = _money_from_map(dict(value))
         else:
             raise _NotANumber("money must be a str or a map with 'amount' and 'currency'")
     except _NotANumber as exc:
         raise _reject("money", str(exc), value) from None
-    return {"amount": amount, "currency": currency}
+    return {"amount": amount, "currency": code}
+
+
+def _is_bare_amount(source: str) -> bool:
+    """Whether ``source`` is a decimal number without a currency (``"1,150.00"``)."""
+    try:
+        _parse_decimal(source.strip())
+    except _NotANumber:
+        return False
+    return True
 
 
 # --- boolean --------------------------------------------------------------------------------
@@ -377,9 +403,29 @@ def boolean(value: Value) -> bool:
     raise _reject("boolean", "not a yes/no value", value)
 
 
+# --- natural --------------------------------------------------------------------------------
+
+
+def natural(value: Value) -> Value:
+    """Values equal in the everyday sense agree: ``"Acme Corp"`` and ``" acme  corp"``, ``1`` and
+    ``1.0``; never across types. Total: it never declines a value (see the module doc)."""
+    if isinstance(value, str):
+        return text(value)
+    if type(value) is float:
+        if value.is_integer() and INT_MIN <= value <= INT_MAX:
+            return int(value)
+        return value
+    if isinstance(value, list):
+        return [natural(item) for item in value]
+    if isinstance(value, dict):
+        return {key: natural(item) for key, item in value.items()}
+    return value
+
+
 BUILTIN_NORMALIZERS: Mapping[str, Normalizer] = MappingProxyType(
     {
         "exact": exact,
+        "natural": natural,
         "text": text,
         "number": number,
         "date": date,

@@ -6,13 +6,17 @@ so two replicas with equal fingerprints compute equal normal forms, refs and con
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 
 import blake3
 
-from registry.contract import DEFAULT_CONTRACT, PredicateContract
-from registry.error import ContractError, InputError, NormalizationError
+from registry.catalog import find_normalizer
+from registry.contract import DEFAULT_CONTRACT, EXACT_CONTRACT, Param, PredicateContract
+from registry.error import ContractError, InputError, NormalizationError, RegistryError
 from registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
 from registry.value import Value, canonical_value, encode_canonical, encode_value
 
@@ -54,20 +58,31 @@ class Registry:
 
     A contract with ``namespace=None`` matches the predicate in every namespace; one with a
     namespace narrows it and wins over the namespace-free one. Predicates without a contract get
-    ``default`` (functional, exact, surface). ``authority_order`` (highest first) ranks the
-    claims of predicates whose policy is ``authority``; it is part of the fingerprint, since two
-    replicas that rank authorities differently resolve the same conflict differently.
+    ``default`` (functional, ``natural`` normal form, surface). A contract that names no
+    normalizer takes the default's. ``authority_order`` (highest first) ranks the claims of
+    predicates whose policy is ``authority``; it is part of the fingerprint, since two replicas
+    that rank authorities differently resolve the same conflict differently.
+
+    Normalizers are found by name and version among the built-ins, ``normalizers`` (version 1
+    of each name given) and those registered in this process (`register_normalizer`). A space
+    carries its registry as data (`to_document`, `from_document`, `to_toml`, `from_toml`, files:
+    `registry.file`); a process
+    only supplies the code of the normalizers it names.
 
     Raises ContractError (naming the field and the rule) for a bad contract, normalizer name or
-    ``authority_order`` (a non-empty sequence of distinct non-empty strs).
+    ``authority_order`` (a non-empty sequence of distinct non-empty strs), and RegistryError
+    (rule ``unknown-normalizer``) for a normalizer this process does not have.
     """
 
     __slots__ = (
         "_authority_order",
+        "_bound",
         "_by_key",
         "_contracts",
+        "_custom",
         "_default",
         "_fingerprint",
+        "_given",
         "_normalizers",
     )
 
@@ -92,22 +107,31 @@ class Registry:
                 raise ContractError(
                     "normalizers", "callable", f"normalizer {name!r} is not callable"
                 )
+        self._custom: Mapping[str, Normalizer] = MappingProxyType(custom)
         self._normalizers: Mapping[str, Normalizer] = MappingProxyType(
             {**BUILTIN_NORMALIZERS, **custom}
         )
+        if not isinstance(default, PredicateContract):
+            raise ContractError("default", "type", f"expected PredicateContract, got {default!r}")
+        if default.normalizer is None:
+            default = replace(default, normalizer=DEFAULT_CONTRACT.normalizer)
+        given = tuple(contracts)
+        self._given = given
+        self._bound: dict[tuple[str, int, tuple[tuple[str, Param], ...]], Normalizer] = {}
         by_key: dict[tuple[str | None, str], PredicateContract] = {}
-        for contract in (*contracts, default):
+        for contract in (*given, default):
             if not isinstance(contract, PredicateContract):
                 raise ContractError(
                     "contracts", "type", f"expected PredicateContract, got {contract!r}"
                 )
-            if contract.normalizer not in self._normalizers:
-                raise ContractError(
-                    "normalizer",
-                    "known-normalizer",
-                    f"contract for {contract.predicate!r} names unknown normalizer"
-                    f" {contract.normalizer!r}",
+            if contract.normalizer is None:
+                contract = replace(
+                    contract,
+                    normalizer=default.normalizer,
+                    normalizer_version=default.normalizer_version,
+                    params=contract.params or default.params,
                 )
+            self._bind(contract)
             if contract is default:
                 continue
             key = (contract.namespace, contract.predicate)
@@ -124,14 +148,126 @@ class Registry:
         self._contracts = tuple(
             sorted(by_key.values(), key=lambda c: (c.predicate, c.namespace or ""))
         )
+        named = set(custom)
+        for c in (*self._contracts, default):
+            assert c.normalizer is not None
+            if c.normalizer not in BUILTIN_NORMALIZERS or c.normalizer_version != 1:
+                named.add(
+                    c.normalizer
+                    if c.normalizer_version == 1
+                    else f"{c.normalizer}@{c.normalizer_version}"
+                )
         declaration: Value = {
             "v": 2,
             "default": default.declaration(),
             "contracts": [c.declaration() for c in self._contracts],
-            "custom_normalizers": list[Value](sorted(custom)),
+            "custom_normalizers": list[Value](sorted(named)),
             "authority_order": list[Value](self._authority_order),
         }
         self._fingerprint = blake3.blake3(FINGERPRINT_DOMAIN + encode_value(declaration)).digest()
+
+    def _bind(self, contract: PredicateContract) -> Normalizer:
+        """The code of ``contract``'s normalizer with its params applied (cached)."""
+        name = contract.normalizer or self._default.normalizer
+        assert name is not None
+        key = (name, contract.normalizer_version, contract.param_items)
+        fn = self._bound.get(key)
+        if fn is not None:
+            return fn
+        try:
+            fn = find_normalizer(name, contract.normalizer_version, self._custom)
+        except RegistryError as exc:
+            raise RegistryError(
+                "normalizer", exc.rule, f"contract for {contract.predicate!r}: {exc.message}"
+            ) from None
+        if contract.params:
+            fn = _with_params(fn, name, contract.param_items)
+        self._bound[key] = fn
+        return fn
+
+    def with_default(self, default: PredicateContract) -> Registry:
+        """This registry with another default contract (contracts that name no normalizer
+        follow it)."""
+        return Registry(
+            self._given,
+            normalizers=self._custom,
+            default=default,
+            authority_order=self._authority_order,
+        )
+
+    def to_document(self) -> dict[str, Value]:
+        """The registry as data: what a registry file holds and a space declares."""
+        from registry.document import render
+
+        return render(self)
+
+    @classmethod
+    def from_document(
+        cls,
+        document: object,
+        *,
+        normalizers: Mapping[str, Normalizer] | None = None,
+        field: str = "registry",
+    ) -> Registry:
+        """The registry a document (a parsed registry file, or a space's declaration) describes.
+
+        Normalizer code comes from the built-ins, ``normalizers`` (version-1 code by name, as
+        the constructor takes it; only the names the document uses are taken) and those
+        registered in this process. Raises RegistryError naming the field path
+        (``registry.contracts[2].policy``) and the rule for a malformed document, and rule
+        ``unknown-normalizer`` for a normalizer this process does not have."""
+        from registry.document import parse
+
+        contracts, default, order, extra = parse(document, field=field)
+        default = default or DEFAULT_CONTRACT
+        given = dict(normalizers or {})
+        wanted = set(extra)
+        for c in (*contracts, default):
+            name = c.normalizer or default.normalizer
+            if name is not None and c.normalizer_version == 1 and name not in BUILTIN_NORMALIZERS:
+                wanted.add(name)
+        code = {n: given[n] if n in given else find_normalizer(n, 1) for n in sorted(wanted)}
+        try:
+            return cls(
+                contracts,
+                normalizers=code,
+                default=default,
+                authority_order=order or DEFAULT_AUTHORITY_ORDER,
+            )
+        except RegistryError:
+            raise
+        except ContractError as exc:
+            raise RegistryError(f"{field}.{exc.field}", exc.rule, exc.message) from None
+
+    @classmethod
+    def from_toml(
+        cls, text: str, *, normalizers: Mapping[str, Normalizer] | None = None
+    ) -> Registry:
+        """The registry a TOML registry file's text describes (see `from_document`)."""
+        from registry.document import from_text
+
+        return cls.from_document(from_text(text, json_format=False), normalizers=normalizers)
+
+    @classmethod
+    def from_json(
+        cls, text: str, *, normalizers: Mapping[str, Normalizer] | None = None
+    ) -> Registry:
+        """The registry a JSON registry file's text describes (see `from_document`)."""
+        from registry.document import from_text
+
+        return cls.from_document(from_text(text, json_format=True), normalizers=normalizers)
+
+    def to_json(self) -> str:
+        """The registry file in JSON."""
+        from registry.document import to_json
+
+        return to_json(self.to_document())
+
+    def to_toml(self) -> str:
+        """The registry file in TOML."""
+        from registry.document import to_toml
+
+        return to_toml(self.to_document())
 
     @property
     def contracts(self) -> tuple[PredicateContract, ...]:
@@ -152,13 +288,20 @@ class Registry:
         """blake3 of the canonical declaration; equal registries have equal fingerprints."""
         return self._fingerprint
 
-    def normalizer(self, name: str) -> Normalizer:
-        """The normalizer registered as ``name``; raises ContractError if there is none."""
-        try:
+    @property
+    def custom_normalizers(self) -> Mapping[str, Normalizer]:
+        """The version-1 normalizers this registry was built with (``normalizers=``)."""
+        return self._custom
+
+    def normalizer(self, name: str, version: int = 1) -> Normalizer:
+        """The normalizer ``name`` at ``version``; raises ContractError if there is none."""
+        if version == 1 and name in self._normalizers:
             return self._normalizers[name]
-        except KeyError:
-            raise ContractError(
-                "normalizer", "known-normalizer", f"no normalizer named {name!r}"
+        try:
+            return find_normalizer(name, version, self._custom)
+        except RegistryError:
+            raise RegistryError(
+                "normalizer", "unknown-normalizer", f"no normalizer named {name}@{version}"
             ) from None
 
     def contract_for(self, namespace: str, predicate: str) -> PredicateContract:
@@ -168,8 +311,9 @@ class Registry:
 
     def normal_form(self, contract: PredicateContract, value: Value) -> Value:
         """The contract's normal form of ``value``; raises NormalizationError if it has none."""
+        fn = self._bound.get(contract.normalizer_key) or self._bind(contract)
         try:
-            out = self._normalizers[contract.normalizer](value)
+            out = fn(value)
         except InputError:
             raise
         except Exception as exc:
@@ -182,7 +326,10 @@ class Registry:
 
     def ref_value(self, contract: PredicateContract, value: Value) -> Value:
         """The value a ``claim_ref`` is derived from: the normal form, if the contract says so."""
-        if contract.ref_uses_normal_form and contract.normalizer != "exact":
+        if (
+            contract.ref_uses_normal_form
+            and (contract.normalizer or self._default.normalizer) != "exact"
+        ):
             return self.normal_form(contract, value)
         return value
 
@@ -199,7 +346,7 @@ class Registry:
     def canonical_group_key(self, contract: PredicateContract, value: Value) -> bytes:
         """`group_key` for a value that is canonical already (taken from a built op), which
         skips validating it again: the materializer's hot path."""
-        if contract.normalizer == "exact":
+        if (contract.normalizer or self._default.normalizer) == "exact":
             return b"=" + encode_canonical(value)
         try:
             return b"~" + encode_canonical(self.normal_form(contract, value))
@@ -217,4 +364,25 @@ class Registry:
         return f"Registry({len(self._contracts)} contracts, fingerprint={fp})"
 
 
+def _with_params(fn: Normalizer, name: str, params: tuple[tuple[str, Param], ...]) -> Normalizer:
+    """``fn`` with ``params`` as keyword arguments; raises ContractError (rule
+    ``normalizer-params``) if ``fn`` does not take them."""
+    kwargs = dict(params)
+    try:
+        inspect.signature(fn).bind(None, **kwargs)
+    except TypeError as exc:
+        raise ContractError(
+            "params",
+            "normalizer-params",
+            f"normalizer {name!r} does not take params {sorted(kwargs)}: {exc}",
+        ) from None
+    except ValueError:  # no signature to inspect (a builtin): trust the declaration
+        pass
+    return functools.partial(fn, **kwargs)
+
+
+#: The registry of a space that declares none: no contracts, the ``natural`` default.
 DEFAULT_REGISTRY = Registry()
+#: The default registry of the first release (every value compared by its exact bytes): stores
+#: written under it keep that meaning (they declare it on their first writable open).
+EXACT_REGISTRY = Registry(default=EXACT_CONTRACT)

@@ -6,13 +6,16 @@ writer helper. See the README for a tour.
 
 from registry import (
     DEFAULT_REGISTRY,
+    EXACT_REGISTRY,
     Cardinality,
     Policy,
     PredicateContract,
     Registry,
+    RegistryError,
     Value,
     decode_value,
     encode_value,
+    register_normalizer,
 )
 from statefuse.context import (
     SYSTEM_PROMPT,
@@ -99,6 +102,7 @@ from statefuse.store import MemoryStore, QuarantineRecord, StoreError, StoreInfo
 __all__ = [
     "DEFAULT_AUTHORITY_ORDER",
     "DEFAULT_REGISTRY",
+    "EXACT_REGISTRY",
     "SYSTEM_PROMPT",
     "Abstain",
     "AbstainAll",
@@ -149,6 +153,7 @@ __all__ = [
     "Ranker",
     "ReadOnlyError",
     "Registry",
+    "RegistryError",
     "RepairReport",
     "Replica",
     "ReplicaError",
@@ -194,6 +199,7 @@ __all__ = [
     "materialize",
     "previous_values",
     "project",
+    "register_normalizer",
     "run_resolver",
 ]
 

@@ -13,7 +13,8 @@
     │   ├── ResolverConfigError (ValueError) a resolver built with bad options
     │   ├── ResolverInputError (ValueError)  a resolver input that is not a conflict's candidates
     │   ├── ContractError (ValueError)      a bad predicate contract or registry
-    │   │   └── NormalizerContractError     a custom normalizer breaks the normalizer contract
+    │   │   ├── NormalizerContractError     a custom normalizer breaks the normalizer contract
+    │   │   └── RegistryError               a registry file / declaration that cannot be used
     │   │                                   (registry.checker; not pure, so not re-exported here)
     │   ├── OpRuleError (ValueError)        an op field breaks the op schema
     │   ├── ContextError (ValueError)       assemble_context given a bad argument, or
@@ -66,6 +67,7 @@ from registry.error import (
     EncodingError,
     InputError,
     NormalizationError,
+    RegistryError,
     StateFuseError,
     ValueRuleError,
     ValueTypeError,
@@ -98,6 +100,7 @@ __all__ = [
     "NormalizationError",
     "OpIdMismatch",
     "OpRuleError",
+    "RegistryError",
     "StateFuseError",
     "ValueRuleError",
     "ValueTypeError",

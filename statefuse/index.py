@@ -56,7 +56,7 @@ class Index:
         self.conflicted: set[LocusKey] = set()
         self.gkeys: dict[bytes, bytes] = {}
         self._functional: dict[tuple[str, str], bool] = {}
-        self._gmemo: dict[tuple[str, type, object], bytes] = {}
+        self._gmemo: dict[tuple[object, type, object], bytes] = {}
         self._by_ref: dict[bytes, tuple[bytes, ...]] | None = None
 
     def copy(self) -> Index:
@@ -106,7 +106,7 @@ class Index:
             # the group key is a function of (normalizer, type, value): compute it once per
             # distinct value. Not for float (0.0 == -0.0) or containers (1 == 1.0 == True).
             if t is str or t is int or t is bytes:
-                memo_key = (contract.normalizer, t, value)
+                memo_key = (contract.normalizer_key, t, value)
                 g = self._gmemo.get(memo_key)
                 if g is None:
                     g = self._gmemo[memo_key] = self.registry.canonical_group_key(contract, value)

@@ -24,6 +24,7 @@ from registry.checker import NormalizerContractError, check_normalizer, check_re
 #: Samples every builtin is checked on: some it accepts, some it declines.
 BUILTIN_SAMPLES: dict[str, list[Value]] = {
     "exact": [None, True, 1, 1.0, "x", b"x", [1, [2]], {"b": 1, "a": {"c": None}}],
+    "natural": [" Acme  CORP ", 1.0, 2.5, 1e300, True, ["A ", {"k": "B"}], b"x", None],
     "text": [" Straße  Σίσυφος\tABC ", "Cafe\u0301", "", 5, None],
     "number": ["1,000.50", " 1_000 ", 1000.0, -0.0, 0.1, "1e-7", 2**63 - 1, "1,00", True],
     "date": ["2026-03-25", "2026-W13-3", "2026084", "2026-02-30", "2026-03-25T10:00"],

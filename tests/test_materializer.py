@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from registry import EXACT_CONTRACT
 from statefuse import (
     Cardinality,
     Materializer,
@@ -83,8 +84,11 @@ def test_one_one_point_zero_and_true_are_different_values_that_conflict():
         b.claim("p", "x", "flag", 1.0),
         c.claim("p", "x", "flag", True),
     ]
-    (conflict,) = materialize(ops, registry=REG).conflicts
+    (conflict,) = materialize(ops, registry=REG.with_default(EXACT_CONTRACT)).conflicts
     assert len(conflict.groups) == 3
+    # the natural default joins the two numbers (equal by value), never the bool
+    (conflict,) = materialize(ops, registry=REG).conflicts
+    assert sorted(len(g.claim_ids) for g in conflict.groups) == [1, 2]
 
 
 def test_values_equal_under_the_number_contract_agree_instead_of_conflicting():

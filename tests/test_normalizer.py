@@ -253,6 +253,7 @@ COLLIDING: dict[str, st.SearchStrategy[Value]] = {
 #: For each builtin: inputs it accepts, mixed with junk it declines.
 INPUTS: dict[str, st.SearchStrategy[Value]] = {
     "exact": values,
+    "natural": values | st.text() | text_cases().map(lambda c: c[0]) | st.lists(st.text()),
     "text": st.text() | text_cases().map(lambda c: c[0]) | values,
     "number": number_cases().map(lambda c: c[0])
     | st.text("0123456789,._-+eE ", max_size=12)

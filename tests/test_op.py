@@ -20,6 +20,8 @@ import statefuse.op
 from registry import (
     BUILTIN_NORMALIZERS,
     DEFAULT_REGISTRY,
+    EXACT_CONTRACT,
+    EXACT_REGISTRY,
     MAX_DEPTH,
     MAX_STRING_BYTES,
     EncodingError,
@@ -189,7 +191,8 @@ def test_claim_id_and_evidence_id_are_the_op_id():
 def test_writer_stores_the_claim_ref_of_the_semantics_formula(
     namespace, subject, predicate, scope, value
 ):
-    claim = Writer("w", clock=lambda: 0).claim(namespace, subject, predicate, value, scope=scope)
+    writer = Writer("w", registry=EXACT_REGISTRY, clock=lambda: 0)
+    claim = writer.claim(namespace, subject, predicate, value, scope=scope)
     expected = expected_claim_ref(namespace, subject, predicate, scope, value)
     assert claim.claim_ref == expected
     assert compute_claim_ref(namespace, subject, predicate, scope, value) == expected
@@ -255,7 +258,8 @@ def test_padding_that_a_normalizer_strips_never_changes_the_claim_ref(text, left
 
 
 def test_predicates_without_a_normalizing_contract_use_the_exact_value_for_the_ref():
-    writer = Writer("w", registry=_normalizing_registry("strip_lower"), clock=lambda: 0)
+    registry = _normalizing_registry("strip_lower").with_default(EXACT_CONTRACT)
+    writer = Writer("w", registry=registry, clock=lambda: 0)
     claim = writer.claim("ns", "s", "other", " X ")
     assert claim.claim_ref == expected_claim_ref("ns", "s", "other", "global", " X ")
 
@@ -772,11 +776,15 @@ def test_a_flipped_byte_is_rejected_or_decodes_to_a_different_op(op, data):
     assert other.encode() == bytes(encoded)
 
 
-def test_default_registry_is_exact_so_writer_refs_use_the_raw_value():
+def test_default_registry_is_natural_so_writer_refs_use_the_natural_normal_form():
     contract = DEFAULT_REGISTRY.contract_for("ns", "p")
-    assert contract.normalizer == "exact"
-    claim = Writer("w").claim("ns", "s", "p", {"b": 1, "a": 2})
-    assert claim.claim_ref == expected_claim_ref("ns", "s", "p", "global", {"a": 2, "b": 1})
+    assert contract.normalizer == "natural"
+    claim = Writer("w").claim("ns", "s", "p", {"b": 1.0, "a": " Acme  CORP"})
+    assert claim.value == {"a": " Acme  CORP", "b": 1.0}  # values stay as written
+    want = expected_claim_ref("ns", "s", "p", "global", {"a": "acme corp", "b": 1})
+    assert claim.claim_ref == want
+    other = Writer("v").claim("ns", "s", "p", {"a": "acme corp", "b": 1})
+    assert other.claim_ref == want
 
 
 # --- the writer's pre-checked build path ---------------------------------------------------------
@@ -807,7 +815,7 @@ def test_default_registry_is_exact_so_writer_refs_use_the_raw_value():
 def test_a_writer_claim_is_the_claim_the_checking_constructor_builds(
     namespace, subject, predicate, value, scope, meta
 ):
-    claim = Writer("w", clock=lambda: 7).claim(
+    claim = Writer("w", registry=EXACT_REGISTRY, clock=lambda: 7).claim(
         namespace, subject, predicate, value, scope=scope, **meta
     )
     expected = ClaimAdded(

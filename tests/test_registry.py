@@ -13,12 +13,14 @@ from registry import (
     DEFAULT_AUTHORITY_ORDER,
     DEFAULT_CONTRACT,
     DEFAULT_REGISTRY,
+    EXACT_CONTRACT,
     Cardinality,
     ContractError,
     NormalizationError,
     Policy,
     PredicateContract,
     Registry,
+    RegistryError,
     Value,
     ValueTypeError,
     encode_value,
@@ -76,7 +78,7 @@ def test_registry_prefers_a_namespace_specific_contract_whatever_the_declaration
 def test_registry_gives_undeclared_predicates_the_default_contract() -> None:
     assert Registry(CONTRACTS).contract_for("hr", "salary") == DEFAULT_CONTRACT
     assert DEFAULT_CONTRACT.functional
-    assert DEFAULT_CONTRACT.normalizer == "exact"
+    assert DEFAULT_CONTRACT.normalizer == "natural"
     assert DEFAULT_CONTRACT.policy is Policy.SURFACE
 
 
@@ -109,14 +111,15 @@ def test_registry_lists_its_contracts_in_a_fixed_order() -> None:
 def test_registry_rejects_a_contract_naming_an_unknown_normalizer() -> None:
     with pytest.raises(ContractError) as caught:
         Registry([PredicateContract("amount", normalizer="numbr")])
-    assert (caught.value.field, caught.value.rule) == ("normalizer", "known-normalizer")
-    assert "'numbr'" in caught.value.message
+    assert isinstance(caught.value, RegistryError)
+    assert (caught.value.field, caught.value.rule) == ("normalizer", "unknown-normalizer")
+    assert "numbr@1" in caught.value.message
 
 
 def test_registry_rejects_a_default_contract_naming_an_unknown_normalizer() -> None:
     with pytest.raises(ContractError) as caught:
         Registry(default=PredicateContract("*", normalizer="nope"))
-    assert caught.value.rule == "known-normalizer"
+    assert caught.value.rule == "unknown-normalizer"
 
 
 def test_registry_rejects_two_different_contracts_for_one_predicate_and_namespace() -> None:
@@ -305,15 +308,22 @@ def test_group_key_makes_values_with_one_normal_form_agree(
 
 
 def test_group_key_under_exact_tells_one_apart_from_one_point_zero_and_true() -> None:
-    keys = {DEFAULT_REGISTRY.group_key(DEFAULT_CONTRACT, v) for v in (1, 1.0, True, "1")}
+    keys = {DEFAULT_REGISTRY.group_key(EXACT_CONTRACT, v) for v in (1, 1.0, True, "1")}
     assert len(keys) == 4
+
+
+def test_group_key_under_the_natural_default_joins_one_and_one_point_zero_only() -> None:
+    key = DEFAULT_REGISTRY.group_key
+    assert key(DEFAULT_CONTRACT, 1) == key(DEFAULT_CONTRACT, 1.0)
+    assert len({key(DEFAULT_CONTRACT, v) for v in (1, True, "1", 1.5)}) == 4
+    assert key(DEFAULT_CONTRACT, "Acme  Corp ") == key(DEFAULT_CONTRACT, "acme corp")
 
 
 def test_group_key_keys_a_declined_value_by_its_exact_bytes() -> None:
     key = DEFAULT_REGISTRY.group_key(AMOUNT, "lots")
     assert key == DEFAULT_REGISTRY.group_key(AMOUNT, "lots")
     assert key != DEFAULT_REGISTRY.group_key(AMOUNT, " lots")
-    assert key == DEFAULT_REGISTRY.group_key(DEFAULT_CONTRACT, "lots")
+    assert key == DEFAULT_REGISTRY.group_key(EXACT_CONTRACT, "lots")
 
 
 def test_group_key_never_lets_a_declined_value_collide_with_a_normal_form() -> None:
@@ -347,7 +357,7 @@ def test_group_key_agrees_exactly_when_normal_forms_agree_or_declined_values_are
 def test_group_key_falls_back_to_exact_bytes_when_a_custom_normalizer_fails() -> None:
     contract = PredicateContract("k", normalizer="fails")
     registry = Registry([contract], normalizers={"fails": custom.raises_key_error})
-    assert registry.group_key(contract, "b") == registry.group_key(DEFAULT_CONTRACT, "b")
+    assert registry.group_key(contract, "b") == registry.group_key(EXACT_CONTRACT, "b")
     with pytest.raises(NormalizationError) as caught:
         registry.normal_form(contract, "b")
     assert caught.value.rule == "normalizer:fails"
@@ -358,7 +368,7 @@ def test_normal_form_rejects_a_custom_normalizer_result_that_is_not_a_value() ->
     registry = Registry([contract], normalizers={"tuple": custom.returns_tuple})  # type: ignore[dict-item]
     with pytest.raises(ValueTypeError):
         registry.normal_form(contract, "a")
-    assert registry.group_key(contract, "a") == registry.group_key(DEFAULT_CONTRACT, "a")
+    assert registry.group_key(contract, "a") == registry.group_key(EXACT_CONTRACT, "a")
 
 
 def test_registry_rejects_a_custom_normalizer_that_is_not_callable() -> None:
@@ -370,4 +380,4 @@ def test_registry_rejects_a_custom_normalizer_that_is_not_callable() -> None:
 def test_registry_names_an_unknown_normalizer_with_a_typed_error() -> None:
     with pytest.raises(ContractError) as err:
         Registry().normalizer("nope")
-    assert err.value.rule == "known-normalizer"
+    assert err.value.rule == "unknown-normalizer"

@@ -1,0 +1,132 @@
+"""The normalizers this process can run, by name and version.
+
+A space's registry declaration names normalizers as data (``"money"``, ``"acme.sku@2"``); the code
+behind a name lives in each process. Built-in normalizers are version 1 of their names; custom
+ones are registered once per process, usually when the module defining them is imported::
+
+    from statefuse import registry
+
+    def sku(value):
+        ...
+
+    registry.register_normalizer("acme.sku", 1, sku)
+
+Why versions: a normalizer's behaviour is part of the space's contract (it decides which values
+agree and which `claim_ref` a value gets). Changing what a registered name does would silently
+change every replica's memory; registering the new behaviour as a new version and declaring it
+(`Replica.declare_registry`) changes it for everyone at once, visibly.
+
+The catalog is process state (a dict filled by imports), the one mutable thing in this package;
+registering is idempotent for the same function and refused for another one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from registry.error import ContractError, RegistryError
+from registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
+
+#: What a normalizer name may look like: letters, digits, ``.``, ``_`` and ``-``, starting with a
+#: letter. ``@`` separates a name from its version in a declaration (``"acme.sku@2"``).
+NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,127}")
+#: The highest normalizer version a declaration may name.
+MAX_VERSION = 1_000_000
+
+_REGISTERED: dict[tuple[str, int], Normalizer] = {}
+
+
+def check_name(name: object, field: str = "name") -> str:
+    """``name`` if it is a valid normalizer name; raises ContractError naming ``field``."""
+    if type(name) is not str or not NAME_PATTERN.fullmatch(name):
+        raise ContractError(
+            field,
+            "normalizer-name",
+            f"a normalizer name is a letter then up to 127 letters, digits, '.', '_' or '-',"
+            f" not {name!r}",
+        )
+    return name
+
+
+def check_version(version: object, field: str = "version") -> int:
+    """``version`` if it is a valid normalizer version (an int from 1); raises ContractError."""
+    if type(version) is not int or not 1 <= version <= MAX_VERSION:
+        raise ContractError(
+            field,
+            "normalizer-version",
+            f"a version is an int from 1 to {MAX_VERSION}, not {version!r}",
+        )
+    return version
+
+
+def register_normalizer(name: str, version: int, fn: Normalizer) -> None:
+    """Make ``fn`` the normalizer ``name`` version ``version`` in this process.
+
+    ``fn`` takes a value (and the declaration's params as keyword arguments) and returns its
+    normal form; it must be pure, deterministic and idempotent: check it in your tests with
+    `registry.checker.check_registry` (samples keyed ``"name@version"``), which also runs it
+    in fresh interpreters. Registering the same function again is a no-op.
+
+    Raises ContractError: a bad name or version, a built-in name (``no-builtin-override``), a
+    ``fn`` that is not callable, or another function already registered under that name and
+    version (``normalizer-registered``: register the new behaviour as a new version).
+    """
+    check_name(name)
+    check_version(version)
+    if name in BUILTIN_NORMALIZERS:
+        raise ContractError(
+            "name", "no-builtin-override", f"{name!r} is a built-in normalizer name"
+        )
+    if not callable(fn):
+        raise ContractError("fn", "callable", f"normalizer {name!r} is not callable")
+    current = _REGISTERED.get((name, version))
+    if current is not None and current is not fn:
+        raise ContractError(
+            "name",
+            "normalizer-registered",
+            f"{name}@{version} is registered already (as {_label(current)}); register the"
+            f" new behaviour as version {version + 1} and declare that",
+        )
+    _REGISTERED[(name, version)] = fn
+
+
+def registered_normalizers() -> Mapping[tuple[str, int], Normalizer]:
+    """Every normalizer of this process by (name, version), built-ins (version 1) included."""
+    return MappingProxyType(
+        {**{(n, 1): fn for n, fn in BUILTIN_NORMALIZERS.items()}, **_REGISTERED}
+    )
+
+
+def find_normalizer(
+    name: str, version: int, extra: Mapping[str, Normalizer] | None = None
+) -> Normalizer:
+    """The code of normalizer ``name`` version ``version``: a built-in, one of ``extra`` (the
+    version-1 normalizers a `Registry` was built with) or a registered one.
+
+    Raises RegistryError (rule ``unknown-normalizer``) naming it and how to register it.
+    """
+    if version == 1:
+        fn = BUILTIN_NORMALIZERS.get(name) or (extra or {}).get(name)
+        if fn is not None:
+            return fn
+    fn = _REGISTERED.get((name, version))
+    if fn is not None:
+        return fn
+    builtin = (
+        " (a built-in name; built-ins have version 1 only)" if name in BUILTIN_NORMALIZERS else ""
+    )
+    raise RegistryError(
+        "normalizer",
+        "unknown-normalizer",
+        f"the registry names normalizer {name}@{version}{builtin}, which this process does not"
+        f" have: import the module that calls"
+        f" statefuse.registry.register_normalizer({name!r}, {version}, fn) before opening"
+        " (CLI: --normalizers MODULE)",
+    )
+
+
+def _label(fn: object) -> str:
+    module = getattr(fn, "__module__", "?")
+    return f"{module}.{getattr(fn, '__qualname__', repr(fn))}"
