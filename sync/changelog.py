@@ -41,6 +41,7 @@ from statefuse.opset import OpSet
 from statefuse.state import State
 from sync.change import ChangeInputError, UnverifiedChange, VerifiedChange
 from sync.quarantine import Quarantine, QuarantineEntry
+from sync.declaration import SPACE_OP_TYPES, RegistryDeclared
 from sync.trust import TRUST_OP_TYPES, TrustMode, TrustState, trust_state
 from sync.verify import QuarantineReason, VerificationError, verify_change, verify_changes
 
@@ -454,6 +455,16 @@ class ChangeLog:
         tips = [c for c in mine if c.change_id not in named]
         return sorted(tips, key=lambda c: (c.seq, c.change_id), reverse=True)
 
+    def declarations(self) -> list[RegistryDeclared]:
+        """The registry declarations of the accepted changes that count (see
+        `sync.declaration.declaration_in_force` for which one is in force)."""
+        ignored = self.verdicts()
+        found: list[RegistryDeclared] = []
+        for cid, c in self._accepted.items():
+            if cid not in ignored:
+                found.extend(op for op in c.ops if type(op) is RegistryDeclared)  # type: ignore[misc,comparison-overlap]
+        return found
+
     def trust(self) -> TrustState:
         """The trust decisions of the root's trust ops in its accepted changes (every branch of
         a forked root feed counts, as any author's does)."""
@@ -502,12 +513,13 @@ class ChangeLog:
 
     def ops(self) -> OpSet:
         """The memory ops that count: accepted changes minus those in `verdicts` (unknown
-        author in closed mode, revoked). Trust ops are not memory ops: see `trust`."""
+        author in closed mode, revoked). Trust ops and registry declarations are not memory
+        ops: see `trust` and `declarations`."""
         ignored = self.verdicts()
         out = OpSet()
         for cid, c in self._accepted.items():
             if cid not in ignored:
-                out.update(op for op in c.ops if not isinstance(op, TRUST_OP_TYPES))
+                out.update(op for op in c.ops if not isinstance(op, SPACE_OP_TYPES))
         return out
 
     def materialize(self, *, registry: Registry = DEFAULT_REGISTRY) -> State:

@@ -41,8 +41,9 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from registry import DEFAULT_REGISTRY, Registry
+from registry import DEFAULT_REGISTRY, EXACT_CONTRACT, EXACT_REGISTRY, Registry
 from registry.error import InputError
+from registry.normalizer import Normalizer
 from registry.value import Value
 from statefuse.clitable import plural
 from statefuse.materializer import Materializer
@@ -90,6 +91,12 @@ from sync.snapshot import (
     SnapshotWarning,
     encode_snapshot,
     open_snapshot,
+)
+from sync.declaration import (
+    SPACE_OP_TYPES,
+    RegistryDeclared,
+    creator,
+    declaration_in_force,
 )
 from sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
 from sync.verify import QuarantineReason
@@ -179,7 +186,9 @@ class RepairReport:
 class MergeReport:
     """What one receive, merge or import did, counted by outcome, with the forks it revealed
     (`ChangeLog.forks` of the authors and seqs it touched) and how many of this replica's own
-    changes arrived from elsewhere."""
+    changes arrived from elsewhere. ``registry_changed``: (old, new) fingerprints when the
+    changes taken in put another registry declaration in force (the memory was recomputed
+    under it)."""
 
     accepted: int = 0
     duplicate: int = 0
@@ -188,6 +197,7 @@ class MergeReport:
     new_ops: int = 0
     forks: tuple[Fork, ...] = ()
     own_from_elsewhere: int = 0
+    registry_changed: tuple[bytes, bytes] | None = None
 
     def __add__(self, other: MergeReport) -> MergeReport:
         forks = {(f.author, f.seq): f for f in (*self.forks, *other.forks)}
@@ -199,6 +209,7 @@ class MergeReport:
             new_ops=self.new_ops + other.new_ops,
             forks=tuple(forks[k] for k in sorted(forks)),
             own_from_elsewhere=self.own_from_elsewhere + other.own_from_elsewhere,
+            registry_changed=_joined(self.registry_changed, other.registry_changed),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -209,6 +220,8 @@ class MergeReport:
             {"author": f.author.hex(), "seq": f.seq, "change_ids": [c.hex() for c in f.change_ids]}
             for f in self.forks
         ]
+        if self.registry_changed is not None:
+            out["registry_changed"] = [fp.hex() for fp in self.registry_changed]
         return out
 
     @classmethod
@@ -243,7 +256,27 @@ class MergeReport:
             new_ops=counts["new_ops"],
             forks=tuple(forks),
             own_from_elsewhere=own,
+            registry_changed=_fingerprints(document.get("registry_changed")),
         )
+
+
+def _joined(
+    a: tuple[bytes, bytes] | None, b: tuple[bytes, bytes] | None
+) -> tuple[bytes, bytes] | None:
+    """Two registry changes in a row, as one (None when the second undid the first)."""
+    if a is None or b is None:
+        return a or b
+    return None if a[0] == b[1] else (a[0], b[1])
+
+
+def _fingerprints(raw: object) -> tuple[bytes, bytes] | None:
+    if not isinstance(raw, list) or len(raw) != 2:
+        return None
+    try:
+        old, new = (bytes.fromhex(x) for x in raw)
+    except (TypeError, ValueError):
+        return None
+    return (old, new) if len(old) == len(new) == 32 else None
 
 
 _COUNTS = ("accepted", "duplicate", "pending", "quarantined", "new_ops")
@@ -271,7 +304,7 @@ class Replica:
         store: Store,
         key: SigningKey | None,
         *,
-        registry: Registry = DEFAULT_REGISTRY,
+        registry: Registry | None = None,
         clock: Callable[[], int] = _wall_ms,
         path: Path | None = None,
         load: Load | str = Load.SNAPSHOT,
@@ -286,16 +319,24 @@ class Replica:
         info = store.info()
         if info is None:
             raise StoreError("store", "initialized", "initialize the store before opening it")
-        if info.registry and info.registry != registry.fingerprint:
-            raise StoreError(
-                "registry",
-                "registry-fingerprint",
-                "the store was written under another predicate registry"
-                f" ({info.registry.hex()[:16]}…, this one is {registry.fingerprint.hex()[:16]}…)",
-            )
         self.store = store
         self.key = key
-        self.registry = registry
+        #: The registry the process asked for (None: whatever the space declares).
+        self._asked = registry
+        #: Code of custom normalizers this process supplied with a registry (by name, v1).
+        self._custom: dict[str, Normalizer] = dict(
+            registry.custom_normalizers if registry is not None else {}
+        )
+        #: The fingerprint the store was created under (what snapshots are bound to).
+        self._info_registry = info.registry
+        #: The registry in force: the space's declaration (see `sync.declaration`).
+        self.registry: Registry = registry if registry is not None else DEFAULT_REGISTRY
+        #: The declaration in force (None: the space declares none).
+        self.declaration: RegistryDeclared | None = None
+        #: Registries built from declarations, by op id.
+        self._built: dict[bytes, Registry] = {}
+        #: (old, new) registry fingerprints when the last receive changed the one in force.
+        self._registry_change: tuple[bytes, bytes] | None = None
         self.path = path
         self.space = info.space
         self.mode = TrustMode(info.mode)
@@ -333,6 +374,115 @@ class Replica:
         #: instead of verifying them again (0: none).
         self.restored = 0
         self._load()
+        self._check_asked()
+        if (
+            self.declaration is None
+            and not self.readonly
+            and self.registry.fingerprint != DEFAULT_REGISTRY.fingerprint
+            and self._may_declare() is None
+        ):
+            # a store created with (or, before declarations, written under) another registry:
+            # the space declares it, so every replica will use it (SEMANTICS §2)
+            self.declare_registry(self.registry)
+
+    # --- the registry in force ---------------------------------------------------------------
+
+    def _check_asked(self) -> None:
+        """Refuse a process registry that is not the one in force (SEMANTICS §2)."""
+        asked = self._asked
+        if asked is None or asked.fingerprint == self.registry.fingerprint:
+            return
+        legacy = asked.with_default(EXACT_CONTRACT).fingerprint
+        if legacy == self.registry.fingerprint == self._info_registry:
+            return  # the first release's Registry(...) meant an exact default
+        where = "declares" if self.declaration is not None else "uses (no declaration)"
+        raise StoreError(
+            "registry",
+            "registry-mismatch",
+            f"the space {where} registry {self.registry.fingerprint.hex()[:16]}…, not the"
+            f" registry this process passed ({asked.fingerprint.hex()[:16]}…): open it without"
+            " registry= to use the space's, or declare yours with Replica.declare_registry()"
+            " (CLI: statefuse registry declare FILE)",
+        )
+
+    def _registry_of(self, declared: RegistryDeclared | None) -> Registry:
+        """The registry ``declared`` describes, or the one of a space that declares none."""
+        if declared is not None:
+            built = self._built.get(declared.op_id)
+            if built is None:
+                built = self._built[declared.op_id] = declared.build(self._custom)
+            return built
+        fp = self._info_registry
+        asked = self._asked
+        candidates = [DEFAULT_REGISTRY, EXACT_REGISTRY]
+        if asked is not None:
+            candidates[:0] = [asked, asked.with_default(EXACT_CONTRACT)]
+        if not fp:
+            return asked or DEFAULT_REGISTRY
+        for candidate in candidates:
+            if candidate.fingerprint == fp:
+                return candidate
+        raise StoreError(
+            "registry",
+            "registry-undeclared",
+            f"the store was written under registry {fp.hex()[:16]}…, which its space never"
+            " declared: open it once in Python with that registry (Replica.open(path,"
+            " registry=...)), which declares it for every replica",
+        )
+
+    def _refresh_registry(self) -> None:
+        """Follow the declaration in force: when another one came into force, recompute the
+        memory under its registry (a rare event: a space changes its contract)."""
+        declared = declaration_in_force(self.log.declarations(), mode=self.mode, root=self.root)
+        if declared == self.declaration:
+            return
+        registry = self._registry_of(declared)
+        self.declaration = declared
+        if registry.fingerprint != self.registry.fingerprint:
+            self._registry_change = _joined(
+                self._registry_change, (self.registry.fingerprint, registry.fingerprint)
+            )
+            self.registry = registry
+            self.writer.registry = registry
+            self._mat = Materializer(self.log.ops(), registry=registry)
+
+    def _may_declare(self) -> str | None:
+        """Why this replica may not declare the space's registry (None: it may)."""
+        if self.mode is TrustMode.CLOSED:
+            if self.author != self.root:
+                return "in a closed space only the root key declares the registry"
+            return None
+        first = creator(self.log.declarations())
+        if first is not None and first != self.author:
+            return (
+                f"in an open space only its creator ({first.hex()[:12]}…, who declared first)"
+                " declares the registry"
+            )
+        return None
+
+    def declare_registry(self, registry: Registry) -> RegistryDeclared | None:
+        """Make ``registry`` the space's contract for every replica (SEMANTICS §2): a
+        `RegistryDeclared` op holding its document. The memory is recomputed under it here,
+        and on every replica that receives it.
+
+        Only the root (closed mode) or the space's creator (open mode: whoever declared
+        first) may declare; others get ReplicaError rule ``not-registry-authority``. Returns
+        None, writing nothing, when ``registry`` is already the declaration in force.
+        """
+        self._check_writable()
+        if not isinstance(registry, Registry):
+            raise ReplicaError("registry", "type", f"expected a Registry, got {registry!r}")
+        if self.declaration is not None and registry.fingerprint == self.registry.fingerprint:
+            return None
+        why = self._may_declare()
+        if why is not None:
+            raise ReplicaError("registry", "not-registry-authority", why)
+        self._custom.update(registry.custom_normalizers)
+        lamport, wall = self.writer._tick()
+        op = RegistryDeclared(self.author, lamport, wall, registry.to_document())
+        self._built[op.op_id] = Registry.from_document(op.registry, normalizers=self._custom)
+        written: RegistryDeclared = self._emit(op)
+        return written
 
     # --- opening ---------------------------------------------------------------------------------
 
@@ -342,7 +492,7 @@ class Replica:
         path: str | os.PathLike[str],
         *,
         space: str | None = None,
-        registry: Registry = DEFAULT_REGISTRY,
+        registry: Registry | None = None,
         key: SigningKey | None = None,
         mode: TrustMode | str = TrustMode.OPEN,
         root: bytes | None = None,
@@ -431,7 +581,7 @@ class Replica:
         cls,
         *,
         space: str,
-        registry: Registry = DEFAULT_REGISTRY,
+        registry: Registry | None = None,
         key: SigningKey | None = None,
         mode: TrustMode | str = TrustMode.OPEN,
         root: bytes | None = None,
@@ -449,13 +599,11 @@ class Replica:
         self._check_open()
         info = self.store.info()
         assert info is not None
+        # the child takes the space's declaration from the changes it copies (it declares
+        # nothing itself); it gets the code of the custom normalizers this process has
         if path is None:
             child = Replica.memory(
-                space=self.space,
-                registry=self.registry,
-                mode=self.mode,
-                root=info.root,
-                clock=self._clock,
+                space=self.space, mode=self.mode, root=info.root, clock=self._clock
             )
         else:
             if Path(path).exists():
@@ -464,11 +612,11 @@ class Replica:
                 path,
                 create=True,
                 space=self.space,
-                registry=self.registry,
                 mode=self.mode,
                 root=info.root,
                 clock=self._clock,
             )
+        child._custom.update(self._custom)
         child.merge(self)
         return child
 
@@ -521,6 +669,10 @@ class Replica:
         self._head: tuple[int, bytes | None] = (
             (heads[0].seq, heads[0].change_id) if heads else (0, None)
         )
+        self.declaration = declaration_in_force(
+            self.log.declarations(), mode=self.mode, root=self.root
+        )
+        self.registry = self._registry_of(self.declaration)
         self.writer = Writer(self.author or bytes(32), registry=self.registry, clock=self._clock)
         self.trust_writer = TrustWriter(self.author or bytes(32))
         self._mat = Materializer(registry=self.registry)
@@ -542,9 +694,7 @@ class Replica:
             self.trust_writer._lamport = self.writer.lamport
 
     def _identity(self) -> Identity:
-        return Identity(
-            self.space, self.author, self.registry.fingerprint, self.mode.value, self.root
-        )
+        return Identity(self.space, self.author, self._info_registry, self.mode.value, self.root)
 
     def _restore(self) -> tuple[Restored, int] | None:
         """The changes of the store's snapshot and the position it covers, or None (no
@@ -636,7 +786,7 @@ class Replica:
             for c in changes
             if c is not None
             for op in c.ops
-            if not isinstance(op, TRUST_OP_TYPES)
+            if not isinstance(op, SPACE_OP_TYPES)
         )
         return tuple(self._mat.apply_all(ops)) if len(ops) else ()
 
@@ -646,8 +796,11 @@ class Replica:
         changes this replica just signed, whose ops its writers made (nothing to observe op by
         op: the clocks only need to agree)."""
         recount = False
+        declares = False
         head = self._head
         for c in admitted:
+            if not declares and any(isinstance(op, RegistryDeclared) for op in c.ops):
+                declares = True
             first = self._by_seq.setdefault((c.author, c.seq), c.change_id)
             if first != c.change_id:
                 self._new_forks.add((c.author, c.seq))
@@ -664,10 +817,14 @@ class Replica:
         else:
             self._observe(admitted)
         if recount:
-            return self._recount()
-        counting = [c for c in admitted if verdict(c, self._trust, self._kept) is None]
-        self._counted.update(c.change_id for c in counting)
-        return self._apply(counting)
+            new_ops = self._recount()
+        else:
+            counting = [c for c in admitted if verdict(c, self._trust, self._kept) is None]
+            self._counted.update(c.change_id for c in counting)
+            new_ops = self._apply(counting)
+        if declares or recount:
+            self._refresh_registry()
+        return new_ops
 
     def _take_forks(self) -> tuple[Fork, ...]:
         """The forks that changes admitted since the last call created or widened."""
@@ -1084,6 +1241,12 @@ class Replica:
                 if progress is not None:
                     progress(min(start + _RECEIVE_STEP, len(items)), len(items))
             quarantined = [_record(e, now) for e in self.log.take_quarantined()]
+            if any(isinstance(op, RegistryDeclared) for c in accepted for op in c.ops):
+                # a declaration naming a normalizer this process lacks: refuse the whole call
+                # (nothing stored) rather than hold memory it cannot compute
+                self._registry_of(
+                    declaration_in_force(self.log.declarations(), mode=self.mode, root=self.root)
+                )
             admitted_ids = {c.change_id for c in accepted}
             batch = StoreWrite(
                 accepted=tuple((c.change_id, c.data) for c in accepted),
@@ -1118,7 +1281,12 @@ class Replica:
             new_ops=len(new_ops),
             forks=self._take_forks(),
             own_from_elsewhere=own,
+            registry_changed=self._take_registry_change(),
         )
+
+    def _take_registry_change(self) -> tuple[bytes, bytes] | None:
+        change, self._registry_change = self._registry_change, None
+        return change
 
     def merge(self, other: Replica) -> MergeReport:
         """Take in every change ``other`` has that this replica lacks (one way; merge both ways
@@ -1471,7 +1639,11 @@ def _bind_key_file(key: SigningKey, kpath: Path, info: StoreInfo, *, create: boo
 
 
 def _new_info(
-    space: str, registry: Registry, key: SigningKey, mode: TrustMode | str, root: bytes | None
+    space: str,
+    registry: Registry | None,
+    key: SigningKey,
+    mode: TrustMode | str,
+    root: bytes | None,
 ) -> StoreInfo:
     try:
         mode = TrustMode(mode)
@@ -1483,6 +1655,7 @@ def _new_info(
         raise ReplicaError("space", "space-name", "a space is a non-empty name of up to 256 chars")
     if mode is TrustMode.CLOSED and root is None:
         root = key.author
+    fingerprint = (registry or DEFAULT_REGISTRY).fingerprint
     return StoreInfo(
-        space=space, mode=mode.value, root=root, registry=registry.fingerprint, author=key.author
+        space=space, mode=mode.value, root=root, registry=fingerprint, author=key.author
     )

@@ -57,7 +57,7 @@ def test_a_store_written_under_another_registry_is_refused(tmp_path):
     other = Registry([PredicateContract("price", normalizer="money")])
     with pytest.raises(StoreError) as err:
         Replica.open(tmp_path / "a.db", registry=other)
-    assert err.value.rule == "registry-fingerprint"
+    assert err.value.rule == "registry-mismatch"
 
 
 def test_a_second_open_of_a_live_store_is_refused(tmp_path):
