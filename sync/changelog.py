@@ -40,8 +40,8 @@ from statefuse.materializer import materialize
 from statefuse.opset import OpSet
 from statefuse.state import State
 from sync.change import ChangeInputError, UnverifiedChange, VerifiedChange
-from sync.quarantine import Quarantine, QuarantineEntry
 from sync.declaration import SPACE_OP_TYPES, RegistryDeclared
+from sync.quarantine import Quarantine, QuarantineEntry
 from sync.trust import TRUST_OP_TYPES, TrustMode, TrustState, trust_state
 from sync.verify import QuarantineReason, VerificationError, verify_change, verify_changes
 

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from registry import DEFAULT_REGISTRY, Registry
+from registry import Registry
 from registry.document import parse
 from registry.error import ContractError
 from registry.normalizer import Normalizer

@@ -80,6 +80,12 @@ from sync.change import (
     wire,
 )
 from sync.changelog import ChangeLog, Fork, Ignored, Receipt, Status, verdict
+from sync.declaration import (
+    SPACE_OP_TYPES,
+    RegistryDeclared,
+    creator,
+    declaration_in_force,
+)
 from sync.key import KeyFileError, SigningKey
 from sync.quarantine import QuarantineEntry
 from sync.reconcile import Reconciler
@@ -91,12 +97,6 @@ from sync.snapshot import (
     SnapshotWarning,
     encode_snapshot,
     open_snapshot,
-)
-from sync.declaration import (
-    SPACE_OP_TYPES,
-    RegistryDeclared,
-    creator,
-    declaration_in_force,
 )
 from sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
 from sync.verify import QuarantineReason
