@@ -122,7 +122,7 @@ def find_normalizer(
         "unknown-normalizer",
         f"the registry names normalizer {name}@{version}{builtin}, which this process does not"
         f" have: import the module that calls"
-        f" statefuse.registry.register_normalizer({name!r}, {version}, fn) before opening"
+        f" statefuse.register_normalizer({name!r}, {version}, fn) before opening"
         " (CLI: --normalizers MODULE)",
     )
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import unquote
 
+from registry import PredicateContract, Registry
 from registry.value import Value
 from statefuse.clitable import (
     author_text,
@@ -343,7 +344,14 @@ def _report_text(report: MergeReport) -> str:
         f"{report.accepted} accepted, {report.duplicate} already known, {report.pending} pending,"
         f" {report.quarantined} quarantined; {plural(report.new_ops, 'new op')}"
     )
-    return "\n".join([text, *(f.describe() for f in report.forks)])
+    lines = [text, *(f.describe() for f in report.forks)]
+    if report.registry_changed is not None:
+        old, new = (fp.hex()[:16] for fp in report.registry_changed)
+        lines.append(
+            f"the space's registry changed ({old}… -> {new}…): memory recomputed under it"
+            " (statefuse registry show)"
+        )
+    return "\n".join(lines)
 
 
 # --- commands -------------------------------------------------------------------------------------
@@ -370,14 +378,19 @@ def _cmd_init(s: Session) -> int:
         )
     key = SigningKey.load(a.key) if a.key is not None else None
     root = PublicKey(parse_author(a.root)).author if a.root is not None else None
+    registry = _registry_file(a.registry) if a.registry is not None else None
     # a refused init (a bad space name, a key bound elsewhere) leaves nothing behind
-    rep = s.open(create=True, space=a.space, key=key, mode=a.mode, root=root)
+    rep = s.open(create=True, space=a.space, key=key, mode=a.mode, root=root, registry=registry)
     lines = [
         ("author", rep.author.hex()),
         ("key file", f"{key_path(s.path)} (private: never share it)"),
     ]
     if rep.root is not None:
         lines.append(("root", rep.root.hex() + (" (you)" if rep.root == rep.author else "")))
+    if rep.declaration is not None:
+        lines.append(
+            ("registry", f"{rep.registry.fingerprint.hex()[:16]}… declared from {a.registry}")
+        )
     s.emit(
         _init_json(rep, s.path, created=True),
         f"Created store {s.path} for space {rep.space!r} ({rep.mode.value} mode)\n" + fields(lines),
@@ -812,6 +825,99 @@ def _known_author(rep: Replica, text: str) -> bytes:
     return resolve_id(text, known, what="author")
 
 
+def _registry_file(path: str) -> Registry:
+    from registry.file import load_registry
+
+    return load_registry(path)
+
+
+def _cmd_registry(s: Session) -> int:
+    if (s.args.registry_command or "show") == "declare":
+        return _registry_declare(s)
+    return _registry_show(s)
+
+
+def _registry_json(rep: Replica) -> dict[str, Any]:
+    d = rep.declaration
+    return {
+        "space": rep.space,
+        "declared": d is not None,
+        "declared_by": None if d is None else d.author.hex(),
+        "lamport": None if d is None else d.lamport,
+        "fingerprint": rep.registry.fingerprint.hex(),
+        "registry": rep.registry.to_document(),
+    }
+
+
+def _contract_text(c: PredicateContract, *, default: bool = False) -> tuple[str, str]:
+    name = "(every other predicate)" if default else c.predicate
+    if c.namespace is not None:
+        name = f"{c.namespace}/{name}"
+    normalizer = str(c.normalizer)
+    if c.normalizer_version != 1:
+        normalizer += f"@{c.normalizer_version}"
+    if c.params:
+        normalizer += " {" + ", ".join(f"{k}={v!r}" for k, v in c.param_items) + "}"
+    parts = [normalizer, c.cardinality.value, c.policy.value]
+    if not c.ref_uses_normal_form:
+        parts.append("ref: value")
+    return name, " · ".join(parts)
+
+
+def _registry_show(s: Session) -> int:
+    rep = s.replica(readonly=True)
+    if s.args.toml:
+        print(rep.registry.to_toml(), end="", flush=True)
+        return EXIT_OK
+    d = rep.declaration
+    fp = rep.registry.fingerprint.hex()[:16]
+    if d is None:
+        head = f"Space {rep.space!r} declares no registry: the built-in default ({fp}…) applies"
+    else:
+        head = (
+            f"Space {rep.space!r}: registry {fp}…, declared by {d.author.hex()[:12]}…"
+            f" at lamport {d.lamport}"
+        )
+    rows = [_contract_text(c) for c in rep.registry.contracts]
+    rows.append(_contract_text(rep.registry.default, default=True))
+    lines = [head, fields(rows), "authority order: " + " > ".join(rep.registry.authority_order)]
+    s.emit(_registry_json(rep), "\n".join(lines))
+    return EXIT_OK
+
+
+def _registry_declare(s: Session) -> int:
+    rep = s.replica()
+    registry = _registry_file(s.args.file)
+    before = len(rep.state().conflicts)
+    op = rep.declare_registry(registry)
+    fp = rep.registry.fingerprint.hex()[:16]
+    if op is None:
+        text = f"Registry {fp}… from {s.args.file} is in force already; nothing written"
+    else:
+        after = len(rep.state().conflicts)
+        text = (
+            f"Declared registry {fp}… from {s.args.file} for space {rep.space!r};"
+            f" memory recomputed under it: {plural(after, 'conflict')} (was {before})"
+        )
+    s.emit({**_registry_json(rep), "written": op is not None}, text)
+    return EXIT_OK
+
+
+def _registry_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="registry_command", metavar="{show,declare}")
+    show = sub.add_parser("show", help="the registry in force and who declared it")
+    show.add_argument(
+        "--toml", action="store_true", help="print it as a registry file (to edit and declare)"
+    )
+    declare = sub.add_parser(
+        "declare", help="make a registry file the space's contract (root / creator only)"
+    )
+    declare.add_argument("file", metavar="FILE", help="a registry file (TOML, or JSON by suffix)")
+    p.set_defaults(toml=False)
+    for each in (show, declare):
+        _global_options(each, suppress=True)
+
+
 def _cmd_keys(s: Session) -> int:
     sub = s.args.keys_command or "show"
     if sub == "admit":
@@ -1179,6 +1285,11 @@ def _init_arguments(p: argparse.ArgumentParser) -> None:
         "--root", metavar="AUTHOR", help="the space's root author id (default in closed mode: you)"
     )
     p.add_argument("--key", metavar="FILE", help="use this author key file instead of a new key")
+    p.add_argument(
+        "--registry",
+        metavar="FILE",
+        help="declare this registry file (TOML, or JSON by suffix) as the space's contract",
+    )
 
 
 def _claim_arguments(p: argparse.ArgumentParser) -> None:
@@ -1355,6 +1466,12 @@ COMMANDS: tuple[Command, ...] = (
     Command("serve", "serve this store to peers over HTTP", _serve_arguments, _cmd_serve),
     Command("sync", "sync with peers over HTTP", _sync_arguments, _cmd_sync),
     Command("keys", "show, admit or revoke author keys", _keys_arguments, _cmd_keys),
+    Command(
+        "registry",
+        "show or declare the space's predicate registry",
+        _registry_arguments,
+        _cmd_registry,
+    ),
     Command("quarantine", "list refused changes", _quarantine_arguments, _cmd_quarantine),
     Command("verify", "re-check the store end to end", _no_arguments, _cmd_verify),
     Command(
@@ -1400,6 +1517,14 @@ def _global_options(p: argparse.ArgumentParser, *, suppress: bool) -> None:
         default=default(False),
         help="write with a key that belongs to another store (its feed may fork; forks are"
         " kept and reported)",
+    )
+    p.add_argument(
+        "--normalizers",
+        metavar="MODULE",
+        action="append",
+        default=default([]),
+        help="import this Python module first: it registers the custom normalizers the space's"
+        " registry names (repeat; also $STATEFUSE_NORMALIZERS, comma-separated)",
     )
 
 
@@ -1456,9 +1581,28 @@ def _show_warning(message: Warning | str, *_: object, **__: object) -> None:
 def _run(run: Callable[[Session], int], session: Session) -> int:
     """Run one command; every failure ends as one ``Error: …`` line (or ``Interrupted``) and
     an exit status, never a traceback. The store is closed in every case."""
-    status = _guarded(lambda: run(session))
+    def step() -> int:
+        _import_normalizers(session.args)
+        return run(session)
+
+    status = _guarded(step)
     closed = _guarded(session.close_status)
     return status if status != EXIT_OK else closed
+
+
+def _import_normalizers(args: argparse.Namespace) -> None:
+    """Import the modules that register custom normalizers (``--normalizers``)."""
+    import importlib
+
+    names = list(getattr(args, "normalizers", []) or [])
+    names += [n.strip() for n in os.environ.get("STATEFUSE_NORMALIZERS", "").split(",")]
+    for name in filter(None, names):
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise CliError(
+                "--normalizers", "import", f"cannot import normalizer module {name!r}: {exc}"
+            ) from None
 
 
 def _guarded(step: Callable[[], int]) -> int:
