@@ -97,3 +97,11 @@ def slow_in_child(value: Value) -> Value:
     if sys.argv[0] == "-c":
         time.sleep(30)
     return value
+
+
+def with_options(
+    value: Value, *, label: str = "", count: int = 0, weight: float = 0.0, flag: bool = False
+) -> str:
+    """A well-behaved normalizer taking one param of each scalar type, so that registry files can
+    be round-tripped with every kind of param; the params do not change the result."""
+    return strip_lower(value)
