@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import msgpack
 
+from registry.document import parse_normalizer
 from registry.error import ContractError, InputError, NormalizationError
 from registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
 from registry.registry import Registry
@@ -178,9 +179,9 @@ def check_registry(
         )
     jobs = []
     for normalizer_name in sorted(samples):
-        name, _, version = str(normalizer_name).partition("@")
         try:
-            fn = registry.normalizer(name, int(version) if version.isdigit() else 1)
+            name, version = parse_normalizer(normalizer_name, "samples")
+            fn = registry.normalizer(name, version)
         except ContractError:
             raise ContractError(
                 "samples", "known-normalizer", f"the registry has no normalizer {normalizer_name!r}"

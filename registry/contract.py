@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from registry.error import ContractError
-from registry.value import Value
+from registry.value import INT_MAX, INT_MIN, Value
 
 #: A normalizer parameter's value: a scalar, so that contracts stay hashable.
 Param = str | int | float | bool
@@ -151,6 +151,10 @@ def _params(params: object) -> tuple[tuple[str, Param], ...]:
         if type(value) not in (str, int, float, bool):
             raise ContractError(
                 f"params.{name}", "scalar", f"a param is a str, int, float or bool, not {value!r}"
+            )
+        if type(value) is int and not INT_MIN <= value <= INT_MAX:
+            raise ContractError(
+                f"params.{name}", "int64", f"param {name!r} must fit in a signed 64-bit int"
             )
         if type(value) is float and not math.isfinite(value):
             raise ContractError(f"params.{name}", "finite", f"param {name!r} must be finite")

@@ -23,11 +23,17 @@ One document describes a whole registry; a space's declaration holds the same do
     predicate = "tags"
     cardinality = "many"               # one (default) | many
 
+    [predicates]                       # shorthand: one line per predicate, its normalizer
+    approved = "boolean"
+    starts = "date"
+
 A contract (and ``[default]``) takes: ``predicate`` (contracts only), ``namespace``,
 ``cardinality``, ``normalizer`` (``"name"`` or ``"name@version"``; left out: the default's),
 ``params``, ``ref`` (``"normal-form"``, the default: equal values share a correction handle, or
-``"value"``) and ``policy``. ``normalizers`` (optional) lists custom normalizer names that
-belong to the registry although no contract uses them.
+``"value"``) and ``policy``. ``[predicates]`` is shorthand: ``name = "normalizer"`` is a
+contract for that predicate (every namespace) with that normalizer and the defaults otherwise;
+a document is rendered back with ``contracts`` only. ``normalizers`` (optional) lists custom
+normalizer names that belong to the registry although no contract uses them.
 
 Parsing is strict: an unknown key, a wrong type or a bad name raises RegistryError naming the
 path of the field (``contracts[2].policy``) and the rule, so a typo never silently means
@@ -37,6 +43,7 @@ path of the field (``contracts[2].policy``) and the rule, so a typo never silent
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,7 +62,7 @@ FORMAT = "statefuse-registry/1"
 #: Most contracts one registry document may hold.
 MAX_CONTRACTS = 10_000
 
-_TOP_KEYS = ("format", "authority_order", "default", "contracts", "normalizers")
+_TOP_KEYS = ("format", "authority_order", "default", "contracts", "predicates", "normalizers")
 _CONTRACT_KEYS = (
     "predicate",
     "namespace",
@@ -66,6 +73,8 @@ _CONTRACT_KEYS = (
     "policy",
 )
 _REF_RULES = {"normal-form": True, "value": False}
+#: A normalizer version in a declaration: ASCII digits, no leading zero.
+_VERSION = re.compile(r"[1-9][0-9]{0,6}")
 
 
 def _fail(field: str, rule: str, message: str) -> RegistryError:
@@ -115,7 +124,7 @@ def parse_normalizer(spec: object, field: str = "normalizer") -> tuple[str, int]
         check_name(name, field)
         version = 1
         if at:
-            if not version_text.isdigit() or version_text.startswith("0"):
+            if not _VERSION.fullmatch(version_text):
                 raise _fail(field, "normalizer-version", f"bad version in {spec!r}")
             version = check_version(int(version_text), field)
     except ContractError as exc:
@@ -146,10 +155,11 @@ def _contract(table: Mapping[str, Any], field: str, *, default: bool) -> Predica
     params: dict[str, Param] = {}
     if table.get("params") is not None:
         params = dict(_mapping(table["params"], f"{field}.params"))
+    namespace = _str(table, "namespace", field)
     try:
         return PredicateContract(
             predicate=predicate,
-            namespace=_str(table, "namespace", field),
+            namespace=namespace,
             cardinality=Cardinality(cardinality or "one"),
             normalizer=normalizer,
             normalizer_version=version,
@@ -180,7 +190,8 @@ def parse(
     default = None
     if doc.get("default") is not None:
         default = _contract(doc["default"], f"{field}.default", default=True)
-    raw_contracts = doc.get("contracts") or []
+    raw_contracts = doc.get("contracts")
+    raw_contracts = [] if raw_contracts is None else raw_contracts
     if not isinstance(raw_contracts, list):
         raise _fail(f"{field}.contracts", "list", "expected a list of contract tables")
     if len(raw_contracts) > MAX_CONTRACTS:
@@ -188,7 +199,19 @@ def parse(
     contracts = [
         _contract(t, f"{field}.contracts[{i}]", default=False) for i, t in enumerate(raw_contracts)
     ]
-    extra = doc.get("normalizers") or []
+    if doc.get("predicates") is not None:
+        short = _mapping(doc["predicates"], f"{field}.predicates")
+        for predicate, spec in short.items():
+            where = f"{field}.predicates.{predicate}"
+            name, version = parse_normalizer(spec, where)
+            try:
+                contracts.append(
+                    PredicateContract(predicate, normalizer=name, normalizer_version=version)
+                )
+            except ContractError as exc:
+                raise _fail(where, exc.rule, exc.message) from None
+    extra = doc.get("normalizers")
+    extra = [] if extra is None else extra
     if not isinstance(extra, list):
         raise _fail(f"{field}.normalizers", "list-of-str", "expected a list of normalizer names")
     names = []

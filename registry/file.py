@@ -55,5 +55,5 @@ def load_registry(
 
 def save_registry(registry: Registry, path: str | os.PathLike[str]) -> None:
     """Write ``registry`` as a registry file: JSON if ``path`` ends in ``.json``, else TOML."""
-    text = registry.to_json() if str(path).endswith(".json") else registry.to_toml()
+    text = registry.to_json() if Path(path).suffix.lower() == ".json" else registry.to_toml()
     Path(path).write_text(text, encoding="utf-8")

@@ -113,13 +113,21 @@ class Registry:
         )
         if not isinstance(default, PredicateContract):
             raise ContractError("default", "type", f"expected PredicateContract, got {default!r}")
+        if default.predicate != "*" or default.namespace is not None:
+            raise ContractError(
+                "default",
+                "default-contract",
+                "the default contract is for predicate '*' in every namespace, not"
+                f" {default.predicate!r} in {default.namespace!r}",
+            )
         if default.normalizer is None:
             default = replace(default, normalizer=DEFAULT_CONTRACT.normalizer)
         given = tuple(contracts)
         self._given = given
         self._bound: dict[tuple[str, int, tuple[tuple[str, Param], ...]], Normalizer] = {}
         by_key: dict[tuple[str | None, str], PredicateContract] = {}
-        for contract in (*given, default):
+        for index, contract in enumerate((*given, default)):
+            where = "default" if index == len(given) else f"contracts[{index}]"
             if not isinstance(contract, PredicateContract):
                 raise ContractError(
                     "contracts", "type", f"expected PredicateContract, got {contract!r}"
@@ -131,7 +139,12 @@ class Registry:
                     normalizer_version=default.normalizer_version,
                     params=contract.params or default.params,
                 )
-            self._bind(contract)
+            try:
+                self._bind(contract)
+            except RegistryError:
+                raise
+            except ContractError as exc:
+                raise ContractError(f"{where}.{exc.field}", exc.rule, exc.message) from None
             if contract is default:
                 continue
             key = (contract.namespace, contract.predicate)
@@ -232,7 +245,7 @@ class Registry:
                 contracts,
                 normalizers=code,
                 default=default,
-                authority_order=order or DEFAULT_AUTHORITY_ORDER,
+                authority_order=DEFAULT_AUTHORITY_ORDER if order is None else order,
             )
         except RegistryError:
             raise

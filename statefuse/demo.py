@@ -12,20 +12,19 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from registry import PredicateContract, Registry
 from statefuse.lens import Lens
 from statefuse.op import ClaimAdded
 from statefuse.projection import project
 from statefuse.resolver import Conservative
 from statefuse.state import State
 
-DEMO_REGISTRY = Registry(
-    [
-        PredicateContract("deadline", normalizer="date"),
-        PredicateContract("price", normalizer="money"),
-        PredicateContract("owner", normalizer="text"),
-    ]
-)
+#: The space's contract, as a user writes it: one line per predicate whose values are not plain
+#: text or numbers (those agree by the default's natural normal form already).
+DEMO_REGISTRY_TOML = """\
+[predicates]
+deadline = "date"
+price = "money"
+"""
 SPACE = "launch-plan"
 
 
@@ -35,6 +34,7 @@ def _value(c: ClaimAdded) -> str:
 
 def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) -> State:
     """Run the story, printing each step through ``out``; return the planner's merged State."""
+    from registry.file import load_registry
     from statefuse.writer import Writer
     from sync.bundle import BundleError  # noqa: F401  (imported here: the demo is an entry point)
     from sync.change import change_body, change_id_of, signed_message, wire
@@ -61,9 +61,16 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
 
         out(f"StateFuse demo: one shared memory, three agents, SQLite stores in {home}")
         out("")
+        contract = home / "launch-plan.registry.toml"
+        contract.write_text(DEMO_REGISTRY_TOML, encoding="utf-8")
         planner = Replica.open(
-            home / "planner.db", create=True, space=SPACE, registry=DEMO_REGISTRY
+            home / "planner.db", create=True, space=SPACE, registry=load_registry(contract)
         )
+        out("0. The planner creates the space with its contract (a registry file; declared in")
+        out("   the space, so every replica compares values the same way):")
+        for line in DEMO_REGISTRY_TOML.splitlines():
+            out(f"     {line}")
+        out("")
         names[planner.author] = "planner"
         with planner.batch():
             planner.add_claim("project", "launch", "deadline", "2026-03-25", authority="user")
@@ -116,7 +123,7 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
         out("")
         out("6. An impostor forges a change in the scout's name:")
         impostor = SigningKey.generate()
-        forged_op = Writer(scout.author, registry=DEMO_REGISTRY).claim(
+        forged_op = Writer(scout.author, registry=planner.registry).claim(
             "vendor", "acme", "price", "USD 9"
         )
         body = change_body(
@@ -124,7 +131,7 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
             author=scout.author,
             seq=1,
             prev=None,
-            registry=DEMO_REGISTRY.fingerprint,
+            registry=planner.registry.fingerprint,
             ops=[forged_op],
         )
         forged = wire(body, impostor.sign(signed_message(change_id_of(body))))

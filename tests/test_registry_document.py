@@ -138,7 +138,7 @@ def registries(draw: st.DrawFn) -> Drawn:
 
 
 def _as_default(contract: PredicateContract) -> PredicateContract:
-    """``contract`` as a registry default: predicate ``*``, no namespace (see the xfail test of
+    """``contract`` as a registry default: predicate ``*``, no namespace (see the test of
     other defaults below)."""
     return PredicateContract(
         predicate="*",
@@ -256,11 +256,6 @@ def test_a_registry_saved_to_a_file_loads_back_as_the_same_registry(
     assert_same_registry(back, registry)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="save_registry picks JSON by a case-sensitive '.json' suffix, read_registry_file by"
-    " a case-insensitive one: a registry saved as 'x.JSON' is written as TOML and read as JSON",
-)
 def test_a_registry_saved_under_an_upper_case_json_suffix_loads_back(tmp_path: Path) -> None:
     registry = Registry([PredicateContract("price", normalizer="number")])
     path = tmp_path / "registry.JSON"
@@ -268,11 +263,6 @@ def test_a_registry_saved_under_an_upper_case_json_suffix_loads_back(tmp_path: P
     assert load_registry(path) == registry
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="to_document drops the default contract's predicate and namespace, which the"
-    " fingerprint includes: a registry whose default is not predicate '*' reads back as another",
-)
 @pytest.mark.parametrize(
     "default",
     [
@@ -280,11 +270,13 @@ def test_a_registry_saved_under_an_upper_case_json_suffix_loads_back(tmp_path: P
         PredicateContract("*", namespace="vendor", normalizer="text"),
     ],
 )
-def test_a_registry_with_any_default_the_constructor_accepts_round_trips(
+def test_a_default_contract_is_for_every_predicate_in_every_namespace(
     default: PredicateContract,
 ) -> None:
-    registry = Registry(default=default)
-    assert Registry.from_toml(registry.to_toml()) == registry
+    # a default with its own predicate or namespace could not be written to a registry file
+    with pytest.raises(ContractError) as caught:
+        Registry(default=default)
+    assert (caught.value.field, caught.value.rule) == ("default", "default-contract")
 
 
 # --- 2. a hand-written file ------------------------------------------------------------------
@@ -382,14 +374,6 @@ def test_the_hand_written_file_is_the_same_registry_as_its_json_twin() -> None:
 # --- 3. strict parsing -----------------------------------------------------------------------
 
 
-NAMESPACE_PATH_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="document._contract reads the namespace inside the try that prefixes ContractError"
-    " fields with the contract's path, so a bad namespace is named"
-    " 'registry.contracts[0].registry.contracts[0].namespace'",
-)
-
-
 def _one(**fields: object) -> dict[str, object]:
     return {"format": "statefuse-registry/1", "contracts": [{"predicate": "price", **fields}]}
 
@@ -479,7 +463,6 @@ BAD_DOCUMENTS = [
         "registry.contracts[0].namespace",
         "non-empty-str",
         id="namespace-int",
-        marks=NAMESPACE_PATH_BUG,
     ),
     pytest.param(
         {"contracts": [{"predicate": "a"}, {"predicate": "b", "cardinalty": "many"}]},
@@ -541,83 +524,48 @@ BAD_DOCUMENTS = [
         "registry.contracts[0].normalizer",
         "normalizer-version",
         id="version-superscript",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="parse_normalizer checks str.isdigit(), which is true for '²', then int('²')"
-            " raises a bare ValueError (no field, no rule)",
-        ),
     ),
     pytest.param(
         _one(normalizer="money@１"),
         "registry.contracts[0].normalizer",
         "normalizer-version",
         id="version-fullwidth",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="parse_normalizer accepts non-ASCII digits: 'money@１' (fullwidth 1) is read as"
-            " money@1",
-        ),
     ),
     pytest.param(
         {"contracts": False},
         "registry.contracts",
         "list",
         id="contracts-false",
-        marks=pytest.mark.xfail(
-            strict=True, reason="parse() reads `contracts or []`: false is no contracts"
-        ),
     ),
     pytest.param(
         {"contracts": {}},
         "registry.contracts",
         "list",
         id="contracts-empty-table",
-        marks=pytest.mark.xfail(
-            strict=True, reason="parse() reads `contracts or []`: {} is no contracts"
-        ),
     ),
     pytest.param(
         {"normalizers": ""},
         "registry.normalizers",
         "list-of-str",
         id="normalizers-empty-str",
-        marks=pytest.mark.xfail(
-            strict=True, reason="parse() reads `normalizers or []`: '' is none"
-        ),
     ),
     pytest.param(
         {"authority_order": []},
         "registry.authority_order",
         "non-empty",
         id="order-empty",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="from_document reads `order or DEFAULT_AUTHORITY_ORDER`: an explicit empty"
-            " order (which Registry() refuses) silently becomes the default order",
-        ),
     ),
     pytest.param(
         _one(normalizer="money", params={"currency": 2**64}),
         "registry.contracts[0].params.currency",
         "int64",
         id="param-beyond-int64",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="PredicateContract does not bound int params; the fingerprint's encode_value"
-            " then raises ValueRuleError (field value.contracts[0].params.currency), not"
-            " RegistryError",
-        ),
     ),
     pytest.param(
         _one(normalizer="date", params={"currency": "USD"}),
         "registry.contracts[0].params",
         "normalizer-params",
         id="params-not-taken",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="the normalizer-params error of a document names the field 'registry.params'"
-            " (no such field) instead of the contract's params",
-        ),
     ),
 ]
 
@@ -661,7 +609,6 @@ def test_a_malformed_json_file_is_refused_naming_the_field_and_the_rule(
             "namespace = 1979-05-27",
             "registry.contracts[0].namespace",
             "non-empty-str",
-            marks=NAMESPACE_PATH_BUG,
         ),
     ],
 )
@@ -1155,7 +1102,7 @@ def test_a_param_the_normalizer_does_not_take_is_refused(
 ) -> None:
     with pytest.raises(ContractError) as exc:
         Registry([contract], normalizers=normalizers)
-    assert (exc.value.field, exc.value.rule) == ("params", "normalizer-params")
+    assert (exc.value.field, exc.value.rule) == ("contracts[0].params", "normalizer-params")
 
 
 def test_a_document_with_a_param_the_normalizer_does_not_take_is_refused() -> None:
