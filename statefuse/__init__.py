@@ -17,6 +17,7 @@ from registry import (
     encode_value,
     register_normalizer,
 )
+from registry.file import load_registry, save_registry
 from statefuse.context import (
     SYSTEM_PROMPT,
     Context,
@@ -195,12 +196,14 @@ __all__ = [
     "encode_value",
     "group_id_of",
     "judge_payload",
+    "load_registry",
     "locus_of",
     "materialize",
     "previous_values",
     "project",
     "register_normalizer",
     "run_resolver",
+    "save_registry",
 ]
 
 #: Names served from the layer above (`sync`): the replica signs and verifies changes, so it lives
