@@ -479,7 +479,9 @@ class Replica:
             raise ReplicaError("registry", "not-registry-authority", why)
         self._custom.update(registry.custom_normalizers)
         lamport, wall = self.writer._tick()
+        lamport = max(lamport, self.trust_writer._lamport + 1)
         op = RegistryDeclared(self.author, lamport, wall, registry.to_document())
+        self.writer.advance(lamport)
         self._built[op.op_id] = Registry.from_document(op.registry, normalizers=self._custom)
         written: RegistryDeclared = self._emit(op)
         return written

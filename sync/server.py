@@ -36,6 +36,7 @@ from waitress import trigger, wasyncore
 from waitress.channel import HTTPChannel
 from waitress.server import BaseWSGIServer, create_server
 
+from registry.error import RegistryError
 from sync.changelog import AreaFullError
 from sync.protocol import (
     CONTENT_TYPE,
@@ -248,6 +249,8 @@ class SyncApp:
                 raise _Reject(503, exc.field, exc.rule, exc.message) from None
             except AreaFullError as exc:
                 raise _Reject(503, "changes", "area-full", str(exc)) from None
+            except RegistryError as exc:  # a declaration this process has no code for
+                raise _Reject(422, exc.field, exc.rule, exc.message) from None
         counts = report.to_json()
         if report.quarantined:
             raise _Reject(

@@ -306,3 +306,24 @@ def test_the_cli_creates_shows_and_declares_a_registry_from_files(tmp_path, caps
     assert main(["--store", store, "registry", "declare", str(bad)]) == 1
     err = capsys.readouterr().err
     assert "contracts[0].polcy" in err and "unknown field" in err
+
+
+def _shout(value: object) -> object:
+    return value.upper() if isinstance(value, str) else value
+
+
+def test_a_peer_without_the_normalizer_code_refuses_a_push_and_keeps_its_memory():
+    from sync.client import PeerRejectedError, sync_with
+    from sync.server import serve
+
+    custom = Registry([PredicateContract("sku", normalizer="shout")], normalizers={"shout": _shout})
+    mine = Replica.memory(space=SPACE, registry=custom)
+    mine.add_claim("parts", "p1", "sku", "ab-1")
+    theirs = Replica.memory(space=SPACE)
+    theirs.add_claim("parts", "p2", "sku", "cd-2")
+    before = (theirs.change_ids(), theirs.state().digest())
+    with serve(theirs) as server, pytest.raises(PeerRejectedError) as caught:
+        sync_with(mine, server.url)
+    assert (caught.value.status, caught.value.rule) == (422, "unknown-normalizer")
+    assert "shout@1" in caught.value.message
+    assert (theirs.change_ids(), theirs.state().digest()) == before
