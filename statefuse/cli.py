@@ -250,6 +250,12 @@ class Session:
         except StoreError as exc:
             hint = exc.message.replace("open with wait=SECONDS", "pass --wait SECONDS")
             hint = hint.replace("adopt_key=True / --adopt-key", "--adopt-key")
+            hint = hint.replace(
+                "open it without registry= to use the space's, or declare yours with"
+                " Replica.declare_registry() (CLI: statefuse registry declare FILE)",
+                "leave out --registry to use the space's, or declare yours: statefuse registry"
+                " declare FILE",
+            )
             raise CliError("--store", exc.rule, hint) from None
         self._replica = rep
         if options.get("readonly") and not quiet:
@@ -363,7 +369,10 @@ def _cmd_init(s: Session) -> int:
 
     a = s.args
     if s.path.exists():
-        rep = s.open(space=a.space)
+        # with --registry, a store of the same space whose registry differs is refused
+        # (registry-mismatch), so a re-run init never hides a contract it did not declare
+        known = _registry_file(a.registry) if a.registry is not None else None
+        rep = s.open(space=a.space, registry=known)
         s.emit(
             _init_json(rep, s.path, created=False),
             f"Store {s.path} already holds space {rep.space!r} ({rep.mode.value} mode);"
@@ -1581,6 +1590,7 @@ def _show_warning(message: Warning | str, *_: object, **__: object) -> None:
 def _run(run: Callable[[Session], int], session: Session) -> int:
     """Run one command; every failure ends as one ``Error: …`` line (or ``Interrupted``) and
     an exit status, never a traceback. The store is closed in every case."""
+
     def step() -> int:
         _import_normalizers(session.args)
         return run(session)

@@ -327,3 +327,19 @@ def test_a_peer_without_the_normalizer_code_refuses_a_push_and_keeps_its_memory(
     assert (caught.value.status, caught.value.rule) == (422, "unknown-normalizer")
     assert "shout@1" in caught.value.message
     assert (theirs.change_ids(), theirs.state().digest()) == before
+
+
+def test_init_again_with_another_registry_file_is_refused_and_changes_nothing(tmp_path, capsys):
+    store = str(tmp_path / "s.db")
+    money_file, number_file = tmp_path / "money.toml", tmp_path / "number.toml"
+    money_file.write_text('[predicates]\nprice = "money"\n', encoding="utf-8")
+    number_file.write_text('[predicates]\nprice = "number"\n', encoding="utf-8")
+    assert main(["--store", store, "init", "--space", SPACE, "--registry", str(money_file)]) == 0
+    assert main(["--store", store, "init", "--space", SPACE, "--registry", str(money_file)]) == 0
+    assert "nothing changed" in capsys.readouterr().out
+    assert main(["--store", store, "init", "--space", SPACE, "--registry", str(number_file)]) == 1
+    err = capsys.readouterr().err
+    assert "leave out --registry" in err and "statefuse registry declare FILE" in err
+    with Replica.open(store, readonly=True) as rep:
+        assert rep.registry == Registry([PredicateContract("price", normalizer="money")])
+        assert len(rep) == 1
