@@ -31,10 +31,14 @@ from registry.value import (
     MAX_DEPTH,
     MAX_ENCODED_BYTES,
     MAX_STRING_BYTES,
+    FrozenList,
+    FrozenMap,
     Value,
     canonical_value,
     decode_value,
     encode_value,
+    frozen_value,
+    plain_value,
     same_value,
 )
 
@@ -52,6 +56,8 @@ __all__ = [
     "Cardinality",
     "ContractError",
     "EncodingError",
+    "FrozenList",
+    "FrozenMap",
     "InputError",
     "NormalizationError",
     "Normalizer",
@@ -68,5 +74,7 @@ __all__ = [
     "encode_value",
     "register_normalizer",
     "registered_normalizers",
+    "frozen_value",
+    "plain_value",
     "same_value",
 ]

@@ -47,7 +47,7 @@ from datetime import timedelta
 from types import MappingProxyType
 
 from registry.error import NormalizationError
-from registry.value import INT_MAX, INT_MIN, Value
+from registry.value import INT_MAX, INT_MIN, FrozenMap, Value
 
 Normalizer = Callable[[Value], Value]
 
@@ -327,7 +327,7 @@ def _money_from_str(source: str) -> tuple[str, str]:
     )
 
 
-def _money_from_map(source: dict[str, Value]) -> tuple[str, str]:
+def _money_from_map(source: Mapping[str, Value]) -> tuple[str, str]:
     """(amount normal form, currency code) of a money map; raises _NotANumber."""
     if set(source) != {"amount", "currency"}:
         raise _NotANumber("a money map needs exactly the keys 'amount' and 'currency'")
@@ -360,7 +360,7 @@ def money(value: Value, *, currency: str | None = None) -> dict[str, Value]:
             amount, code = _number_form(value), currency.upper()
         elif type(value) is str:
             amount, code = _money_from_str(value)
-        elif isinstance(value, dict):
+        elif isinstance(value, (dict, FrozenMap)):
             amount, code = _money_from_map(dict(value))
         else:
             raise _NotANumber("money must be a str or a map with 'amount' and 'currency'")
@@ -415,9 +415,9 @@ def natural(value: Value) -> Value:
         if value.is_integer() and INT_MIN <= value <= INT_MAX:
             return int(value)
         return value
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):  # a FrozenList is a tuple
         return [natural(item) for item in value]
-    if isinstance(value, dict):
+    if isinstance(value, (dict, FrozenMap)):
         return {key: natural(item) for key, item in value.items()}
     return value
 

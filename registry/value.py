@@ -9,18 +9,33 @@ fits...) with one rule instead of a list of special cases.
 Values: ``None``, ``bool``, ``int`` (signed 64-bit), finite ``float`` (always float64), ``str``,
 ``bytes``, ``list`` and ``dict`` with ``str`` keys. ``1``, ``1.0`` and ``True`` are different values
 (they encode differently), which is why value equality is byte equality (`same_value`), not ``==``.
+
+Values inside ops are deeply immutable (SEMANTICS §1): an op's id is the hash of its content, so
+anything that could change a list or map held by an op (a caller keeping the list it wrote, a
+resolver, a ranker) would leave an op that no longer matches its id. `frozen_value` is
+`canonical_value` for values that go into an op: lists come back as `FrozenList` (a ``tuple``
+subclass) and maps as `FrozenMap` (a read-only ``Mapping`` whose entries sit behind a
+``MappingProxyType``), at every depth. Both compare equal to the ``list`` / ``dict`` with the same
+contents (either way round), have no mutating method, encode to exactly the bytes of that list or
+dict, and are accepted wherever a value is (so a value read back can be written again);
+`plain_value` gives an editable deep copy. `canonical_value` and `decode_value` still return
+fresh plain containers, which their callers own.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Union
+from collections.abc import Iterable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any, NoReturn, Union
 
 import msgpack
 
 from registry.error import EncodingError, InputError, ValueRuleError, ValueTypeError
 
-Value = Union[None, bool, int, float, str, bytes, list["Value"], dict[str, "Value"]]  # noqa: UP007
+Value = Union[
+    None, bool, int, float, str, bytes, list["Value"], dict[str, "Value"], "FrozenList", "FrozenMap"
+]
 
 #: Deepest nesting of lists/maps inside one value (the top level counts as depth 1).
 MAX_DEPTH = 32
@@ -35,16 +50,141 @@ INT_MIN = -(1 << 63)
 INT_MAX = (1 << 63) - 1
 
 
+class FrozenList(tuple[Value, ...]):
+    """A list value as an op holds it: an immutable ``tuple`` that equals the ``list`` with the
+    same items (``FrozenList([1]) == [1]`` and ``[1] == FrozenList([1])``), repr'd like one, and
+    encoded like one. Built by `frozen_value`; its items are frozen values too."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list):
+            return len(self) == len(other) and tuple.__eq__(self, tuple(other))
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = tuple.__hash__
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+    def __copy__(self) -> FrozenList:
+        return self
+
+    def __deepcopy__(self, memo: object) -> FrozenList:
+        return self
+
+    def __reduce__(self) -> tuple[type[FrozenList], tuple[tuple[Value, ...]]]:
+        return (FrozenList, (tuple(self),))
+
+
+class FrozenMap(Mapping[str, Value]):
+    """A map value as an op holds it: a read-only ``Mapping`` that equals the ``dict`` with the
+    same entries (either way round), repr'd like one, encoded like one, and iterated in canonical
+    key order. Its entries live in a dict nothing outside reaches: the one attribute is a
+    ``MappingProxyType`` over it, and attributes cannot be set. Built by `frozen_value`; its
+    values are frozen values too."""
+
+    __slots__ = ("_items",)
+    _items: Mapping[str, Value]
+
+    def __new__(cls, items: Mapping[str, Value] | Iterable[tuple[str, Value]] = ()) -> FrozenMap:
+        return _frozen_map(dict(items))
+
+    def __getitem__(self, key: str) -> Value:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenMap):
+            return self._items == other._items
+        if isinstance(other, dict):
+            return self._items == other
+        if isinstance(other, Mapping):
+            return self._items == dict(other.items())
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to dicts, which do not hash
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError(f"FrozenMap is immutable (cannot set {name!r})")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError(f"FrozenMap is immutable (cannot delete {name!r})")
+
+    def __repr__(self) -> str:
+        return repr(dict(self._items))
+
+    def __copy__(self) -> FrozenMap:
+        return self
+
+    def __deepcopy__(self, memo: object) -> FrozenMap:
+        return self
+
+    def __reduce__(self) -> tuple[type[FrozenMap], tuple[dict[str, Value]]]:
+        return (FrozenMap, (dict(self._items),))
+
+
+_SET_ITEMS = FrozenMap.__dict__["_items"].__set__
+
+
+def _frozen_map(entries: dict[str, Value]) -> FrozenMap:
+    """A FrozenMap over ``entries`` itself (the caller hands it over and keeps no reference)."""
+    m = object.__new__(FrozenMap)
+    _SET_ITEMS(m, MappingProxyType(entries))
+    return m
+
+
 def canonical_value(value: object, field: str = "value", *, depth: int = 1) -> Value:
-    """Validate ``value`` and return a fresh copy whose maps are in canonical key order.
+    """Validate ``value`` and return a fresh plain copy (lists and dicts, which the caller owns)
+    whose maps are in canonical key order. Accepts frozen values as well as plain ones.
 
     Raises ValueTypeError for types outside the model and ValueRuleError for out-of-range
     numbers, non-finite floats, over-deep nesting and oversized containers or strings.
     """
-    return _canon(value, field, depth)
+    return _canon(value, field, depth, list, dict)
 
 
-def _canon(value: Any, field: str, depth: int) -> Value:
+def frozen_value(value: object, field: str = "value", *, depth: int = 1) -> Value:
+    """`canonical_value`, with every list built as a `FrozenList` and every map as a
+    `FrozenMap`: the form values take inside an op. Raises what `canonical_value` raises."""
+    return _canon(value, field, depth, FrozenList, _frozen_map)
+
+
+def frozen_canonical(value: Value) -> Value:
+    """A value that is canonical already (from `canonical_value`, or restored from a trusted
+    cache) with its lists and maps frozen; scalars and frozen containers come back as they are.
+    Skips validation: anything else must go through `frozen_value`."""
+    t = type(value)
+    if t is list:
+        return FrozenList(map(frozen_canonical, value))  # type: ignore[arg-type]
+    if t is dict:
+        return _frozen_map({k: frozen_canonical(v) for k, v in value.items()})  # type: ignore[union-attr]
+    return value
+
+
+def plain_value(value: Value) -> Value:
+    """A deep copy of ``value`` with plain ``list`` and ``dict`` containers, for a caller that
+    wants to edit a value it read back (and write the result as a new claim)."""
+    if isinstance(value, (list, FrozenList)):
+        return [plain_value(v) for v in value]
+    if isinstance(value, (dict, FrozenMap)):
+        return {k: plain_value(v) for k, v in value.items()}
+    return value
+
+
+def _canon(value: Any, field: str, depth: int, new_list: Any, new_map: Any) -> Value:
     t = type(value)
     if t is str:
         if len(value) > MAX_STRING_BYTES // 4 and len(_utf8(value, field)) > MAX_STRING_BYTES:
@@ -70,7 +210,7 @@ def _canon(value: Any, field: str, depth: int) -> Value:
         return value  # type: ignore[no-any-return]
     if isinstance(value, (msgpack.Timestamp, msgpack.ExtType)):
         raise ValueTypeError(field, "no-ext-types", "msgpack extension types are not values")
-    if t is list or t is dict:
+    if t is list or t is dict or t is FrozenList or t is FrozenMap:
         if depth > MAX_DEPTH:
             raise ValueRuleError(field, "max-depth", f"nesting deeper than {MAX_DEPTH}")
         if len(value) > MAX_CONTAINER_ITEMS:
@@ -79,8 +219,13 @@ def _canon(value: Any, field: str, depth: int) -> Value:
                 "max-container-items",
                 f"container with more than {MAX_CONTAINER_ITEMS} items",
             )
-        if t is list:
-            return [_canon(v, f"{field}[{i}]", depth + 1) for i, v in enumerate(value)]
+        if t is list or t is FrozenList:
+            return new_list(  # type: ignore[no-any-return]
+                [
+                    _canon(v, f"{field}[{i}]", depth + 1, new_list, new_map)
+                    for i, v in enumerate(value)
+                ]
+            )
         items: list[tuple[bytes, str, Any]] = []
         for k, v in value.items():
             if type(k) is not str:
@@ -89,7 +234,9 @@ def _canon(value: Any, field: str, depth: int) -> Value:
                 )
             items.append((_utf8(k, f"{field}.<key>"), k, v))
         items.sort(key=lambda kv: kv[0])
-        return {k: _canon(v, f"{field}.{k}", depth + 1) for _, k, v in items}
+        return new_map(  # type: ignore[no-any-return]
+            {k: _canon(v, f"{field}.{k}", depth + 1, new_list, new_map) for _, k, v in items}
+        )
     raise ValueTypeError(
         field,
         "value-type",
@@ -113,8 +260,22 @@ _PACKER = msgpack.Packer(
 
 
 def _pack(value: Any) -> bytes:
-    packed: bytes = _PACKER.pack(value)
+    try:
+        packed: bytes = _PACKER.pack(value)
+    except TypeError:  # frozen containers: a packer of its own, whose hook makes them plain
+        packed = msgpack.packb(
+            value, use_bin_type=True, use_single_float=False, strict_types=True, default=_unfreeze
+        )
     return packed
+
+
+def _unfreeze(obj: object) -> object:
+    """msgpack's ``default`` hook: a frozen container as the plain one it encodes as."""
+    if type(obj) is FrozenList:
+        return list(obj)
+    if type(obj) is FrozenMap:
+        return dict(obj._items)
+    raise TypeError(f"{type(obj).__name__} is not a StateFuse value")
 
 
 def encode_value(value: object, field: str = "value") -> bytes:
@@ -204,8 +365,12 @@ def unpack_strict(data: bytes, field: str = "value") -> Any:
 
 def same_value(a: object, b: object) -> bool:
     """Value equality as SEMANTICS defines it: equal canonical bytes (so ``1 != 1.0 != True``)."""
-    if type(a) is not type(b):
+    if _KIND.get(type(a), type(a)) is not _KIND.get(type(b), type(b)):
         return False
     if isinstance(a, (str, bytes)) or a is None:
         return a == b
     return encode_value(a) == encode_value(b)
+
+
+#: A frozen container is the same kind of value as the plain one it stands for.
+_KIND: dict[type, type] = {FrozenList: list, FrozenMap: dict}

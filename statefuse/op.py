@@ -44,10 +44,13 @@ from registry.value import (
     INT_MIN,
     MAX_ENCODED_BYTES,
     MAX_STRING_BYTES,
+    FrozenMap,
     Value,
     canonical_value,
     encode_canonical,
     encode_value,
+    frozen_canonical,
+    frozen_value,
     unpack_strict,
 )
 from statefuse.error import EncodingError, OpRuleError, StateFuseError
@@ -292,7 +295,14 @@ def _confidence(name: str, v: object) -> float:
 
 def _value(name: str, v: object) -> Value:
     # Depth 2: a value sits one level inside the op's own map, and the decoder counts from there.
-    return canonical_value(v, name, depth=2)
+    # Frozen, so that nothing reading the op can change it under its id (SEMANTICS §1).
+    return frozen_value(v, name, depth=2)
+
+
+def _checked_value(name: str, v: Value) -> Value:
+    """The stored form of a value a writer has validated with `canonical_value` (a fresh plain
+    copy): frozen without checking it again."""
+    return frozen_canonical(v)
 
 
 def _opt_name(name: str, v: object) -> str:
@@ -376,6 +386,8 @@ _PACKER = msgpack.Packer(use_bin_type=True, use_single_float=False, autoreset=Tr
 def _plain(obj: object) -> object:
     if isinstance(obj, Layer):
         return obj.value
+    if type(obj) is FrozenMap:  # a map value (lists are tuples, which pack as arrays)
+        return dict(obj.items())
     raise TypeError(f"{type(obj).__name__} is not encodable")
 
 
@@ -402,9 +414,10 @@ def _build_plan(cls: type[_OpBase], checked: frozenset[str]) -> tuple[_Step, ...
             default = defaults.get(name, MISSING)
             if default is MISSING or check(name, default) is not default:
                 default = _NO_DEFAULT
-            steps.append(
-                (name, None if name in checked else check, cls.__dict__[name].__set__, default)
-            )
+            if name in checked:
+                # A checked value is canonical but plain: it is still frozen on the way in.
+                check = _checked_value if check is _value else None
+            steps.append((name, check, cls.__dict__[name].__set__, default))
         plan = _PLANS[cls, checked] = tuple(steps)
     return plan
 
@@ -1028,7 +1041,7 @@ def _col_value(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any]
     for i, v in enumerate(col):
         if type(v) is list or type(v) is dict:
             try:
-                stored[i] = canonical_value(v, name, depth=2)
+                stored[i] = frozen_value(v, name, depth=2)
             except (ValueRuleError, ValueTypeError):
                 return None
     return stored
@@ -1244,7 +1257,7 @@ def decode_ops_fast(datas: Sequence[bytes]) -> list[Op] | None:
         else:
             for i, op in zip(where, built, strict=True):
                 out[i] = op
-    packed = msgpack.packb(raws, use_bin_type=True, use_single_float=False)
+    packed = msgpack.packb(raws, use_bin_type=True, use_single_float=False, default=_plain)
     if packed != _array_header(n) + b"".join(datas):
         return None
     return out

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar, Union
 
-from registry.value import Value
+from registry.value import FrozenList, FrozenMap, Value
 from statefuse.op import ClaimAdded
 
 Key = tuple[str, str, str]
@@ -262,9 +262,9 @@ def json_value(v: Value) -> Any:
     View's JSON and the judge payload, so both spell values the same way)."""
     if isinstance(v, bytes):
         return {"$bytes": v.hex()}
-    if isinstance(v, list):
+    if isinstance(v, (list, FrozenList)):
         return [json_value(x) for x in v]
-    if isinstance(v, dict):
+    if isinstance(v, (dict, FrozenMap)):
         return {k: json_value(x) for k, x in v.items()}
     return v
 

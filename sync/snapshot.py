@@ -51,6 +51,7 @@ from typing import Any
 import blake3
 
 from registry.error import StateFuseError
+from registry.value import FrozenList, FrozenMap, frozen_canonical, plain_value
 from statefuse.op import (
     ClaimAdded,
     ClaimRetracted,
@@ -58,6 +59,7 @@ from statefuse.op import (
     EvidenceAdded,
     Layer,
     Op,
+    _value,
     decode_op,
 )
 from sync.change import VerifiedChange
@@ -79,7 +81,15 @@ _CODE: dict[type[Any], int] = {t: i for i, t in enumerate(_CORE)}
 #: Enum-valued fields travel as their values.
 _ENUMS: dict[str, type[Enum]] = {"layer": Layer}
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes, tuple, list, dict})
+#: Value fields travel as plain lists and dicts (the reader names no class) and are frozen again
+#: on the way back, as every op holds them (SEMANTICS §1).
+_FROZEN = frozenset({FrozenList, FrozenMap})
+_CONTAINERS = frozenset({list, dict})
 _CHANGE_FIELDS = ("author", "seq", "prev", "registry", "change_id", "signature")
+
+
+def _value_fields(t: type[Any]) -> frozenset[str]:
+    return frozenset(name for name, check in t._SCHEMA if check is _value)
 
 
 class Load(Enum):
@@ -184,6 +194,8 @@ def encode_snapshot(
             enum = _ENUMS.get(name)
             if enum is not None:
                 col = list(map({m: m.value for m in enum}.__getitem__, col))
+            if name in _value_fields(t) and not _FROZEN.isdisjoint(map(type, col)):
+                col = list(map(plain_value, col))
             if not set(map(type, col)) <= _PLAIN:
                 raise SnapshotError("snapshot-plain", f"{t.KIND}.{name} holds a non-plain value")
             cols.append(_pack(col))
@@ -321,6 +333,8 @@ def _build(t: type[Any], cols: list[list[Any]]) -> list[Any]:
                 col = list(map(members.__getitem__, col))
             except (KeyError, TypeError):
                 raise SnapshotError("snapshot-format", f"{t.KIND}.{name}: unknown value") from None
+        if name in _value_fields(t) and not _CONTAINERS.isdisjoint(map(type, col)):
+            col = list(map(frozen_canonical, col))
         any(map(_setter(t, name), ops, col))
     return ops
 

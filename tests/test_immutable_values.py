@@ -1,0 +1,276 @@
+"""Values inside ops are deeply immutable (SEMANTICS §1): nothing that reads an op (a caller, a
+resolver, a ranker, an integration) can change it after its id was computed."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import pickle
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import blake3
+import pytest
+from hypothesis import given
+
+from registry import FrozenList, FrozenMap, canonical_value, encode_value, plain_value
+from registry.value import frozen_value
+from statefuse import Lens, Writer, assemble_context, materialize, project
+from statefuse.op import ClaimAdded, EvidenceAdded, decode_op, decode_ops
+from statefuse.resolver import Abstain, ResolverInput, Select
+from statefuse.view import json_value
+from tests.test_value import values
+
+HOSTILE = (TypeError, AttributeError)
+
+
+def _pinned_ops() -> list[Any]:
+    w = Writer("alice", clock=lambda: 1000)
+    return [
+        w.claim("ns", "s", "tags", ["b", "a", {"z": 1, "a": [1.5, None, b"\x00"]}]),
+        w.claim("ns", "s", "cfg", {"k": {"y": [True, -1]}, "a": "x"}),
+        w.claim("ns", "s", "n", 7),
+        EvidenceAdded(
+            author="bob", lamport=1, wall_ms=5, source="doc", content={"rows": [[1, 2], [3]]}
+        ),
+    ]
+
+
+#: Ids of `_pinned_ops`, computed before values became immutable containers: they must not move.
+PINNED_IDS = [
+    "09ebdc3a47c52e0100d32be2269bcd01007aefea6f8af59258a704146689e304",
+    "2061cb9f555777c4683f2c3eb8fbf523065f69a496d6ce4925586474a4b76293",
+    "988f65c5eb7346cee28a5bf0ae7561aff702b93f291124c8e2e9ac4242f5fbae",
+    "a9664a1151a7cbab4db6b47ac23d04966183b69991a4f45d40d409c812e14892",
+]
+
+
+def test_ops_with_list_and_map_values_keep_the_ids_they_had_as_plain_containers():
+    ops = _pinned_ops()
+    assert [op.op_id.hex() for op in ops] == PINNED_IDS
+    datas = [op.encode() for op in ops]
+    assert [blake3.blake3(d).hexdigest() for d in datas] == PINNED_IDS
+    assert [decode_op(d).op_id.hex() for d in datas] == PINNED_IDS
+    batch = decode_ops(datas * 3)
+    assert [op.op_id.hex() for op in batch] == PINNED_IDS * 3
+    for op in (*ops, *batch):
+        assert op.recompute_id() == op.op_id
+
+
+def test_values_read_back_are_immutable_and_equal_to_what_was_written():
+    written = ["b", "a", {"z": 1, "a": [1.5, None, b"\x00"]}]
+    op = Writer("alice").claim("ns", "s", "tags", written)
+    for read in (op.value, decode_op(op.encode()).value, decode_ops([op.encode()] * 3)[1].value):
+        _equal_both_ways(read, written)
+        assert type(read) is FrozenList and type(read[2]) is FrozenMap
+        assert type(read[2]["a"]) is FrozenList
+        assert not isinstance(read, list) and not isinstance(read[2], dict)
+        _unequal_both_ways(read, ["b", "a"])
+
+
+def _equal_both_ways(a: object, b: object) -> None:
+    assert a == b and b == a
+    assert not a != b and not b != a  # noqa: SIM202 - __ne__ is what is tested
+
+
+def _unequal_both_ways(a: object, b: object) -> None:
+    assert a != b and b != a
+    assert not a == b and not b == a  # noqa: SIM201 - __eq__ is what is tested
+
+
+def test_frozen_containers_compare_equal_to_their_plain_forms_both_ways():
+    _equal_both_ways(FrozenList([1]), [1])
+    _unequal_both_ways(FrozenList([1]), [2])
+    _unequal_both_ways(FrozenList([1]), [1, 2])
+    _equal_both_ways(FrozenMap({"a": 1}), {"a": 1})
+    _unequal_both_ways(FrozenMap({"a": 1}), {"a": 2})
+    _unequal_both_ways(FrozenMap({"a": 1}), {"a": 1, "b": 2})
+    _equal_both_ways(frozen_value({"x": [1, {"y": []}]}), {"x": [1, {"y": []}]})
+    assert repr(frozen_value({"x": [1, {"y": []}]})) == repr({"x": [1, {"y": []}]})
+    assert isinstance(FrozenMap({}), Mapping) and isinstance(FrozenList([]), Sequence)
+
+
+def _mutations(v: Any) -> list[Any]:
+    """Every way we know to try to change a read-back list or map in place."""
+    if isinstance(v, FrozenList):
+        return [
+            lambda: v.append("EVIL"),
+            lambda: v.extend(["EVIL"]),
+            lambda: v.insert(0, "EVIL"),
+            lambda: v.pop(),
+            lambda: v.remove(v[0]),
+            lambda: v.clear(),
+            lambda: v.sort(),
+            lambda: v.reverse(),
+            lambda: v.__setitem__(0, "EVIL"),
+            lambda: v.__delitem__(0),
+            lambda: v.__iadd__(["EVIL"]),
+            lambda: list.append(v, "EVIL"),
+            lambda: list.__setitem__(v, 0, "EVIL"),
+            lambda: list.clear(v),
+            lambda: setattr(v, "x", 1),
+        ]
+    if isinstance(v, FrozenMap):
+        return [
+            lambda: v.__setitem__("k", "EVIL"),
+            lambda: v.__delitem__(next(iter(v))),
+            lambda: v.update({"k": "EVIL"}),
+            lambda: v.setdefault("k", "EVIL"),
+            lambda: v.pop(next(iter(v))),
+            lambda: v.popitem(),
+            lambda: v.clear(),
+            lambda: v.__ior__({"k": "EVIL"}),
+            lambda: dict.__setitem__(v, "k", "EVIL"),
+            lambda: dict.clear(v),
+            lambda: dict.update(v, {"k": "EVIL"}),
+            lambda: setattr(v, "_items", {"k": "EVIL"}),
+            lambda: delattr(v, "_items"),
+            lambda: v._items.__setitem__("k", "EVIL"),
+        ]
+    return []
+
+
+def _attack(v: Any) -> None:
+    """Try every mutation on ``v`` and on every container inside it."""
+    for mutate in _mutations(v):
+        with contextlib.suppress(HOSTILE):
+            mutate()
+    children = v.values() if isinstance(v, Mapping) else v if isinstance(v, FrozenList) else ()
+    for child in children:
+        _attack(child)
+
+
+def _assert_attacks_fail(v: Any) -> None:
+    before = plain_value(v)
+    for mutate in _mutations(v):
+        with pytest.raises(HOSTILE):
+            mutate()
+    v.__init__(["EVIL"] if isinstance(v, FrozenList) else {"k": "EVIL"})  # runs, changes nothing
+    assert v == before and plain_value(v) == before
+
+
+def test_every_mutation_of_a_read_back_value_fails():
+    op = Writer("alice").claim("ns", "s", "tags", ["b", "a", {"z": [1], "a": {"q": 2}}])
+    before = op.encode()
+    _assert_attacks_fail(op.value)
+    _assert_attacks_fail(op.value[2])
+    _assert_attacks_fail(op.value[2]["z"])
+    _assert_attacks_fail(op.value[2]["a"])
+    with pytest.raises(HOSTILE):
+        op.value += ["EVIL"]  # type: ignore[misc, operator]
+    assert op.encode() == before and op.recompute_id() == op.op_id
+
+
+def _conflicted() -> tuple[list[Any], list[Any]]:
+    a, b = Writer("alice", clock=lambda: 1), Writer("bob", clock=lambda: 2)
+    ops = [
+        a.claim("ns", "s", "tags", ["x", {"deep": ["y"]}]),
+        b.claim("ns", "s", "tags", ["z", {"deep": {"m": [1]}}]),
+        a.claim("ns", "s", "cfg", {"k": [1, 2]}),
+    ]
+    return ops, [op.encode() for op in ops]
+
+
+def _assert_untouched(ops: list[Any], datas: list[bytes], digest: bytes) -> None:
+    assert [op.encode() for op in ops] == datas
+    assert all(op.recompute_id() == op.op_id for op in ops)
+    state = materialize(ops)
+    assert state.digest() == digest
+    view = project(state, Lens())
+    assert "EVIL" not in view.to_json()
+    text = assemble_context(view, query="tags cfg", budget=2000).text
+    assert "EVIL" not in text
+
+
+class _HostileResolver:
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def resolve(self, inp: ResolverInput) -> Select | Abstain:
+        for c in inp.candidates:
+            self.seen += 1
+            _attack(c.value)
+            with pytest.raises(HOSTILE):
+                c.value += ["EVIL"]
+        for group in getattr(inp, "groups", ()):
+            for item in group if isinstance(group, tuple) else ():
+                _attack(getattr(item, "value", None))
+        return Abstain("hostile")
+
+
+def test_a_resolver_that_mutates_candidate_values_changes_no_op_and_no_digest():
+    ops, datas = _conflicted()
+    digest = materialize(ops).digest()
+    resolver = _HostileResolver()
+    project(materialize(ops), Lens(), resolver=resolver)
+    assert resolver.seen
+    _assert_untouched(ops, datas, digest)
+
+
+class _HostileRanker:
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def scores(self, query: str, claims: Sequence[ClaimAdded]) -> Mapping[bytes, float]:
+        for c in claims:
+            self.seen += 1
+            _attack(c.value)
+        return {c.claim_id: 1.0 for c in claims}
+
+
+def test_a_ranker_that_mutates_claim_values_changes_no_op_and_no_digest():
+    ops, datas = _conflicted()
+    state = materialize(ops)
+    digest = state.digest()
+    ranker = _HostileRanker()
+    assemble_context(project(state, Lens()), query="tags", budget=2000, ranker=ranker)
+    assert ranker.seen
+    _assert_untouched(ops, datas, digest)
+
+
+def test_a_caller_mutating_the_list_it_wrote_changes_nothing():
+    inner = {"deep": [1]}
+    written: list[Any] = ["x", inner]
+    op = Writer("alice").claim("ns", "s", "tags", written)
+    data = op.encode()
+    written.append("EVIL")
+    inner["deep"].append("EVIL")
+    inner["new"] = "EVIL"
+    evidence_content: dict[str, Any] = {"rows": [[1]]}
+    ev = EvidenceAdded(author="a", lamport=1, wall_ms=1, source="s", content=evidence_content)
+    ev_data = ev.encode()
+    evidence_content["rows"][0].append("EVIL")
+    assert op.encode() == data and op.value == ["x", {"deep": [1]}]
+    assert ev.encode() == ev_data and ev.recompute_id() == ev.op_id
+
+
+def test_a_frozen_value_written_again_keeps_its_bytes_and_the_op_its_id():
+    op = Writer("alice", clock=lambda: 1).claim("ns", "s", "tags", ["b", {"a": 1}])
+    again = Writer("alice", clock=lambda: 1).claim("ns", "s", "tags", op.value)
+    assert again.op_id == op.op_id
+    assert canonical_value(op.value) == ["b", {"a": 1}]
+    assert encode_value(op.value) == encode_value(["b", {"a": 1}])
+
+
+def test_frozen_values_pickle_copy_and_render_as_json():
+    v = frozen_value({"b": [1, {"c": b"\x01"}], "a": None})
+    for copied in (copy.copy(v), copy.deepcopy(v), pickle.loads(pickle.dumps(v))):
+        assert copied == v and type(copied) is FrozenMap
+        assert type(copied["b"]) is FrozenList and encode_value(copied) == encode_value(v)
+    assert json_value(v) == {"b": [1, {"c": {"$bytes": "01"}}], "a": None}
+    assert plain_value(v) == v and type(plain_value(v)) is dict
+    assert type(plain_value(v)["b"]) is list
+
+
+@given(values())
+def test_any_value_reads_back_equal_encodes_the_same_and_resists_mutation(value):
+    op = Writer("alice", clock=lambda: 1).claim("ns", "s", "p", value)
+    data = op.encode()
+    read = op.value
+    _equal_both_ways(read, value)
+    assert encode_value(read) == encode_value(value)
+    frozen = frozen_value(value)
+    assert frozen == value and encode_value(frozen) == encode_value(value)
+    assert decode_op(data).value == value
+    _attack(read)
+    assert op.encode() == data and op.recompute_id() == op.op_id and read == value
