@@ -25,9 +25,10 @@ fresh plain containers, which their callers own.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from operator import is_
 from types import MappingProxyType
-from typing import Any, NoReturn, Union
+from typing import Any, NoReturn, Union, cast
 
 import msgpack
 
@@ -53,9 +54,14 @@ INT_MAX = (1 << 63) - 1
 class FrozenList(tuple[Value, ...]):
     """A list value as an op holds it: an immutable ``tuple`` that equals the ``list`` with the
     same items (``FrozenList([1]) == [1]`` and ``[1] == FrozenList([1])``), repr'd like one, and
-    encoded like one. Built by `frozen_value`; its items are frozen values too."""
+    encoded like one. Its items are frozen values too: ``FrozenList(items)`` is
+    ``frozen_value(list(items))``, so it validates and freezes at every depth and raises what
+    `frozen_value` raises."""
 
     __slots__ = ()
+
+    def __new__(cls, items: Iterable[object] = ()) -> FrozenList:
+        return cast(FrozenList, frozen_value(list(items)))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, list):
@@ -85,17 +91,32 @@ class FrozenMap(Mapping[str, Value]):
     """A map value as an op holds it: a read-only ``Mapping`` that equals the ``dict`` with the
     same entries (either way round), repr'd like one, encoded like one, and iterated in canonical
     key order. Its entries live in a dict nothing outside reaches: the one attribute is a
-    ``MappingProxyType`` over it, and attributes cannot be set. Built by `frozen_value`; its
-    values are frozen values too."""
+    ``MappingProxyType`` over it, and attributes cannot be set. Its values are frozen values
+    too: ``FrozenMap(items)`` is ``frozen_value(dict(items))``, so it validates, sorts and
+    freezes at every depth and raises what `frozen_value` raises."""
 
     __slots__ = ("_items",)
-    _items: Mapping[str, Value]
+    _items: MappingProxyType[str, Value]
 
     def __new__(cls, items: Mapping[str, Value] | Iterable[tuple[str, Value]] = ()) -> FrozenMap:
-        return _frozen_map(dict(items))
+        return cast(FrozenMap, frozen_value(dict(items)))
 
     def __getitem__(self, key: str) -> Value:
         return self._items[key]
+
+    # The views and `get` of the entries themselves: read-only, and C-level (the `Mapping`
+    # mixins would walk the map in Python).
+    def keys(self) -> KeysView[str]:
+        return self._items.keys()
+
+    def values(self) -> ValuesView[Value]:
+        return self._items.values()
+
+    def items(self) -> ItemsView[str, Value]:
+        return self._items.items()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._items.get(key, default)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)
@@ -139,8 +160,14 @@ class FrozenMap(Mapping[str, Value]):
 _SET_ITEMS = FrozenMap.__dict__["_items"].__set__
 
 
+def _frozen_list(items: Iterable[Value]) -> FrozenList:
+    """A FrozenList of ``items`` as they are (frozen values already: nothing is checked)."""
+    return tuple.__new__(FrozenList, items)
+
+
 def _frozen_map(entries: dict[str, Value]) -> FrozenMap:
-    """A FrozenMap over ``entries`` itself (the caller hands it over and keeps no reference)."""
+    """A FrozenMap over ``entries`` itself (frozen values in canonical key order already: nothing
+    is checked; the caller hands the dict over and keeps no reference)."""
     m = object.__new__(FrozenMap)
     _SET_ITEMS(m, MappingProxyType(entries))
     return m
@@ -153,13 +180,21 @@ def canonical_value(value: object, field: str = "value", *, depth: int = 1) -> V
     Raises ValueTypeError for types outside the model and ValueRuleError for out-of-range
     numbers, non-finite floats, over-deep nesting and oversized containers or strings.
     """
-    return _canon(value, field, depth, list, dict)
+    try:
+        return _canon(value, field, depth, False, False)
+    except InputError:  # again, naming each item's field: the same error, naming the culprit
+        return _canon(value, field, depth, False, True)
 
 
 def frozen_value(value: object, field: str = "value", *, depth: int = 1) -> Value:
     """`canonical_value`, with every list built as a `FrozenList` and every map as a
-    `FrozenMap`: the form values take inside an op. Raises what `canonical_value` raises."""
-    return _canon(value, field, depth, FrozenList, _frozen_map)
+    `FrozenMap`: the form values take inside an op. Validating and freezing are one pass, and a
+    frozen container that is valid at ``depth`` and in canonical order comes back itself (so
+    writing a value read back copies nothing). Raises what `canonical_value` raises."""
+    try:
+        return _canon(value, field, depth, True, False)
+    except InputError:  # again, naming each item's field: the same error, naming the culprit
+        return _canon(value, field, depth, True, True)
 
 
 def frozen_canonical(value: Value) -> Value:
@@ -168,7 +203,7 @@ def frozen_canonical(value: Value) -> Value:
     Skips validation: anything else must go through `frozen_value`."""
     t = type(value)
     if t is list:
-        return FrozenList(map(frozen_canonical, value))  # type: ignore[arg-type]
+        return _frozen_list(map(frozen_canonical, value))  # type: ignore[arg-type]
     if t is dict:
         return _frozen_map({k: frozen_canonical(v) for k, v in value.items()})  # type: ignore[union-attr]
     return value
@@ -184,21 +219,30 @@ def plain_value(value: Value) -> Value:
     return value
 
 
-def _canon(value: Any, field: str, depth: int, new_list: Any, new_map: Any) -> Value:
+def _canon(value: Any, field: str, depth: int, frozen: bool, named: bool) -> Value:
+    """``value`` validated, its maps in canonical order, its containers frozen or plain. Unless
+    ``named``, items are checked under their container's field (formatting a name per item
+    costs more than checking most items), so a caller that gets an error checks again, named.
+    """
     t = type(value)
     if t is str:
-        if len(value) > MAX_STRING_BYTES // 4 and len(_utf8(value, field)) > MAX_STRING_BYTES:
+        # An ASCII str is its own UTF-8; only others are encoded (to check for lone surrogates).
+        if value.isascii():
+            if len(value) > MAX_STRING_BYTES:
+                raise ValueRuleError(
+                    field, "max-string-bytes", f"string longer than {MAX_STRING_BYTES} bytes"
+                )
+        elif len(_utf8(value, field)) > MAX_STRING_BYTES:
             raise ValueRuleError(
                 field, "max-string-bytes", f"string longer than {MAX_STRING_BYTES} bytes"
             )
-        _utf8(value, field)
         out: Value = value
         return out
-    if t is bool or value is None:
-        return value  # type: ignore[no-any-return]
     if t is int:
         if not INT_MIN <= value <= INT_MAX:
             raise ValueRuleError(field, "int64", f"integer {value} outside signed 64-bit range")
+        return value  # type: ignore[no-any-return]
+    if t is bool or value is None:
         return value  # type: ignore[no-any-return]
     if t is float:
         if not math.isfinite(value):
@@ -208,8 +252,6 @@ def _canon(value: Any, field: str, depth: int, new_list: Any, new_map: Any) -> V
         if len(value) > MAX_STRING_BYTES:
             raise ValueRuleError(field, "max-string-bytes", f"bytes longer than {MAX_STRING_BYTES}")
         return value  # type: ignore[no-any-return]
-    if isinstance(value, (msgpack.Timestamp, msgpack.ExtType)):
-        raise ValueTypeError(field, "no-ext-types", "msgpack extension types are not values")
     if t is list or t is dict or t is FrozenList or t is FrozenMap:
         if depth > MAX_DEPTH:
             raise ValueRuleError(field, "max-depth", f"nesting deeper than {MAX_DEPTH}")
@@ -219,30 +261,51 @@ def _canon(value: Any, field: str, depth: int, new_list: Any, new_map: Any) -> V
                 "max-container-items",
                 f"container with more than {MAX_CONTAINER_ITEMS} items",
             )
+        depth += 1
         if t is list or t is FrozenList:
-            return new_list(  # type: ignore[no-any-return]
-                [
-                    _canon(v, f"{field}[{i}]", depth + 1, new_list, new_map)
-                    for i, v in enumerate(value)
+            if named:
+                items = [
+                    _canon(v, f"{field}[{i}]", depth, frozen, True) for i, v in enumerate(value)
                 ]
-            )
-        items: list[tuple[bytes, str, Any]] = []
-        for k, v in value.items():
-            if type(k) is not str:
-                raise ValueTypeError(
-                    field, "str-map-keys", f"map key {k!r} is a {type(k).__name__}, not str"
-                )
-            items.append((_utf8(k, f"{field}.<key>"), k, v))
-        items.sort(key=lambda kv: kv[0])
-        return new_map(  # type: ignore[no-any-return]
-            {k: _canon(v, f"{field}.{k}", depth + 1, new_list, new_map) for _, k, v in items}
-        )
+            else:
+                items = [_canon(v, field, depth, frozen, False) for v in value]
+            if not frozen:
+                return items
+            if t is FrozenList and all(map(is_, items, value)):
+                return value  # type: ignore[no-any-return]
+            return _frozen_list(items)
+        entries = value._items if t is FrozenMap else value
+        keys = list(entries)
+        if not _STR.issuperset(map(type, keys)) or not all(map(str.isascii, keys)):
+            for k in keys:
+                if type(k) is not str:
+                    raise ValueTypeError(
+                        field, "str-map-keys", f"map key {k!r} is a {type(k).__name__}, not str"
+                    )
+                _utf8(k, f"{field}.<key>")
+        # Canonical order is by UTF-8 bytes, which is code point order: the order of str.
+        order = sorted(keys)
+        if named:
+            out_map = {k: _canon(entries[k], f"{field}.{k}", depth, frozen, True) for k in order}
+        else:
+            out_map = {k: _canon(entries[k], field, depth, frozen, False) for k in order}
+        if not frozen:
+            return out_map
+        if t is FrozenMap and order == keys and all(map(is_, out_map.values(), entries.values())):
+            return value  # type: ignore[no-any-return]
+        return _frozen_map(out_map)
+    if isinstance(value, (msgpack.Timestamp, msgpack.ExtType)):
+        raise ValueTypeError(field, "no-ext-types", "msgpack extension types are not values")
     raise ValueTypeError(
         field,
         "value-type",
         f"{t.__name__} is not a StateFuse value "
         "(allowed: None, bool, int, float, str, bytes, list, dict with str keys)",
     )
+
+
+#: The one type a map key may have.
+_STR = frozenset((str,))
 
 
 def _utf8(value: str, field: str) -> bytes:
@@ -259,23 +322,62 @@ _PACKER = msgpack.Packer(
 )
 
 
-def _pack(value: Any) -> bytes:
-    try:
-        packed: bytes = _PACKER.pack(value)
-    except TypeError:  # frozen containers: a packer of its own, whose hook makes them plain
-        packed = msgpack.packb(
-            value, use_bin_type=True, use_single_float=False, strict_types=True, default=_unfreeze
-        )
-    return packed
+class PackerPool:
+    """msgpack packers with a ``default`` hook, each lent to one `pack` call at a time.
+
+    A packer keeps its buffer between calls, so a packer shared by threads must never run
+    Python code while it packs (another thread could start packing into the same buffer); a
+    hook is Python code. So each `pack` takes a packer from the pool and puts it back when done
+    (``list.pop`` and ``list.append`` are atomic), and a new one is made only while every packer
+    is lent: the pool holds at most as many packers as threads ever packed at once, and packing
+    costs about what a shared packer costs, far less than making a packer per call.
+    """
+
+    __slots__ = ("_free", "_options")
+
+    def __init__(self, **options: Any) -> None:
+        self._options = {**options, "autoreset": True}
+        self._free: list[Any] = []
+
+    def pack(self, obj: object) -> bytes:
+        free = self._free
+        try:
+            packer = free.pop()
+        except IndexError:
+            packer = msgpack.Packer(**self._options)
+        try:
+            packed: bytes = packer.pack(obj)
+        finally:
+            free.append(packer)
+        return packed
 
 
 def _unfreeze(obj: object) -> object:
-    """msgpack's ``default`` hook: a frozen container as the plain one it encodes as."""
-    if type(obj) is FrozenList:
-        return list(obj)
+    """msgpack's ``default`` hook: a `FrozenMap` as the dict it encodes as (a `FrozenList` is a
+    tuple, which a packer that is not strict packs as an array as it is)."""
     if type(obj) is FrozenMap:
-        return dict(obj._items)
+        return obj._items.copy()
     raise TypeError(f"{type(obj).__name__} is not a StateFuse value")
+
+
+#: Packs values that hold frozen containers, which `_PACKER` does not take. Not strict about
+#: types, so that a FrozenList packs as it is: it only ever gets values that are canonical.
+_FROZEN_PACKERS = PackerPool(use_bin_type=True, use_single_float=False, default=_unfreeze)
+
+
+def _pack(value: Any) -> bytes:
+    t = type(value)
+    if t is FrozenList or t is FrozenMap:
+        return _FROZEN_PACKERS.pack(value)
+    try:
+        packed: bytes = _PACKER.pack(value)
+    except TypeError:  # a frozen container inside a plain one, or not a value at all
+        pass
+    else:
+        return packed
+    # Made plain (and checked: anything that is not a value raises the error that says so).
+    packed = _PACKER.pack(canonical_value(value))
+    return packed
 
 
 def encode_value(value: object, field: str = "value") -> bytes:
@@ -284,13 +386,28 @@ def encode_value(value: object, field: str = "value") -> bytes:
 
 
 def encode_canonical(value: Value, field: str = "value") -> bytes:
-    """Encode a value already returned by `canonical_value` (skips validation)."""
+    """Encode a value already returned by `canonical_value` or `frozen_value` (skips
+    validation)."""
     data = _pack(value)
     if len(data) > MAX_ENCODED_BYTES:
-        raise ValueRuleError(
-            field, "max-encoded-bytes", f"encoding longer than {MAX_ENCODED_BYTES} bytes"
-        )
+        raise _too_long(field)
     return data
+
+
+def encode_frozen(value: Value, field: str = "value") -> bytes:
+    """`encode_canonical` for a value known to hold frozen containers, such as a plain list
+    around one: packed by a packer that takes them at once, rather than after the plain packer
+    has tried and failed."""
+    data = _FROZEN_PACKERS.pack(value)
+    if len(data) > MAX_ENCODED_BYTES:
+        raise _too_long(field)
+    return data
+
+
+def _too_long(field: str) -> ValueRuleError:
+    return ValueRuleError(
+        field, "max-encoded-bytes", f"encoding longer than {MAX_ENCODED_BYTES} bytes"
+    )
 
 
 class _ExtFound(Exception):
