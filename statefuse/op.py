@@ -49,7 +49,6 @@ from registry.value import (
     canonical_value,
     encode_canonical,
     encode_value,
-    frozen_canonical,
     frozen_value,
     unpack_strict,
 )
@@ -299,12 +298,6 @@ def _value(name: str, v: object) -> Value:
     return frozen_value(v, name, depth=2)
 
 
-def _checked_value(name: str, v: Value) -> Value:
-    """The stored form of a value a writer has validated with `canonical_value` (a fresh plain
-    copy): frozen without checking it again."""
-    return frozen_canonical(v)
-
-
 def _opt_name(name: str, v: object) -> str:
     return "" if v == "" else _name(name, v)
 
@@ -414,10 +407,9 @@ def _build_plan(cls: type[_OpBase], checked: frozenset[str]) -> tuple[_Step, ...
             default = defaults.get(name, MISSING)
             if default is MISSING or check(name, default) is not default:
                 default = _NO_DEFAULT
-            if name in checked:
-                # A checked value is canonical but plain: it is still frozen on the way in.
-                check = _checked_value if check is _value else None
-            steps.append((name, check, cls.__dict__[name].__set__, default))
+            steps.append(
+                (name, None if name in checked else check, cls.__dict__[name].__set__, default)
+            )
         plan = _PLANS[cls, checked] = tuple(steps)
     return plan
 

@@ -16,7 +16,7 @@ from typing import Any
 import blake3
 
 from registry import DEFAULT_REGISTRY, Registry
-from registry.value import Value, canonical_value
+from registry.value import Value, frozen_value
 from statefuse.error import OpRuleError
 from statefuse.op import (
     _NO_DEFAULT,
@@ -240,7 +240,9 @@ class Writer:
         """
         namespace, subject = _label("namespace", namespace), _name("subject", subject)
         predicate, scope = _label("predicate", predicate), _scope("scope", scope)
-        value = canonical_value(value, "value", depth=2)
+        # Frozen first, in the form the op stores: normalizers (user code) get that value, so
+        # they can neither change what is stored nor see another type than readers give them.
+        value = frozen_value(value, "value", depth=2)
         contract = self.registry.contract_for(namespace, predicate)
         ref_value = self.registry.ref_value(contract, value)
         if ref_value is value and contract.normalizer != "exact":

@@ -15,7 +15,15 @@ from hypothesis import given
 
 from registry import FrozenList, FrozenMap, canonical_value, encode_value, plain_value
 from registry.value import frozen_value
-from statefuse import Lens, Writer, assemble_context, materialize, project
+from statefuse import (
+    Lens,
+    PredicateContract,
+    Registry,
+    Writer,
+    assemble_context,
+    materialize,
+    project,
+)
 from statefuse.op import ClaimAdded, EvidenceAdded, decode_op, decode_ops
 from statefuse.resolver import Abstain, ResolverInput, Select
 from statefuse.view import json_value
@@ -91,8 +99,8 @@ def test_frozen_containers_compare_equal_to_their_plain_forms_both_ways():
 
 
 def _mutations(v: Any) -> list[Any]:
-    """Every way we know to try to change a read-back list or map in place."""
-    if isinstance(v, FrozenList):
+    """Every way we know to try to change a list or map in place (on a plain one, they work)."""
+    if isinstance(v, (FrozenList, list)):
         return [
             lambda: v.append("EVIL"),
             lambda: v.extend(["EVIL"]),
@@ -110,7 +118,7 @@ def _mutations(v: Any) -> list[Any]:
             lambda: list.clear(v),
             lambda: setattr(v, "x", 1),
         ]
-    if isinstance(v, FrozenMap):
+    if isinstance(v, (FrozenMap, dict)):
         return [
             lambda: v.__setitem__("k", "EVIL"),
             lambda: v.__delitem__(next(iter(v))),
@@ -131,13 +139,19 @@ def _mutations(v: Any) -> list[Any]:
 
 
 def _attack(v: Any) -> None:
-    """Try every mutation on ``v`` and on every container inside it."""
-    for mutate in _mutations(v):
-        with contextlib.suppress(HOSTILE):
-            mutate()
-    children = v.values() if isinstance(v, Mapping) else v if isinstance(v, FrozenList) else ()
+    """Try every mutation on every list and map inside ``v``, then on ``v`` itself: what a
+    hostile resolver, ranker, normalizer or integration could do with a value it is handed."""
+    if isinstance(v, Mapping):
+        children = list(v.values())
+    elif isinstance(v, (FrozenList, list)):
+        children = list(v)
+    else:
+        children = []
     for child in children:
         _attack(child)
+    for mutate in _mutations(v):
+        with contextlib.suppress(Exception):
+            mutate()
 
 
 def _assert_attacks_fail(v: Any) -> None:
@@ -242,6 +256,33 @@ def test_a_caller_mutating_the_list_it_wrote_changes_nothing():
     evidence_content["rows"][0].append("EVIL")
     assert op.encode() == data and op.value == ["x", {"deep": [1]}]
     assert ev.encode() == ev_data and ev.recompute_id() == ev.op_id
+
+
+def test_a_normalizer_is_given_the_stored_value_itself_frozen_so_it_can_change_no_op():
+    # A contract's normalizer (user code) runs while the writer builds the claim, before the id
+    # exists: anything it could change in the value it is given would be stored under that id.
+    given: list[Any] = []
+
+    def hostile(value: Any) -> Any:
+        given.append(value)
+        _attack(value)
+        return "one normal form"
+
+    registry = Registry(
+        [PredicateContract("tags", normalizer="hostile")], normalizers={"hostile": hostile}
+    )
+    written = ["b", {"a": [1]}]
+    a = Writer("alice", registry=registry, clock=lambda: 1)
+    ops = [a.claim("ns", "s", "tags", written), a.claim("ns", "s", "tags", ["c", {"a": [2]}])]
+    assert [type(v) for v in given] == [FrozenList, FrozenList]
+    assert given[0] is ops[0].value and given[1] is ops[1].value
+    _attack(given[0])  # a handle the normalizer kept, used later
+    assert ops[0].value == written and decode_op(ops[0].encode()).value == written
+    assert all(op.recompute_id() == op.op_id for op in ops)
+    datas = [op.encode() for op in ops]
+    state = materialize(ops, registry=registry)  # normalizes again, to group the two values
+    assert len(given) > 2 and not state.conflicts  # one normal form: agreement
+    assert [op.encode() for op in ops] == datas
 
 
 def test_a_frozen_value_written_again_keeps_its_bytes_and_the_op_its_id():
