@@ -44,10 +44,13 @@ from registry.value import (
     INT_MIN,
     MAX_ENCODED_BYTES,
     MAX_STRING_BYTES,
+    FrozenList,
     FrozenMap,
+    PackerPool,
     Value,
     canonical_value,
     encode_canonical,
+    encode_frozen,
     encode_value,
     frozen_value,
     unpack_strict,
@@ -106,7 +109,11 @@ def _checked_claim_ref(
     from `canonical_value` (a normal form from a normalizer must always be checked)."""
     if not canonical:
         ref_value = canonical_value(ref_value, "claim_ref[4]", depth=2)
-    body = encode_canonical([namespace, subject, predicate, scope, ref_value], "claim_ref")
+    parts: Value = [namespace, subject, predicate, scope, ref_value]
+    if type(ref_value) is FrozenList or type(ref_value) is FrozenMap:
+        body = encode_frozen(parts, "claim_ref")
+    else:
+        body = encode_canonical(parts, "claim_ref")
     return blake3.blake3(CLAIM_REF_DOMAIN + body).digest()
 
 
@@ -340,6 +347,10 @@ class _Encoder:
     fetch: Callable[[Any], tuple[Any, ...]]
     #: Where Layer values sit in the fetched tuple (packed as their string value).
     layers: tuple[int, ...]
+    #: Where the value field sits in the fetched tuple (None: the type has none). A `FrozenMap`
+    #: there needs a packer whose hook unfreezes it (a `FrozenList` is a tuple, which packs as
+    #: an array as it is).
+    value_at: int | None
     #: Where ``"v"`` sits when the version is an earlier one than ``FORMAT_VERSION`` (which is
     #: what the getter fetches), else None.
     old_version_at: int | None
@@ -360,6 +371,7 @@ def _encoder(cls: type[_OpBase], version: int) -> _Encoder:
             keys=order,
             fetch=attrgetter(*names),
             layers=tuple(i for i, name in enumerate(order) if checks.get(name) is _layer),
+            value_at=next((i for i, name in enumerate(order) if checks.get(name) is _value), None),
             old_version_at=None if version == cls.FORMAT_VERSION else order.index("v"),
             version=version,
             map_header=bytes((0x80 | n,)) if n <= 15 else b"\xde" + n.to_bytes(2, "big"),
@@ -377,16 +389,16 @@ _PACKER = msgpack.Packer(use_bin_type=True, use_single_float=False, autoreset=Tr
 
 
 def _plain(obj: object) -> object:
+    if type(obj) is FrozenMap:  # a map value (lists are tuples, which pack as arrays)
+        return obj._items.copy()
     if isinstance(obj, Layer):
         return obj.value
-    if type(obj) is FrozenMap:  # a map value (lists are tuples, which pack as arrays)
-        return dict(obj.items())
     raise TypeError(f"{type(obj).__name__} is not encodable")
 
 
-def _pack_plain(value: dict[str, Any]) -> bytes:
-    packed: bytes = msgpack.packb(value, use_bin_type=True, use_single_float=False, default=_plain)
-    return packed
+#: Packs what `_PACKER` cannot: ops whose values hold maps, and fields of types `_plain` knows
+#: (see `PackerPool` for why these are not `_PACKER`).
+_HOOKED_PACKERS = PackerPool(use_bin_type=True, use_single_float=False, default=_plain)
 
 
 _NO_DEFAULT = object()
@@ -542,10 +554,14 @@ class _OpBase:
         flat: list[Any] = [None] * (2 * len(enc.keys))
         flat[::2] = enc.keys
         flat[1::2] = values
+        at = enc.value_at
+        packer: Any = (
+            _PACKER if at is None or type(values[at]) is not FrozenMap else _HOOKED_PACKERS
+        )
         try:
-            packed: bytes = _PACKER.pack(flat)
-        except TypeError:  # a value of another type (another layer's op): the general path
-            return _pack_plain(dict(zip(enc.keys, values, strict=True)))
+            packed: bytes = packer.pack(flat)
+        except TypeError:  # a map inside a list value, or a field of a type `_plain` knows
+            packed = _HOOKED_PACKERS.pack(flat)
         return enc.map_header + packed[enc.array_header_len :]
 
     def recompute_id(self) -> bytes:
