@@ -53,6 +53,7 @@ from registry.value import (
     encode_frozen,
     encode_value,
     frozen_value,
+    plain_value,
     unpack_strict,
 )
 from statefuse.error import EncodingError, OpRuleError, StateFuseError
@@ -516,7 +517,8 @@ class _OpBase:
         _LAST_SEALED[0] = (self, data)
 
     def to_value(self) -> dict[str, Value]:
-        """The op as a plain value map (the thing that is canonically encoded)."""
+        """The op as a plain value map (the thing that is canonically encoded), the caller's
+        to edit: its lists and maps are plain copies."""
         out: dict[str, Value] = {}
         version = self._version()
         for name in _encoding_order(type(self), version):
@@ -526,7 +528,9 @@ class _OpBase:
                 v = version
             else:
                 v = getattr(self, name)
-                if isinstance(v, tuple):
+                if type(v) is FrozenList or type(v) is FrozenMap:
+                    v = plain_value(v)
+                elif isinstance(v, tuple):
                     v = list(v)
                 elif isinstance(v, Layer):
                     v = v.value

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import blake3
+import msgpack
 import pytest
 from hypothesis import given
 
@@ -291,6 +292,16 @@ def test_a_frozen_value_written_again_keeps_its_bytes_and_the_op_its_id():
     assert again.op_id == op.op_id
     assert canonical_value(op.value) == ["b", {"a": 1}]
     assert encode_value(op.value) == encode_value(["b", {"a": 1}])
+
+
+def test_to_value_gives_the_op_with_plain_lists_and_maps_the_caller_may_edit():
+    op = Writer("alice", clock=lambda: 1).claim("ns", "s", "tags", ["b", {"a": [1]}])
+    fields = op.to_value()
+    value = fields["value"]
+    assert type(value) is list and type(value[1]) is dict and type(value[1]["a"]) is list
+    assert msgpack.packb(fields, use_bin_type=True, use_single_float=False) == op.encode()
+    value[1]["a"].append("EVIL")
+    assert op.value == ["b", {"a": [1]}] and op.recompute_id() == op.op_id
 
 
 def test_frozen_values_pickle_copy_and_render_as_json():
