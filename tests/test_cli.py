@@ -26,6 +26,7 @@ from typing import NamedTuple
 import blake3
 import pytest
 
+from registry import same_value
 from statefuse import DEFAULT_REGISTRY, Writer
 from statefuse.cli import COMMANDS, main, parser
 from sync.bundle import write_bundle
@@ -162,7 +163,9 @@ def test_a_value_is_read_as_json_when_it_parses_and_as_a_string_otherwise(
     code, out, err = cli("claim", "team/plan/note", typed)
     with opened(store) as r:
         (claim,) = r.state().active_claims()
-    assert claim.value == stored and type(claim.value) is type(stored)
+    # Value equality as SEMANTICS §1 defines it (kind and canonical bytes: 1, 1.0 and True
+    # differ, as do "42" and 42); a list or map is read back frozen, equal to the one written.
+    assert claim.value == stored and same_value(claim.value, stored)
     shown = {
         '{"b": 2, "a": [true]}': '{"a": [true], "b": 2}',
         "2026-03-25": '"2026-03-25"',

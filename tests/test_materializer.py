@@ -223,7 +223,8 @@ def test_a_snapshot_never_sees_later_applies():
 def test_materialize_refuses_an_op_tampered_after_it_was_built():
     (a,) = writers("a")
     c = a.claim("p", "x", "list", [1, 2])
-    c.value.append(3)  # type: ignore[union-attr]
+    # Its value is immutable (SEMANTICS §1): tampering now takes going around the frozen op.
+    object.__setattr__(c, "value", [1, 2, 3])
     with pytest.raises(OpIdMismatch):
         materialize([c], registry=REG)
 

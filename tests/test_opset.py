@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import blake3
 import pytest
 from hypothesis import given
@@ -184,8 +186,12 @@ def _tampered_value(op: ClaimAdded) -> ClaimAdded:
     return op
 
 
-def _mutated_list(op: ClaimAdded) -> ClaimAdded:
-    op.value.append("smuggled")
+def _mutated_in_place(op: ClaimAdded) -> ClaimAdded:
+    # Values are immutable (SEMANTICS §1); the one change in place left is going around that:
+    # the entries of the map inside the value, swapped through its slot. The op, its value and
+    # the map stay the objects they were, so only re-encoding the content can notice.
+    inner = op.value[2]  # type: ignore[index]
+    object.__setattr__(inner, "_items", MappingProxyType({"k": "smuggled"}))
     return op
 
 
@@ -199,11 +205,11 @@ def _tampered_id(op: ClaimAdded) -> ClaimAdded:
     return op
 
 
-TAMPERINGS = [_tampered_value, _mutated_list, _tampered_lamport, _tampered_id]
+TAMPERINGS = [_tampered_value, _mutated_in_place, _tampered_lamport, _tampered_id]
 
 
 def _fresh_claim() -> ClaimAdded:
-    return Writer("w", clock=lambda: 0).claim("ns", "s", "p", ["a", 1])
+    return Writer("w", clock=lambda: 0).claim("ns", "s", "p", ["a", 1, {"k": "v"}])
 
 
 @pytest.mark.parametrize("tamper", TAMPERINGS, ids=lambda f: f.__name__[1:])
