@@ -1,25 +1,43 @@
 """Values inside ops are deeply immutable (SEMANTICS §1): nothing that reads an op (a caller, a
-resolver, a ranker, an integration) can change it after its id was computed."""
+resolver, a ranker, a normalizer, an integration, a reader of a State, View or Context) can change
+it after its id was computed (issue 12, item 5).
+
+The hostile ones here try every mutation on every list, map and set they can reach through
+attributes and items (`_hostile`); the same tests fail when values are held as plain lists and
+dicts, as they were before."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
 import pickle
+import types
 from collections.abc import Mapping, Sequence
+from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import blake3
 import msgpack
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
-from registry import FrozenList, FrozenMap, canonical_value, encode_value, plain_value
+from registry import (
+    FrozenList,
+    FrozenMap,
+    ValueRuleError,
+    ValueTypeError,
+    canonical_value,
+    encode_value,
+    plain_value,
+)
 from registry.value import frozen_value
 from statefuse import (
     Lens,
     PredicateContract,
     Registry,
+    State,
     Writer,
     assemble_context,
     materialize,
@@ -28,6 +46,7 @@ from statefuse import (
 from statefuse.op import ClaimAdded, EvidenceAdded, decode_op, decode_ops
 from statefuse.resolver import Abstain, ResolverInput, Select
 from statefuse.view import json_value
+from sync.replica import Replica
 from tests.test_value import values
 
 HOSTILE = (TypeError, AttributeError)
@@ -99,6 +118,21 @@ def test_frozen_containers_compare_equal_to_their_plain_forms_both_ways():
     assert isinstance(FrozenMap({}), Mapping) and isinstance(FrozenList([]), Sequence)
 
 
+def test_frozen_containers_built_directly_are_checked_sorted_and_frozen_at_every_depth():
+    m = FrozenMap({"b": [1, {"c": []}], "a": 1})
+    assert list(m) == ["a", "b"] and list(m.items()) == [("a", 1), ("b", [1, {"c": []}])]
+    assert type(m["b"]) is FrozenList and type(m["b"][1]) is FrozenMap  # type: ignore[index]
+    assert type(FrozenList([[1]])[0]) is FrozenList
+    with pytest.raises(ValueTypeError) as info:
+        FrozenList([1, {2}])
+    assert info.value.field == "value[1]"
+    with pytest.raises(ValueRuleError):
+        FrozenMap({"x": float("nan")})
+    frozen = frozen_value({"a": [1, {"b": []}]})
+    assert frozen_value(frozen) is frozen  # written again: nothing copied
+    assert frozen_value([frozen])[0] is frozen
+
+
 def _mutations(v: Any) -> list[Any]:
     """Every way we know to try to change a list or map in place (on a plain one, they work)."""
     if isinstance(v, (FrozenList, list)):
@@ -119,6 +153,8 @@ def _mutations(v: Any) -> list[Any]:
             lambda: list.clear(v),
             lambda: setattr(v, "x", 1),
         ]
+    if isinstance(v, set):
+        return [lambda: v.add("EVIL"), lambda: v.discard(next(iter(v))), lambda: v.clear()]
     if isinstance(v, (FrozenMap, dict)):
         return [
             lambda: v.__setitem__("k", "EVIL"),
@@ -176,14 +212,85 @@ def test_every_mutation_of_a_read_back_value_fails():
     assert op.encode() == before and op.recompute_id() == op.op_id
 
 
-def _conflicted() -> tuple[list[Any], list[Any]]:
+#: What a walk does not enter: objects the whole process shares (types, modules, enum members,
+#: registries and the normalizers in them), which are not what one State or input holds.
+_SHARED = (type, types.ModuleType, Enum, Registry)
+_ATOMS = (str, bytes, int, float, bool, type(None))
+
+
+def _reachable(*roots: object) -> list[Any]:
+    """Every object reachable from ``roots`` through attributes (slots and ``__dict__``, private
+    ones too) and the items and keys of containers and mappings, but no callable and nothing
+    `_SHARED`: what code handed the roots reaches by ordinary Python. Going around Python's
+    rules (``object.__setattr__``, ``gc``, ``ctypes``) is out of scope, as for the ops."""
+    found: dict[int, Any] = {}
+    stack = list(roots)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in found or isinstance(obj, (*_ATOMS, *_SHARED)) or callable(obj):
+            continue
+        found[id(obj)] = obj
+        if isinstance(obj, Mapping):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        else:
+            for cls in type(obj).__mro__:
+                slots = cls.__dict__.get("__slots__", ())
+                for slot in (slots,) if isinstance(slots, str) else slots:
+                    if slot.startswith("__") and not slot.endswith("__"):
+                        slot = f"_{cls.__name__.lstrip('_')}{slot}"
+                    if slot not in ("__dict__", "__weakref__") and hasattr(obj, slot):
+                        stack.append(getattr(obj, slot))
+            stack.extend(getattr(obj, "__dict__", {}).values())
+    return list(found.values())
+
+
+def _hostile(*roots: object) -> list[Any]:
+    """Find everything reachable from ``roots``, then try every mutation on every list, map and
+    set among it (the roots' own included). Returns the lists and maps found."""
+    found = _reachable(*roots)
+    for obj in found:
+        for mutate in _mutations(obj):
+            with contextlib.suppress(Exception):
+                mutate()
+    return [obj for obj in found if type(obj) in _CONTAINERS]
+
+
+def _memory() -> tuple[list[Any], list[bytes]]:
+    """Ops with lists and maps at every place a value sits, and their bytes: evidence content,
+    two conflicting claims (one citing the evidence) that a resolver is shown, a conflict
+    decided with a payload, a correction and a claim made stale by it."""
     a, b = Writer("alice", clock=lambda: 1), Writer("bob", clock=lambda: 2)
+    ev = a.evidence("doc", {"rows": [[1, 2], {"cell": [3]}]})
+    old = a.claim("ns", "s", "budget", [100, {"per": "month"}])
+    new = a.claim("ns", "s", "budget", [120, {"per": "month"}])
     ops = [
-        a.claim("ns", "s", "tags", ["x", {"deep": ["y"]}]),
+        ev,
+        a.claim("ns", "s", "tags", ["x", {"deep": ["y"]}], evidence=[ev.evidence_id]),
         b.claim("ns", "s", "tags", ["z", {"deep": {"m": [1]}}]),
         a.claim("ns", "s", "cfg", {"k": [1, 2]}),
+        b.claim("ns", "s", "cfg", {"k": [3]}),
+        old,
+        new,
+        a.retract(claim_id=old.claim_id, superseded_by=new.claim_id),
+        a.claim("ns", "s", "plan", {"uses": ["budget"]}, depends_on=[old.claim_id]),
     ]
+    state = materialize(ops)
+    (cfg,) = (c for c in state.conflicts if c.key == ("ns", "s", "cfg"))
+    ops.append(a.decide_on(cfg, ops[3].claim_id, state=state, payload={"why": ["cheaper", {}]}))
     return ops, [op.encode() for op in ops]
+
+
+#: The lists and maps a value may be held as (frozen, or plain where they are not frozen).
+_CONTAINERS = (FrozenList, FrozenMap, list, dict)
+
+
+def _values_of(ops: Sequence[Any]) -> set[int]:
+    """Ids of the list and map values the ops hold (claim values, content, payloads)."""
+    held = (getattr(op, f, None) for op in ops for f in ("value", "content", "payload"))
+    return {id(v) for v in held if type(v) in _CONTAINERS}
 
 
 def _assert_untouched(ops: list[Any], datas: list[bytes], digest: bytes) -> None:
@@ -198,49 +305,134 @@ def _assert_untouched(ops: list[Any], datas: list[bytes], digest: bytes) -> None
 
 
 class _HostileResolver:
+    """Attacks everything it is shown (candidates, groups, the conflict, the lens)."""
+
     def __init__(self) -> None:
-        self.seen = 0
+        self.reached: list[Any] = []
 
     def resolve(self, inp: ResolverInput) -> Select | Abstain:
-        for c in inp.candidates:
-            self.seen += 1
-            _attack(c.value)
-            with pytest.raises(HOSTILE):
-                c.value += ["EVIL"]
-        for group in getattr(inp, "groups", ()):
-            for item in group if isinstance(group, tuple) else ():
-                _attack(getattr(item, "value", None))
+        # Asserting here would prove nothing: a resolver's exceptions become Abstain.
+        self.reached.extend(_hostile(inp))
         return Abstain("hostile")
 
 
-def test_a_resolver_that_mutates_candidate_values_changes_no_op_and_no_digest():
-    ops, datas = _conflicted()
+def test_a_resolver_that_mutates_everything_it_is_shown_changes_no_op_and_no_digest():
+    ops, datas = _memory()
     digest = materialize(ops).digest()
     resolver = _HostileResolver()
     project(materialize(ops), Lens(), resolver=resolver)
-    assert resolver.seen
+    tags = [op for op in ops if getattr(op, "predicate", None) == "tags"]
+    assert _values_of(tags) <= {id(v) for v in resolver.reached}
     _assert_untouched(ops, datas, digest)
 
 
 class _HostileRanker:
+    """Scores every claim 1, after attacking the claims and the sequence they came in."""
+
     def __init__(self) -> None:
-        self.seen = 0
+        self.reached: list[Any] = []
 
     def scores(self, query: str, claims: Sequence[ClaimAdded]) -> Mapping[bytes, float]:
-        for c in claims:
-            self.seen += 1
-            _attack(c.value)
-        return {c.claim_id: 1.0 for c in claims}
+        out = {c.claim_id: 1.0 for c in claims}
+        self.reached.extend(_hostile(claims))
+        return out
 
 
-def test_a_ranker_that_mutates_claim_values_changes_no_op_and_no_digest():
-    ops, datas = _conflicted()
+def test_a_ranker_that_mutates_everything_it_is_given_changes_no_op_and_no_digest():
+    ops, datas = _memory()
     state = materialize(ops)
     digest = state.digest()
     ranker = _HostileRanker()
     assemble_context(project(state, Lens()), query="tags", budget=2000, ranker=ranker)
-    assert ranker.seen
+    assert ranker.reached
     _assert_untouched(ops, datas, digest)
+
+
+def _read_everything(state: State) -> tuple[object, ...]:
+    """What a State's accessors hand out (and, read once, cache inside it)."""
+    return (
+        state.claims,
+        state.all_claims(),
+        state.active_claims(),
+        state.active_by_key(),
+        state.evidence,
+        state.decisions,
+        state.retractions,
+        state.retracted,
+        state.conflicts,
+        state.stale,
+        state.stale_decision_reasons,
+        state.digest(),
+    )
+
+
+def test_nothing_reachable_from_a_state_or_what_it_hands_out_can_change_an_op():
+    ops, datas = _memory()
+    state = materialize(ops)
+    handed_out = _read_everything(state)
+    reached = _hostile(state, handed_out)
+    assert _values_of(ops) <= {id(v) for v in reached}
+    _assert_untouched(ops, datas, handed_out[-1])  # type: ignore[arg-type]
+
+
+def test_nothing_reachable_from_a_view_can_change_an_op():
+    ops, datas = _memory()
+    state = materialize(ops)
+    digest = state.digest()
+    view = project(state, Lens())
+    view.to_json()
+    handed_out = (dict(view.selected), dict(view.explanations), view.surfaced_conflicts)
+    shown = [c for s in view.selected.values() for c in s.claims]
+    shown += [c for sc in view.surfaced_conflicts for c in sc.candidates]
+    want = _values_of(shown)
+    assert len(want) == 5  # budget, cfg, plan and both tags
+    reached = _hostile(view, handed_out)
+    assert want <= {id(v) for v in reached}
+    _assert_untouched(ops, datas, digest)
+
+
+def test_nothing_reachable_from_a_context_or_the_claims_it_expands_to_can_change_an_op():
+    ops, datas = _memory()
+    state = materialize(ops)
+    digest = state.digest()
+    context = assemble_context(project(state, Lens()), query="tags", budget=60)
+    expanded = [context.expand(handle) for handle in context.omitted]
+    want = _values_of([c for claims in expanded for c in claims])
+    assert want  # some claims with list or map values were left out, under handles
+    reached = _hostile(context, expanded)
+    assert want <= {id(v) for v in reached}
+    _assert_untouched(ops, datas, digest)
+
+
+def test_a_caller_or_an_integration_mutating_values_around_add_claim_changes_no_stored_op(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "memory.db"
+    observed: list[Any] = []
+    written: list[Any] = ["x", {"deep": [1]}]
+    content: dict[str, Any] = {"rows": [[1]]}
+    with Replica.open(path, create=True, space="team", clock=lambda: 1) as replica:
+        replica.observe(lambda ops: observed.extend(_hostile(ops)))  # a hostile integration
+        with replica.batch():
+            ev = replica.add_evidence("doc", content)
+            op = replica.add_claim("ns", "s", "tags", written, evidence=[ev.evidence_id])
+            _attack(written)  # what the caller passed in
+            _attack(content)
+            _attack(op.value)  # and what it got back, before the batch is committed
+            _attack(ev.content)
+        assert written != ["x", {"deep": [1]}] and observed
+        # What the live State hands out (its private parts are the replica's, and mutable).
+        _hostile(_read_everything(replica.state()))
+        assert op.recompute_id() == op.op_id and ev.recompute_id() == ev.op_id
+        state = replica.state()
+        assert state.claims[op.claim_id].value == ["x", {"deep": [1]}]
+        assert state.evidence[ev.evidence_id].content == {"rows": [[1]]}
+        digest = state.digest()
+    with Replica.open(path) as again:
+        state = again.state()
+        assert state.claims[op.claim_id].encode() == op.encode()
+        assert state.evidence[ev.evidence_id].encode() == ev.encode()
+        assert state.digest() == digest
 
 
 def test_a_caller_mutating_the_list_it_wrote_changes_nothing():
@@ -326,3 +518,34 @@ def test_any_value_reads_back_equal_encodes_the_same_and_resists_mutation(value)
     assert decode_op(data).value == value
     _attack(read)
     assert op.encode() == data and op.recompute_id() == op.op_id and read == value
+
+
+@given(st.lists(values(), min_size=1, max_size=3), values(), values())
+def test_whatever_the_values_hostile_callers_resolvers_rankers_and_readers_change_no_op(
+    claimed, content, payload
+):
+    """Issue 12, item 5, as a property: every mutation that callers (of the values they wrote),
+    resolvers, rankers and readers of a State, View or Context try leaves every op's id
+    recomputable and every digest unchanged."""
+    mine = copy.deepcopy([claimed, content, payload])  # the caller's objects, which it keeps
+    writers = [Writer(f"w{i}", clock=lambda: 1) for i in range(len(claimed))]
+    ev = writers[0].evidence("doc", mine[1])
+    ops: list[Any] = [ev]
+    for w, v in zip(writers, mine[0], strict=True):
+        ops.append(w.claim("ns", "s", "p", v, evidence=[ev.evidence_id]))
+    some_id = ops[1].claim_id
+    ops.append(
+        writers[0].decide(
+            locus=some_id, conflict_id=some_id, selected_claim_id=some_id, payload=mine[2]
+        )
+    )
+    datas = [op.encode() for op in ops]
+    digest = materialize(ops).digest()
+    _attack(mine)
+    state = materialize(ops)
+    handed_out = _read_everything(state)
+    view = project(state, Lens(), resolver=_HostileResolver())
+    context = assemble_context(view, query="p", budget=200, ranker=_HostileRanker())
+    expanded = [context.expand(handle) for handle in context.omitted]
+    _hostile(state, handed_out, view, context, expanded)
+    _assert_untouched(ops, datas, digest)
