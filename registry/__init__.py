@@ -72,9 +72,9 @@ __all__ = [
     "canonical_value",
     "decode_value",
     "encode_value",
-    "register_normalizer",
-    "registered_normalizers",
     "frozen_value",
     "plain_value",
+    "register_normalizer",
+    "registered_normalizers",
     "same_value",
 ]

@@ -184,7 +184,7 @@ def parse(
     order: tuple[str, ...] | None = None
     if doc.get("authority_order") is not None:
         raw = doc["authority_order"]
-        if not isinstance(raw, list) or not all(type(x) is str for x in raw):
+        if not isinstance(raw, (list, tuple)) or not all(type(x) is str for x in raw):
             raise _fail(f"{field}.authority_order", "list-of-str", "expected a list of labels")
         order = tuple(raw)
     default = None
@@ -192,7 +192,7 @@ def parse(
         default = _contract(doc["default"], f"{field}.default", default=True)
     raw_contracts = doc.get("contracts")
     raw_contracts = [] if raw_contracts is None else raw_contracts
-    if not isinstance(raw_contracts, list):
+    if not isinstance(raw_contracts, (list, tuple)):
         raise _fail(f"{field}.contracts", "list", "expected a list of contract tables")
     if len(raw_contracts) > MAX_CONTRACTS:
         raise _fail(f"{field}.contracts", "max-contracts", f"at most {MAX_CONTRACTS} contracts")
@@ -212,7 +212,7 @@ def parse(
                 raise _fail(where, exc.rule, exc.message) from None
     extra = doc.get("normalizers")
     extra = [] if extra is None else extra
-    if not isinstance(extra, list):
+    if not isinstance(extra, (list, tuple)):
         raise _fail(f"{field}.normalizers", "list-of-str", "expected a list of normalizer names")
     names = []
     for i, spec in enumerate(extra):
