@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from registry.value import Value
@@ -86,31 +86,77 @@ def _idf(n: int, df: int) -> float:
 
 
 class _Index:
-    """Postings of one corpus (a tuple of claims): term -> [(claim id, tf)], identifier ->
-    [claim id], and each claim's BM25 length normalisation."""
+    """Postings of one corpus (a tuple of claims): term -> {claim id: tf}, identifier ->
+    {claim id}, and each claim's length; BM25 weights are made per query term on first use.
 
-    __slots__ = ("claims", "idents", "norms", "weights", "words")
+    `update` moves it to another corpus by the difference (claims gone, claims new), so a
+    corpus that changed by a few claims costs a few postings, not a rebuild: what carries the
+    ranking from one State to the next. Scores do not depend on the path: lengths, document
+    frequencies and the average length are the same integers either way, and every weight is
+    computed by the same formula from them."""
+
+    __slots__ = ("claims", "docs", "idents", "total", "weights", "words")
 
     def __init__(self, claims: tuple[ClaimAdded, ...], docs: Sequence[_Doc]) -> None:
         self.claims = claims
-        words: dict[str, list[tuple[bytes, int]]] = {}
-        idents: dict[str, list[bytes]] = {}
-        total = 0
-        for c, d in zip(claims, docs, strict=True):
-            total += d.length
-            cid = c.op_id
-            for t, f in d.tf.items():
-                words.setdefault(t, []).append((cid, f))
-            for t in d.idents:
-                idents.setdefault(t, []).append(cid)
-        avgdl = total / len(docs) if docs and total else 1.0
-        self.norms = {
-            c.op_id: K1 * (1.0 - B + B * d.length / avgdl)
-            for c, d in zip(claims, docs, strict=True)
-        }
-        self.words = words
-        self.idents = idents
+        self.words: dict[str, dict[bytes, int]] = {}
+        self.idents: dict[str, dict[bytes, None]] = {}
+        self.docs: dict[bytes, _Doc] = {}
+        self.total = 0
         self.weights: dict[str, list[tuple[bytes, float]]] = {}
+        for c, d in zip(claims, docs, strict=True):
+            self._add(c.op_id, d)
+
+    def _add(self, cid: bytes, d: _Doc) -> None:
+        if cid in self.docs:
+            return  # a claim listed twice counts once
+        self.docs[cid] = d
+        self.total += d.length
+        words, idents = self.words, self.idents
+        for t, f in d.tf.items():
+            postings = words.get(t)
+            if postings is None:
+                words[t] = {cid: f}
+            else:
+                postings[cid] = f
+        for t in d.idents:
+            ids = idents.get(t)
+            if ids is None:
+                idents[t] = {cid: None}
+            else:
+                ids[cid] = None
+
+    def _remove(self, cid: bytes) -> None:
+        d = self.docs.pop(cid)
+        self.total -= d.length
+        words, idents = self.words, self.idents
+        for t in d.tf:
+            postings = words[t]
+            del postings[cid]
+            if not postings:
+                del words[t]
+        for t in d.idents:
+            ids = idents[t]
+            del ids[cid]
+            if not ids:
+                del idents[t]
+
+    def update(self, claims: tuple[ClaimAdded, ...], doc: Callable[[ClaimAdded], _Doc]) -> bool:
+        """Become the index of ``claims`` by the difference from the current corpus; False
+        (and unchanged) when most of the corpus changed, where a rebuild is cheaper."""
+        new = {c.op_id: c for c in claims}
+        docs = self.docs
+        gone = [cid for cid in docs if cid not in new]
+        added = [c for cid, c in new.items() if cid not in docs]
+        if 2 * (len(gone) + len(added)) > len(new) + 16:
+            return False
+        for cid in gone:
+            self._remove(cid)
+        for c in added:
+            self._add(c.op_id, doc(c))
+        self.claims = claims
+        self.weights = {}
+        return True
 
     def weighted(self, term: str) -> list[tuple[bytes, float]] | None:
         """The postings of ``term`` with BM25's saturated term frequency, made on first use."""
@@ -119,9 +165,12 @@ class _Index:
             postings = self.words.get(term)
             if postings is None:
                 return None
-            norms = self.norms
+            n = len(self.docs)
+            avgdl = self.total / n if n and self.total else 1.0
+            docs = self.docs
             found = self.weights[term] = [
-                (cid, f * (K1 + 1.0) / (f + norms[cid])) for cid, f in postings
+                (cid, f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * docs[cid].length / avgdl)))
+                for cid, f in postings.items()
             ]
         return found
 
@@ -153,7 +202,9 @@ class LexicalRanker:
         index = self._index
         if index is None or index.claims is not claims:
             memo, doc = self._memo, self._doc
-            index = self._index = _Index(claims, [memo.get(c.op_id) or doc(c) for c in claims])
+            if index is None or not index.update(claims, doc):
+                docs = [memo.get(c.op_id) or doc(c) for c in claims]
+                index = self._index = _Index(claims, docs)
         return index
 
     def scores(self, query: str, claims: Sequence[ClaimAdded]) -> dict[bytes, float]:
