@@ -38,6 +38,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import unquote
@@ -83,7 +84,10 @@ class CliError(InputError, ValueError):
 
 def format_key(key: Sequence[str]) -> str:
     """A key as the command line spells it (the inverse of `parse_key`)."""
-    return "/".join(part.replace("%", "%25").replace("/", "%2F") for part in key)
+    text = "/".join(key)
+    if "%" not in text and text.count("/") == len(key) - 1:
+        return text  # no part holds a "/" or a "%": nothing to escape
+    return "/".join([part.replace("%", "%25").replace("/", "%2F") for part in key])
 
 
 def _key_parts(text: str, counts: range, spelled: str) -> tuple[str, ...]:
@@ -567,18 +571,20 @@ def _notes(c: ClaimAdded, state: State) -> list[str]:
     return notes
 
 
+#: The order ``show`` lists claims in: by key, then scope, then claim id.
+_SHOW_ORDER = attrgetter("namespace", "subject", "predicate", "scope", "claim_id")
+
+
 def _cmd_show(s: Session) -> int:
     a = s.args
     prefix = parse_key_prefix(a.prefix) if a.prefix is not None else ()
     state = s.replica(readonly=True).state()
-    claims = sorted(
-        (
-            c
-            for c in state.active_claims()
-            if _key_of(c)[: len(prefix)] == prefix and a.scope in (None, c.scope)
-        ),
-        key=lambda c: (_key_of(c), c.scope, c.claim_id),
-    )
+    claims = state.active_claims()
+    if prefix or a.scope is not None:
+        claims = [
+            c for c in claims if _key_of(c)[: len(prefix)] == prefix and a.scope in (None, c.scope)
+        ]
+    claims = sorted(claims, key=_SHOW_ORDER)
     notes = {c.claim_id: _notes(c, state) for c in claims}
     if s.json:  # build only the form asked for: a memory may hold many claims
         s.emit(
@@ -1456,7 +1462,7 @@ def _cmd_context(s: Session) -> int:
     if a.budget < 1:
         raise CliError("--budget", "positive", "the budget is a positive number of tokens")
     context = context_for(replica.state(), lens, budget=a.budget, resolver=resolver)
-    s.emit(json.loads(context.to_json()), context.text)
+    s.emit(json.loads(context.to_json()) if s.json else None, context.text)
     return EXIT_OK
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
+from itertools import accumulate, repeat
 
 from registry.value import Value
 from statefuse.view import json_value
@@ -23,42 +25,62 @@ SHORT_ID_CHARS = 12
 #: Longest value shown in a table cell, in display columns; longer ones end in ``…``.
 MAX_VALUE_WIDTH = 60
 _GAP = "  "
+#: ``json.dumps(..., ensure_ascii=False, sort_keys=True)`` without making an encoder per call.
+_to_json = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
+
+
+class _CharWidths(dict[str, int]):
+    """Columns of one character, worked out once per distinct character (a memo that starts
+    over when full), so a cell's width is one C-level pass: ``sum(map(...))``."""
+
+    MAX_ENTRIES = 65_536
+
+    def __missing__(self, ch: str) -> int:
+        if len(self) >= self.MAX_ENTRIES:
+            self.clear()
+        if unicodedata.combining(ch):
+            width = 0
+        else:
+            width = 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+        self[ch] = width
+        return width
+
+
+_char_width = _CharWidths().__getitem__
 
 
 def display_width(text: str) -> int:
     """Columns ``text`` takes in a terminal: wide East Asian characters take two, combining
     marks none."""
-    width = 0
-    for ch in text:
-        if unicodedata.combining(ch):
-            continue
-        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
-    return width
+    if text.isascii():  # every ASCII character, control characters too, takes one column
+        return len(text)
+    return sum(map(_char_width, text))
 
 
 def clip(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` display columns, ending in ``…`` when it was cut."""
+    if text.isascii():
+        return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
     if display_width(text) <= limit:
         return text
-    out, width = [], 0
-    for ch in text:
-        w = display_width(ch)
-        if width + w > limit - 1:
-            break
-        out.append(ch)
-        width += w
-    return "".join(out) + "…"
+    widths = list(accumulate(map(_char_width, text)))
+    # widths never decrease (no character is narrower than nothing): keep the longest prefix
+    # that leaves one column for the ellipsis
+    return text[: bisect_right(widths, limit - 1)] + "…"
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, indent: str = "") -> str:
     """``headers`` and ``rows`` as left-aligned columns two spaces apart, one line each."""
-    lines = [list(headers), *(list(r) for r in rows)]
-    widths = [max(display_width(line[i]) for line in lines) for i in range(len(headers))]
-    out = []
-    for line in lines:
-        cells = [c + " " * (w - display_width(c)) for c, w in zip(line, widths, strict=True)]
-        out.append((indent + _GAP.join(cells)).rstrip())
-    return "\n".join(out)
+    padded = []
+    for column in zip(headers, *rows, strict=True):
+        if all(map(str.isascii, column)):  # widths are lengths: pad in C
+            padded.append(list(map(str.ljust, column, repeat(max(map(len, column))))))
+        else:
+            widths = list(map(display_width, column))
+            width = max(widths)
+            padded.append([c + " " * (width - w) for c, w in zip(column, widths, strict=True)])
+    lines = map(_GAP.join, zip(*padded, strict=True))
+    return "\n".join(map(str.rstrip, map(indent.__add__, lines) if indent else lines))
 
 
 def short_id(ident: bytes) -> str:
@@ -74,7 +96,7 @@ def author_text(author: bytes | str) -> str:
 def value_json(v: Value) -> str:
     """A value spelled as JSON (the spelling the command line reads back); bytes become
     ``{"$bytes": "<hex>"}``."""
-    return json.dumps(json_value(v), ensure_ascii=False, sort_keys=True)
+    return _to_json(json_value(v))
 
 
 def value_cell(v: Value) -> str:
