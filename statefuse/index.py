@@ -41,6 +41,7 @@ class Index:
         "ret_by_id",
         "ret_by_ref",
         "retractions",
+        "touched",
     )
 
     def __init__(self, registry: Registry) -> None:
@@ -58,6 +59,9 @@ class Index:
         self._functional: dict[tuple[str, str], bool] = {}
         self._gmemo: dict[tuple[object, type, object], bytes] = {}
         self._by_ref: dict[bytes, tuple[bytes, ...]] | None = None
+        #: Locus keys whose active claims changed since the last State was made of this index
+        #: (what derived data carries over by: see `State.changes_since`).
+        self.touched: set[LocusKey] = set()
 
     def copy(self) -> Index:
         """A snapshot: later updates to either copy do not show in the other."""
@@ -76,6 +80,7 @@ class Index:
         out._functional = self._functional  # pure cache of the registry
         out._gmemo = self._gmemo  # pure cache of the registry
         out._by_ref = None if self._by_ref is None else self._by_ref.copy()
+        out.touched = set()
         return out
 
     # --- derived helpers -------------------------------------------------------------------------
@@ -185,6 +190,7 @@ class Index:
 
     def _activate(self, cid: bytes, c: ClaimAdded) -> None:
         lk = (c.namespace, c.subject, c.predicate, c.scope)
+        self.touched.add(lk)
         current = self.members_at(lk)
         if not current:
             self.members[lk] = cid
@@ -200,6 +206,7 @@ class Index:
     def _deactivate(self, cid: bytes) -> None:
         c = self.claims[cid]
         lk = (c.namespace, c.subject, c.predicate, c.scope)
+        self.touched.add(lk)
         rest = tuple(m for m in self.members_at(lk) if m != cid)
         if len(rest) > 1:
             self.members[lk] = rest

@@ -7,7 +7,7 @@ any sequence of the same ops ends in a State equal to it (same digest, same answ
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from operator import attrgetter
 
 from registry import DEFAULT_REGISTRY, Registry
@@ -59,7 +59,7 @@ class Materializer:
     snapshot copies the index once (copy-on-write), so a reader never sees later writes.
     """
 
-    __slots__ = ("_ix", "_shared", "_state")
+    __slots__ = ("_carry", "_ix", "_shared", "_state")
 
     def __init__(
         self, ops: OpSet | Iterable[Op] = (), *, registry: Registry = DEFAULT_REGISTRY
@@ -68,6 +68,9 @@ class Materializer:
         self._ix: Index = _build(ops if isinstance(ops, OpSet) else OpSet(ops), registry)
         self._shared = False
         self._state: State | None = None
+        #: The memo of derived data (`State.derived`) of the last State handed out: the next
+        #: State may carry it over (see `State.changes_since`).
+        self._carry: dict[Callable[[State], object], object] | None = None
 
     @classmethod
     def from_state(cls, state: State) -> Materializer:
@@ -76,6 +79,7 @@ class Materializer:
         m._ix = state._ix
         m._shared = True
         m._state = state
+        m._carry = state._derived
         return m
 
     @classmethod
@@ -96,6 +100,7 @@ class Materializer:
         m._ix = build(claims, retractions, evidence, decisions, _check_registry(registry))
         m._shared = False
         m._state = None
+        m._carry = None
         return m
 
     @property
@@ -119,6 +124,8 @@ class Materializer:
         # batch would give it, sorted once at C speed instead of looked up id by id.
         applied = [op for op in batch.unordered() if self._ix.apply(op)]
         if applied:
+            if self._state is not None:
+                self._carry = self._state._derived
             self._state = None
             applied.sort(key=_op_id)
         return applied
@@ -133,9 +140,13 @@ class Materializer:
         return [claims[c] for c in sorted(ids)]
 
     def state(self) -> State:
-        """The current State (an immutable snapshot)."""
+        """The current State (an immutable snapshot). It knows the State before it (while that
+        one lives) and which loci changed since, so derived data can carry over."""
         if self._state is None:
-            self._state = State(self._ix)
+            touched = frozenset(self._ix.touched)
+            self._ix.touched = set()
+            self._state = State(self._ix, previous=self._carry, touched=touched)
+            self._carry = None
         self._shared = True
         return self._state
 

@@ -35,12 +35,14 @@ straightforward reference projection.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from registry.contract import Policy, PredicateContract
 from registry.error import InputError
 from registry.registry import DEFAULT_AUTHORITY_ORDER
+from statefuse.index import LocusKey
 from statefuse.lens import Lens, scope_rank
 from statefuse.op import ClaimAdded, DecisionAdded
 from statefuse.resolver import (
@@ -171,17 +173,32 @@ class _Plan:
     buckets: tuple[_Bucket, ...]
     #: Every other key in key order: a `_Conflict`, or the key and its claims sorted by claim_id.
     rest: tuple[_Conflict | tuple[Key, tuple[ClaimAdded, ...]], ...]
+    #: The key of each item of ``rest``, in the same order.
+    rest_keys: tuple[Key, ...] = ()
 
 
-def _plan(state: State) -> _Plan:
-    """Sort every active key (in key order) into a bucket or the rest (see `_Plan`)."""
-    registry = state.registry
-    ns_specific = frozenset(c.predicate for c in registry.contracts if c.namespace)
-    contracts: dict[str, PredicateContract] = {}
-    entries: dict[tuple[tuple[str, ...], str], dict[Key, ClaimAdded | tuple[Selection, str]]] = {}
-    ids: dict[tuple[tuple[str, ...], str], list[bytes]] = {}
-    rest: list[_Conflict | tuple[Key, tuple[ClaimAdded, ...]]] = []
-    for key, claims in state.active_by_key().items():
+#: A key's place in a plan: in the bucket of a (visibility, scope) label, with its entry and
+#: claim ids, or an item of the rest.
+_Placed = tuple[
+    tuple[tuple[str, ...], str], "ClaimAdded | tuple[Selection, str]", tuple[bytes, ...]
+]
+
+
+class _Placer:
+    """Where one key goes in a plan (the per-key step shared by the full and the incremental
+    plan, so both place every key the same way)."""
+
+    __slots__ = ("contracts", "ns_specific", "registry", "state")
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.registry = state.registry
+        self.ns_specific = frozenset(c.predicate for c in self.registry.contracts if c.namespace)
+        self.contracts: dict[str, PredicateContract] = {}
+
+    def place(
+        self, key: Key, claims: tuple[ClaimAdded, ...]
+    ) -> _Placed | _Conflict | tuple[Key, tuple[ClaimAdded, ...]]:
         first = claims[0]
         vis, scope = first.visibility, first.scope
         if first.expires is not None or (
@@ -190,52 +207,167 @@ def _plan(state: State) -> _Plan:
                 c.expires is not None or c.visibility != vis or c.scope != scope for c in claims
             )
         ):
-            rest.append((key, claims))
-            continue
+            return (key, claims)
         predicate = key[2]
-        contract = contracts.get(predicate)
+        contract = self.contracts.get(predicate)
         if contract is None:
-            contract = registry.contract_for(key[0], predicate)
-            if predicate not in ns_specific:
-                contracts[predicate] = contract
+            contract = self.registry.contract_for(key[0], predicate)
+            if predicate not in self.ns_specific:
+                self.contracts[predicate] = contract
         label = (vis, scope)
-        bucket = entries.get(label)
-        if bucket is None:
-            bucket = entries[label] = {}
-            ids[label] = []
         if len(claims) == 1:
-            ids[label].append(first.op_id)
             if contract.functional:
-                bucket[key] = first
-            else:
-                bucket[key] = _selection(key, claims, False, "")
-            continue
-        conflict = state.conflict_of(*key, scope) if contract.functional else None
+                return (label, first, (first.op_id,))
+            return (label, _selection(key, claims, False, ""), (first.op_id,))
+        conflict = self.state.conflict_of(*key, scope) if contract.functional else None
         groups = _visible_groups(conflict, claims)
         if conflict is None or len(groups) == 1:
-            ids[label].extend(c.op_id for c in claims)
-            bucket[key] = _selection(key, groups[0], contract.functional, "")
-            continue
+            entry = _selection(key, groups[0], contract.functional, "")
+            return (label, entry, tuple(c.op_id for c in claims))
         values = " | ".join(_fmt(g[0]) for g in groups)
-        rest.append(
-            _Conflict(
-                key,
-                vis,
-                scope,
-                claims,
-                tuple(c.op_id for c in claims),
-                contract.policy,
-                conflict,
-                ShownConflict.of(conflict, len(claims)),
-                groups,
-                values,
-            )
+        return _Conflict(
+            key,
+            vis,
+            scope,
+            claims,
+            tuple(c.op_id for c in claims),
+            contract.policy,
+            conflict,
+            ShownConflict.of(conflict, len(claims)),
+            groups,
+            values,
         )
+
+
+def _is_placed(p: object) -> bool:
+    return type(p) is tuple and len(p) == 3 and type(p[0]) is tuple
+
+
+def _plan(state: State) -> _Plan:
+    """Sort every active key (in key order) into a bucket or the rest (see `_Plan`); from the
+    previous State's plan when only a few keys changed since (what carries the projection
+    from one State to the next: the cost follows the keys written, not the keys held)."""
+    since = state.changes_since()
+    if since is not None:
+        made, touched = since
+        prev_plan = made.get(_plan)
+        if isinstance(prev_plan, _Plan) and 8 * len(touched) < len(state._ix.members) + 64:
+            return _plan_update(prev_plan, state, touched)
+    return _plan_full(state)
+
+
+def _plan_full(state: State) -> _Plan:
+    """The plan of ``state`` from every active key."""
+    placer = _Placer(state)
+    entries: dict[tuple[tuple[str, ...], str], dict[Key, ClaimAdded | tuple[Selection, str]]] = {}
+    ids: dict[tuple[tuple[str, ...], str], list[bytes]] = {}
+    rest: list[_Conflict | tuple[Key, tuple[ClaimAdded, ...]]] = []
+    for key, claims in state.active_by_key().items():
+        placed = placer.place(key, claims)
+        if _is_placed(placed):
+            label, entry, claim_ids = placed  # type: ignore[misc]
+            bucket = entries.get(label)
+            if bucket is None:
+                bucket = entries[label] = {}
+                ids[label] = []
+            bucket[key] = entry
+            ids[label].extend(claim_ids)
+        else:
+            rest.append(placed)  # type: ignore[arg-type]
     buckets = (
         _Bucket(vis, scope, entries[(vis, scope)], tuple(sorted(ids[(vis, scope)])))
         for vis, scope in sorted(entries)
     )
-    return _Plan(tuple(buckets), tuple(rest))
+    return _Plan(tuple(buckets), tuple(rest), tuple(_rest_key(r) for r in rest))
+
+
+def _rest_key(item: _Conflict | tuple[Key, tuple[ClaimAdded, ...]]) -> Key:
+    return item.key if isinstance(item, _Conflict) else item[0]
+
+
+def _entry_ids(entry: ClaimAdded | tuple[Selection, str]) -> tuple[bytes, ...]:
+    if isinstance(entry, ClaimAdded):
+        return (entry.op_id,)
+    return tuple(c.op_id for c in entry[0].claims)
+
+
+def _plan_update(prev: _Plan, state: State, touched: frozenset[LocusKey]) -> _Plan:
+    """`_plan_full` of ``state``, made from ``prev`` (the plan of the State before) and the
+    locus keys whose active claims changed since: only the keys of those loci are placed
+    again. The result equals the full plan (a property test holds them equal)."""
+    scopes: dict[Key, set[str]] = {}
+    for lk in touched:
+        scopes.setdefault((lk[0], lk[1], lk[2]), set()).add(lk[3])
+    gone_ids: dict[tuple[tuple[str, ...], str], set[bytes]] = {}
+    gone_keys: dict[tuple[tuple[str, ...], str], set[Key]] = {}
+    by_label = {(b.visibility, b.scope): b for b in prev.buckets}
+    rest = list(prev.rest)
+    rest_keys = list(prev.rest_keys)
+    for key, key_scopes in scopes.items():
+        for label, held in by_label.items():
+            entry = held.entries.get(key)
+            if entry is not None:
+                gone_keys.setdefault(label, set()).add(key)
+                gone_ids.setdefault(label, set()).update(_entry_ids(entry))
+                key_scopes.add(label[1])
+                break
+        else:
+            i = bisect_left(rest_keys, key)
+            if i < len(rest_keys) and rest_keys[i] == key:
+                item = rest[i]
+                key_scopes.update(
+                    c.scope for c in (item.claims if isinstance(item, _Conflict) else item[1])
+                )
+                del rest[i], rest_keys[i]
+    placer = _Placer(state)
+    claims_of = state._ix.claims
+    members_at = state._ix.members_at
+    added: dict[
+        tuple[tuple[str, ...], str],
+        dict[Key, tuple[ClaimAdded | tuple[Selection, str], tuple[bytes, ...]]],
+    ] = {}
+    for key in sorted(scopes):
+        ids = sorted(cid for scope in scopes[key] for cid in members_at((*key, scope)))
+        if not ids:
+            continue
+        placed = placer.place(key, tuple(claims_of[c] for c in ids))
+        if _is_placed(placed):
+            label, entry, claim_ids = placed  # type: ignore[misc]
+            added.setdefault(label, {})[key] = (entry, claim_ids)
+        else:
+            i = bisect_left(rest_keys, key)
+            rest.insert(i, placed)  # type: ignore[arg-type]
+            rest_keys.insert(i, key)
+    buckets: list[_Bucket] = []
+    for label in sorted({*by_label, *added}):
+        b = by_label.get(label)
+        new = added.get(label, {})
+        gone = gone_keys.get(label, set())
+        if b is not None and not new and not gone:
+            buckets.append(b)
+            continue
+        entries = dict(b.entries) if b is not None else {}
+        for key in gone:
+            if key not in new:
+                del entries[key]
+        fresh = [k for k in new if k not in entries]
+        for key, (entry, _) in new.items():
+            entries[key] = entry
+        if fresh:  # keep key order: the new keys go where a full plan puts them
+            order = [k for k in entries if k not in new or k not in fresh]
+            for key in fresh:
+                insort(order, key)
+            entries = {k: entries[k] for k in order}
+        if not entries:
+            continue
+        claim_ids = list(b.ids) if b is not None else []
+        for cid in gone_ids.get(label, ()):
+            del claim_ids[bisect_left(claim_ids, cid)]
+        for _, (_, cids) in new.items():
+            for cid in cids:
+                insort(claim_ids, cid)
+        buckets.append(_Bucket(label[0], label[1], entries, tuple(claim_ids)))
+    return _Plan(tuple(buckets), tuple(rest), tuple(rest_keys))
 
 
 # --- one projection ------------------------------------------------------------------------------

@@ -127,10 +127,29 @@ class StaleCause:
 class State:
     """Read-only view of a materialized op-set. Build it with `materialize` or a `Materializer`."""
 
-    __slots__ = ("__dict__", "_ix")
+    __slots__ = ("__dict__", "_carried", "_ix")
 
-    def __init__(self, ix: Index) -> None:
+    def __init__(
+        self,
+        ix: Index,
+        *,
+        previous: dict[Callable[[State], object], object] | None = None,
+        touched: frozenset[LocusKey] = frozenset(),
+    ) -> None:
         self._ix = ix
+        #: What the State before this one derived (`derived`; its memo, by function), and the
+        #: locus keys whose active claims changed since: derived data may be carried over.
+        self._carried: tuple[dict[Callable[[State], object], object], frozenset[LocusKey]] | None
+        self._carried = (dict(previous), touched) if previous else None
+
+    def changes_since(
+        self,
+    ) -> tuple[dict[Callable[[State], object], object], frozenset[LocusKey]] | None:
+        """What the previous State of the same materializer had derived (by function) and the
+        locus keys whose active claims changed since it, or None (no previous State, or it
+        derived nothing). For `derived` functions that update their previous answer instead of
+        starting over; the answer must equal the one from scratch."""
+        return self._carried
 
     @property
     def registry(self) -> Registry:
@@ -146,6 +165,9 @@ class State:
         memo = self._derived
         if fn not in memo:
             memo.setdefault(fn, fn(self))
+            carried = self._carried
+            if carried is not None and all(f in memo for f in carried[0]):
+                self._carried = None  # everything carried over is made again: let it go
         return cast(_T, memo[fn])
 
     @cached_property
