@@ -2,8 +2,10 @@
 
 Performance is measured (see the issue notes), not asserted here. What is asserted:
 
-- importing ``statefuse.cli`` loads no BPE code, and a command that counts no tokens
-  (``show``) never loads it;
+- importing ``statefuse.cli`` (or making a tokenizer) loads no BPE code, and a command that
+  counts no tokens (``show``) never loads it;
+- the first count loads ``bpe-openai``'s native extension only, never its Python wrapper;
+- every count equals the wrapper's (kept here as the oracle: it was the count before);
 - the table helpers equal the old character-by-character ones (kept here as references).
 """
 
@@ -13,15 +15,20 @@ import json
 import subprocess
 import sys
 import unicodedata
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 from test_value import values
 
+from statefuse import tokenizer as tokenizer_module
 from statefuse.cli import format_key
 from statefuse.clitable import clip, display_width, table, value_json
+from statefuse.tokenizer import BpeTokenizer
 from statefuse.view import json_value
 from sync.replica import Replica
 
@@ -43,16 +50,67 @@ def _loaded_after(code: str) -> list[str]:
     return loaded
 
 
-def test_importing_the_cli_loads_no_bpe_code():
-    assert _loaded_after("import statefuse.cli") == []
+def test_importing_the_cli_and_making_tokenizers_loads_no_bpe_code():
+    code = (
+        "import statefuse.cli\n"
+        "from statefuse import ContextCache\n"
+        "from statefuse.tokenizer import BpeTokenizer, default_tokenizer\n"
+        "default_tokenizer(); BpeTokenizer('cl100k_base'); ContextCache()"
+    )
+    assert _loaded_after(code) == []
 
 
-def test_show_never_loads_the_tokenizer(tmp_path):
+def test_the_first_count_loads_the_native_extension_and_not_the_python_wrapper():
+    code = (
+        "from statefuse.tokenizer import default_tokenizer\nassert default_tokenizer().count('hi')"
+    )
+    assert _loaded_after(code) == ["bpe_openai._bindings"]
+
+
+def test_show_never_loads_the_tokenizer_and_context_does(tmp_path):
     store = tmp_path / "m.db"
     with Replica.open(store, create=True, space="s") as rep:
         rep.add_claim("deploy", "api", "owner", "dana")
     run = "from statefuse.cli import main\nassert main(['--store', {store!r}, {args}]) == 0"
     assert _loaded_after(run.format(store=str(store), args="'show'")) == []
+    context = run.format(store=str(store), args="'context', '--query', 'owner'")
+    assert _loaded_after(context) == ["bpe_openai._bindings"]
+
+
+# --- exact counts: the wrapper is the oracle ------------------------------------------------------
+
+
+def _wrapper_encoding(name: str) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import bpe_openai  # type: ignore[import-untyped]  # ships no type information
+
+        return bpe_openai.get_encoding(name)
+
+
+@pytest.fixture(scope="module")
+def wrappers() -> dict[str, Any]:
+    return {name: _wrapper_encoding(name) for name in tokenizer_module.ENCODINGS}
+
+
+_any_text = st.text(st.one_of(st.characters(max_codepoint=0x7F), _any_char), max_size=300)
+
+
+@given(text=_any_text, encoding=st.sampled_from(tokenizer_module.ENCODINGS))
+@example(text="", encoding="o200k_base")
+@example(text="<|endoftext|> tiktoken is great!", encoding="cl100k_base")
+@example(text="a\ud800b", encoding="o200k_base")  # a lone surrogate
+@example(text="\ud83d\ude80 and \udfff\ud800", encoding="o200k_base")  # a pair, then two lone
+@example(text="  \n\n\t x  ", encoding="cl100k_base")
+def test_every_count_equals_the_bpe_openai_wrappers_count(wrappers, text, encoding):
+    assert BpeTokenizer(encoding).count(text) == len(wrappers[encoding].encode_ordinary(text))
+
+
+def test_a_package_without_the_expected_extension_counts_through_its_wrapper(monkeypatch, wrappers):
+    monkeypatch.setattr(tokenizer_module, "_ENCODINGS", {})
+    monkeypatch.setattr(tokenizer_module, "_extension_counter", lambda encoding: None)
+    text = "ünïcode välue 東京 0x9f3a 7c1e <|endoftext|>"
+    assert BpeTokenizer().count(text) == len(wrappers["o200k_base"].encode_ordinary(text))
 
 
 # --- table helpers: the old character-by-character functions are the references ------------------
