@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from registry.contract import Policy, PredicateContract
 from registry.error import InputError
@@ -175,6 +175,9 @@ class _Plan:
     rest: tuple[_Conflict | tuple[Key, tuple[ClaimAdded, ...]], ...]
     #: The key of each item of ``rest``, in the same order.
     rest_keys: tuple[Key, ...] = ()
+    #: Sole-candidate Selections Views of this plan made, shared by every plan carried over
+    #: from it (an entry is reused only for the very claim it was made from).
+    made: dict[Key, Selection] = field(default_factory=dict, compare=False, repr=False)
 
 
 #: A key's place in a plan: in the bucket of a (visibility, scope) label, with its entry and
@@ -367,7 +370,10 @@ def _plan_update(prev: _Plan, state: State, touched: frozenset[LocusKey]) -> _Pl
             for cid in cids:
                 insort(claim_ids, cid)
         buckets.append(_Bucket(label[0], label[1], entries, tuple(claim_ids)))
-    return _Plan(tuple(buckets), tuple(rest), tuple(rest_keys))
+    made = prev.made
+    for key in scopes:  # what the touched keys made is remade when read (and never kept stale)
+        made.pop(key, None)
+    return _Plan(tuple(buckets), tuple(rest), tuple(rest_keys), made)
 
 
 # --- one projection ------------------------------------------------------------------------------
@@ -458,7 +464,7 @@ class _Run:
             "shadowed": tuple(sorted(self.shadowed)),
         }
         return View(
-            selected=SelectedMap([b.entries for b in seen], self.selected),
+            selected=SelectedMap([b.entries for b in seen], self.selected, shared=plan.made),
             unresolved=tuple(self.unresolved),
             surfaced_conflicts=tuple(self.surfaced),
             stale=self._stale_notes(),

@@ -102,15 +102,25 @@ class _Lazy(Mapping[Key, _V]):
     claims its lens may see.
     """
 
-    __slots__ = ("_extra", "_len", "_made", "_parts")
+    __slots__ = ("_extra", "_len", "_made", "_parts", "_shared")
 
     def __init__(
-        self, parts: Sequence[Mapping[Key, _Entry[_V]]], extra: Mapping[Key, _Entry[_V]]
+        self,
+        parts: Sequence[Mapping[Key, _Entry[_V]]],
+        extra: Mapping[Key, _Entry[_V]],
+        *,
+        shared: dict[Key, _V] | None = None,
     ) -> None:
         self._parts = tuple(p for p in parts if p)
         self._extra = extra
         self._len = len(extra) + sum(len(p) for p in self._parts)
         self._made: dict[Key, _V] = {}
+        #: Entries made by other Views of this projection's lineage, reused when made from
+        #: the very same claim (`_fits`): a View of the next State makes only what changed.
+        self._shared = shared
+
+    def _fits(self, made: _V, claim: ClaimAdded) -> bool:
+        return False
 
     def _make(self, key: Key, claim: ClaimAdded) -> _V:
         raise NotImplementedError
@@ -135,7 +145,14 @@ class _Lazy(Mapping[Key, _V]):
             return entry
         made = self._made.get(key)
         if made is None:
-            made = self._made.setdefault(key, self._make(key, entry))
+            shared = self._shared
+            if shared is None:
+                made = self._made.setdefault(key, self._make(key, entry))
+            else:
+                found = shared.get(key)
+                if found is None or not self._fits(found, entry):
+                    found = shared[key] = self._make(key, entry)
+                made = self._made.setdefault(key, found)
         return made
 
     def __getitem__(self, key: Key) -> _V:
@@ -202,6 +219,9 @@ class SelectedMap(_Lazy[Selection]):
 
     def _make(self, key: Key, claim: ClaimAdded) -> Selection:
         return Selection(key, claim.scope, claim, (claim,), How.SOLE, "only candidate")
+
+    def _fits(self, made: Selection, claim: ClaimAdded) -> bool:
+        return made.claim is claim
 
     def _pick(self, prepared: tuple[Selection, str]) -> Selection:
         return prepared[0]

@@ -93,3 +93,23 @@ def test_a_plan_carried_over_equals_the_plan_made_from_scratch(program):
         for lens in lenses:
             got = project(state, lens, resolver=Conservative()).to_json()
             assert got == project(fresh, lens, resolver=Conservative()).to_json()
+
+
+def test_a_view_of_the_next_state_reuses_the_selections_of_unchanged_keys_only():
+    w = Writer("w", registry=REG, clock=lambda: 0)
+    m = Materializer(registry=REG)
+    for s in SUBJECTS:
+        m.apply(w.claim("ns", s, "owner", f"owner of {s}"))
+    lens = Lens()
+    first = project(m.state(), lens)
+    before = {k: first.selected[k] for k in first.selected}
+    m.apply(w.claim("ns", "a", "owner", "someone else"))  # key a now conflicts
+    m.apply(w.claim("ns", "d", "owner", "new"))
+    second = project(m.state(), lens)
+    for key in (("ns", "b", "owner"), ("ns", "c", "owner")):
+        assert second.selected[key] is before[key]  # carried over, not made again
+    assert ("ns", "a", "owner") not in second.selected  # a conflict now: unresolved
+    assert second.selected[("ns", "d", "owner")].claim.value == "new"
+    # each View keeps returning its own objects, however the two are read in turn
+    assert first.selected[("ns", "a", "owner")] is before[("ns", "a", "owner")]
+    assert second.selected[("ns", "b", "owner")] is second.selected[("ns", "b", "owner")]
