@@ -245,8 +245,9 @@ class Writer:
         value = frozen_value(value, "value", depth=2)
         contract = self.registry.contract_for(namespace, predicate)
         ref_value = self.registry.ref_value(contract, value)
-        if ref_value is value and contract.normalizer != "exact":
-            self.registry.normal_form(contract, value)  # the contract must accept the value
+        if not contract.ref_uses_normal_form and contract.normalizer != "exact":
+            # the ref did not normalize the value: the contract must accept it all the same
+            self.registry.normal_form(contract, value)
         ref = _checked_claim_ref(
             namespace, subject, predicate, scope, ref_value, canonical=ref_value is value
         )
