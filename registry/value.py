@@ -14,8 +14,8 @@ Values inside ops are deeply immutable (SEMANTICS §1): an op's id is the hash o
 anything that could change a list or map held by an op (a caller keeping the list it wrote, a
 resolver, a ranker) would leave an op that no longer matches its id. `frozen_value` is
 `canonical_value` for values that go into an op: lists come back as `FrozenList` (a ``tuple``
-subclass) and maps as `FrozenMap` (a read-only ``Mapping`` whose entries sit behind a
-``MappingProxyType``), at every depth. Both compare equal to the ``list`` / ``dict`` with the same
+subclass) and maps as `FrozenMap` (a read-only ``Mapping`` whose dict no attribute reaches), at
+every depth. Both compare equal to the ``list`` / ``dict`` with the same
 contents (either way round), have no mutating method, encode to exactly the bytes of that list or
 dict, and are accepted wherever a value is (so a value read back can be written again);
 `plain_value` gives an editable deep copy. `canonical_value` and `decode_value` still return
@@ -25,9 +25,8 @@ fresh plain containers, which their callers own.
 from __future__ import annotations
 
 import math
-from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from operator import is_
-from types import MappingProxyType
 from typing import Any, NoReturn, Union, cast
 
 import msgpack
@@ -90,50 +89,55 @@ class FrozenList(tuple[Value, ...]):
 class FrozenMap(Mapping[str, Value]):
     """A map value as an op holds it: a read-only ``Mapping`` that equals the ``dict`` with the
     same entries (either way round), repr'd like one, encoded like one, and iterated in canonical
-    key order. Its entries live in a dict nothing outside reaches: the one attribute is a
-    ``MappingProxyType`` over it, and attributes cannot be set. Its values are frozen values
-    too: ``FrozenMap(items)`` is ``frozen_value(dict(items))``, so it validates, sorts and
-    freezes at every depth and raises what `frozen_value` raises."""
+    key order. Its values are frozen values too: ``FrozenMap(items)`` is
+    ``frozen_value(dict(items))``, so it validates, sorts and freezes at every depth and raises
+    what `frozen_value` raises.
 
-    __slots__ = ("_items",)
-    _items: MappingProxyType[str, Value]
+    Its entries live in a dict that no attribute reaches: the slot holding it has no name on the
+    class (its descriptor is taken off below, so only this module can read or set it), and
+    attributes cannot be set. Why not a ``MappingProxyType`` attribute over the dict: that is two
+    more objects per map for the cyclic garbage collector to track, which made decoding ops with
+    map values a third slower.
+    """
+
+    __slots__ = ("_entries",)
 
     def __new__(cls, items: Mapping[str, Value] | Iterable[tuple[str, Value]] = ()) -> FrozenMap:
         return cast(FrozenMap, frozen_value(dict(items)))
 
     def __getitem__(self, key: str) -> Value:
-        return self._items[key]
+        return _entries_of(self)[key]
 
-    # The views and `get` of the entries themselves: read-only, and C-level (the `Mapping`
-    # mixins would walk the map in Python).
+    # The views and `get` of the entries themselves: read-only (a view's ``mapping`` is a
+    # ``MappingProxyType``), and C-level (the `Mapping` mixins would walk the map in Python).
     def keys(self) -> KeysView[str]:
-        return self._items.keys()
+        return _entries_of(self).keys()
 
     def values(self) -> ValuesView[Value]:
-        return self._items.values()
+        return _entries_of(self).values()
 
     def items(self) -> ItemsView[str, Value]:
-        return self._items.items()
+        return _entries_of(self).items()
 
     def get(self, key: str, default: Any = None) -> Any:
-        return self._items.get(key, default)
+        return _entries_of(self).get(key, default)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
+        return iter(_entries_of(self))
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(_entries_of(self))
 
     def __contains__(self, key: object) -> bool:
-        return key in self._items
+        return key in _entries_of(self)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, FrozenMap):
-            return self._items == other._items
+            return _entries_of(self) == _entries_of(other)
         if isinstance(other, dict):
-            return self._items == other
+            return _entries_of(self) == other
         if isinstance(other, Mapping):
-            return self._items == dict(other.items())
+            return _entries_of(self) == dict(other.items())
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]  # equal to dicts, which do not hash
@@ -145,7 +149,7 @@ class FrozenMap(Mapping[str, Value]):
         raise AttributeError(f"FrozenMap is immutable (cannot delete {name!r})")
 
     def __repr__(self) -> str:
-        return repr(dict(self._items))
+        return repr(_entries_of(self))
 
     def __copy__(self) -> FrozenMap:
         return self
@@ -154,10 +158,14 @@ class FrozenMap(Mapping[str, Value]):
         return self
 
     def __reduce__(self) -> tuple[type[FrozenMap], tuple[dict[str, Value]]]:
-        return (FrozenMap, (dict(self._items),))
+        return (FrozenMap, (dict(_entries_of(self)),))
 
 
-_SET_ITEMS = FrozenMap.__dict__["_items"].__set__
+_ENTRIES = FrozenMap.__dict__["_entries"]
+del FrozenMap._entries  # type: ignore[attr-defined]  # see the class docstring
+#: The dict a FrozenMap holds, itself: for this module, and the op encoder's packing hook.
+_entries_of: Callable[[FrozenMap], dict[str, Value]] = _ENTRIES.__get__
+_set_entries: Callable[[FrozenMap, dict[str, Value]], None] = _ENTRIES.__set__
 
 
 def _frozen_list(items: Iterable[Value]) -> FrozenList:
@@ -169,7 +177,7 @@ def _frozen_map(entries: dict[str, Value]) -> FrozenMap:
     """A FrozenMap over ``entries`` itself (frozen values in canonical key order already: nothing
     is checked; the caller hands the dict over and keeps no reference)."""
     m = object.__new__(FrozenMap)
-    _SET_ITEMS(m, MappingProxyType(entries))
+    _set_entries(m, entries)
     return m
 
 
@@ -274,7 +282,7 @@ def _canon(value: Any, field: str, depth: int, frozen: bool, named: bool) -> Val
             if t is FrozenList and all(map(is_, items, value)):
                 return value  # type: ignore[no-any-return]
             return _frozen_list(items)
-        entries = value._items if t is FrozenMap else value
+        entries = _entries_of(value) if t is FrozenMap else value
         keys = list(entries)
         if not _STR.issuperset(map(type, keys)) or not all(map(str.isascii, keys)):
             for k in keys:
@@ -356,7 +364,7 @@ def _unfreeze(obj: object) -> object:
     """msgpack's ``default`` hook: a `FrozenMap` as the dict it encodes as (a `FrozenList` is a
     tuple, which a packer that is not strict packs as an array as it is)."""
     if type(obj) is FrozenMap:
-        return obj._items.copy()
+        return _entries_of(obj)  # only read, by the packer
     raise TypeError(f"{type(obj).__name__} is not a StateFuse value")
 
 

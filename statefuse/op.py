@@ -48,6 +48,7 @@ from registry.value import (
     FrozenMap,
     PackerPool,
     Value,
+    _entries_of,
     canonical_value,
     encode_canonical,
     encode_frozen,
@@ -391,7 +392,7 @@ _PACKER = msgpack.Packer(use_bin_type=True, use_single_float=False, autoreset=Tr
 
 def _plain(obj: object) -> object:
     if type(obj) is FrozenMap:  # a map value (lists are tuples, which pack as arrays)
-        return obj._items.copy()
+        return _entries_of(obj)  # only read, by the packer
     if isinstance(obj, Layer):
         return obj.value
     raise TypeError(f"{type(obj).__name__} is not encodable")

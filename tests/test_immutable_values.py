@@ -168,9 +168,11 @@ def _mutations(v: Any) -> list[Any]:
             lambda: dict.__setitem__(v, "k", "EVIL"),
             lambda: dict.clear(v),
             lambda: dict.update(v, {"k": "EVIL"}),
-            lambda: setattr(v, "_items", {"k": "EVIL"}),
-            lambda: delattr(v, "_items"),
-            lambda: v._items.__setitem__("k", "EVIL"),
+            lambda: setattr(v, "_entries", {"k": "EVIL"}),
+            lambda: object.__setattr__(v, "_entries", {"k": "EVIL"}),
+            lambda: delattr(v, "_entries"),
+            lambda: v._entries.__setitem__("k", "EVIL"),
+            lambda: v.items().mapping.__setitem__("k", "EVIL"),
         ]
     return []
 

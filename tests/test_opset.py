@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 import blake3
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import registry.value
 from statefuse import (
     ClaimAdded,
     OpIdMismatch,
@@ -188,10 +187,11 @@ def _tampered_value(op: ClaimAdded) -> ClaimAdded:
 
 def _mutated_in_place(op: ClaimAdded) -> ClaimAdded:
     # Values are immutable (SEMANTICS §1); the one change in place left is going around that:
-    # the entries of the map inside the value, swapped through its slot. The op, its value and
-    # the map stay the objects they were, so only re-encoding the content can notice.
+    # the entries of the map inside the value, swapped by the value module's own setter (the
+    # slot has no name on the class). The op, its value and the map stay the objects they
+    # were, so only re-encoding the content can notice.
     inner = op.value[2]  # type: ignore[index]
-    object.__setattr__(inner, "_items", MappingProxyType({"k": "smuggled"}))
+    registry.value._set_entries(inner, {"k": "smuggled"})
     return op
 
 
