@@ -43,7 +43,7 @@ from registry.document import parse_normalizer
 from registry.error import ContractError, InputError, NormalizationError
 from registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
 from registry.registry import Registry
-from registry.value import Value, canonical_value, decode_value, encode_canonical
+from registry.value import Value, canonical_value, decode_value, encode_canonical, frozen_value
 
 #: Hash seeds of the fresh interpreters in check (b). Two fixed seeds, so that a seed-dependent
 #: normalizer is caught whatever seed the checking process itself happens to run with.
@@ -65,7 +65,7 @@ sys.path[:] = json.loads(sys.argv[1])
 reply, sys.stdout = sys.stdout.buffer, sys.stderr
 import msgpack
 from registry.error import NormalizationError
-from registry.value import canonical_value, decode_value, encode_canonical
+from registry.value import canonical_value, decode_value, encode_canonical, frozen_value
 results = []
 for module, qualname, samples in msgpack.unpackb(sys.stdin.buffer.read(), raw=False):
     fn = importlib.import_module(module)
@@ -74,7 +74,8 @@ for module, qualname, samples in msgpack.unpackb(sys.stdin.buffer.read(), raw=Fa
     rows = []
     for data in samples:
         try:
-            rows.append([0, encode_canonical(canonical_value(fn(decode_value(data))))])
+            result = fn(frozen_value(decode_value(data)))
+            rows.append([0, encode_canonical(canonical_value(result))])
         except NormalizationError:
             rows.append([1, b""])
         except Exception as exc:
@@ -236,8 +237,9 @@ def _check_in_process(fn: Normalizer, samples: Iterable[Value], *, name: str | N
 
 
 def _apply(fn: Normalizer, label: str, index: int, data: bytes) -> _Outcome:
-    """Run ``fn`` on a fresh copy of the sample encoded as ``data``; checks (a) purity and (d)."""
-    argument = decode_value(data)
+    """Run ``fn`` on a fresh copy of the sample encoded as ``data``, frozen as an op holds it
+    (what a normalizer is given when a claim is written); checks (a) purity and (d)."""
+    argument = frozen_value(decode_value(data))
     try:
         result = fn(argument)
     except NormalizationError as exc:

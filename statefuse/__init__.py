@@ -8,6 +8,8 @@ from registry import (
     DEFAULT_REGISTRY,
     EXACT_REGISTRY,
     Cardinality,
+    FrozenList,
+    FrozenMap,
     Policy,
     PredicateContract,
     Registry,
@@ -15,6 +17,7 @@ from registry import (
     Value,
     decode_value,
     encode_value,
+    plain_value,
     register_normalizer,
 )
 from registry.file import load_registry, save_registry
@@ -129,6 +132,8 @@ __all__ = [
     "DecisionAdded",
     "EncodingError",
     "EvidenceAdded",
+    "FrozenList",
+    "FrozenMap",
     "How",
     "Include",
     "InputError",
@@ -199,6 +204,7 @@ __all__ = [
     "load_registry",
     "locus_of",
     "materialize",
+    "plain_value",
     "previous_values",
     "project",
     "register_normalizer",

@@ -85,10 +85,10 @@ def raises_key_error(value: Value) -> Value:
 
 
 def sorts_in_place(value: Value) -> Value:
-    """Impure: sorts its argument instead of a copy."""
-    if type(value) is not list:
+    """Impure: sorts its argument instead of a copy (a frozen list refuses it)."""
+    if not isinstance(value, (list, tuple)):
         raise NormalizationError("value", "normalizer:test", f"needs a list: {value!r}")
-    value.sort(key=repr)
+    value.sort(key=repr)  # type: ignore[union-attr]
     return value
 
 
