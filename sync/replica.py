@@ -46,6 +46,8 @@ from registry.error import InputError
 from registry.normalizer import Normalizer
 from registry.value import Value
 from statefuse.clitable import plural
+from statefuse.context import Context, ContextCache, context_for
+from statefuse.lens import Lens
 from statefuse.materializer import Materializer
 from statefuse.op import (
     ClaimAdded,
@@ -56,6 +58,7 @@ from statefuse.op import (
     sealed_encoding,
 )
 from statefuse.opset import OpSet
+from statefuse.resolver import Resolver
 from statefuse.state import ConflictSet, State
 from statefuse.store import (
     MemoryStore,
@@ -337,6 +340,8 @@ class Replica:
         self._built: dict[bytes, Registry] = {}
         #: (old, new) registry fingerprints when the last receive changed the one in force.
         self._registry_change: tuple[bytes, bytes] | None = None
+        #: Caches `context` keeps between calls (made on first use).
+        self._context_cache: ContextCache | None = None
         self.path = path
         self.space = info.space
         self.mode = TrustMode(info.mode)
@@ -1328,6 +1333,35 @@ class Replica:
         return self._receive(_unverified(changes), progress)
 
     # --- observers and lifetime ------------------------------------------------------------------
+
+    def context(
+        self,
+        query: str,
+        *,
+        lens: Lens | None = None,
+        budget: int = 2000,
+        resolver: Resolver | None = None,
+    ) -> Context:
+        """The context an agent's next LLM call reads: the current memory through ``lens``
+        (default: a viewer with no roles), for ``query``, within ``budget`` tokens.
+
+        The one-call path of an agent loop (write what it learned, then read this): the replica
+        keeps the caches (token counts per line, the ranker's postings, the projection carried
+        from the previous State), so a call after a write costs what changed as far as each of
+        them goes. Same result as `context_for(replica.state(), lens, ...)`; raises as it does.
+        """
+        self._check_open()
+        cache = self._context_cache
+        if cache is None:
+            cache = self._context_cache = ContextCache()
+        return context_for(
+            self.state(),
+            lens if lens is not None else Lens(),
+            budget=budget,
+            query=query,
+            resolver=resolver,
+            cache=cache,
+        )
 
     def observe(self, callback: Observer) -> Callable[[], None]:
         """Call ``callback(ops)`` with the ops the state gains after each write or receive.
