@@ -541,6 +541,6 @@ TestReliabilityMachine = ReliabilityMachine.TestCase
 # 186 under CI=true keep the machine within ~5 s and ~30 s on an idle machine.
 TestReliabilityMachine.settings = settings(
     settings.default,
-    max_examples=min(settings.default.max_examples, 20 + settings.default.max_examples // 6),
+    max_examples=min(settings.default.max_examples, 20 + settings.default.max_examples // 8),
     stateful_step_count=30,
 )

@@ -156,5 +156,5 @@ class SyncMachine(RuleBasedStateMachine):
 TestSyncMachine = SyncMachine.TestCase
 # Each example signs and verifies dozens of changes (~0.2 s); 300 runs keep CI within budget.
 TestSyncMachine.settings = settings(
-    settings.default, max_examples=min(settings.default.max_examples, 300)
+    settings.default, max_examples=min(settings.default.max_examples, 200)
 )
