@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.materialize import Target
+from benchmarks.measure import GcTimer, sectioned
 from benchmarks.report import ROOT, load_average, machine_info
 from registry import Value
 from statefuse import ClaimAdded, Context, ContextCache, Lens, context_for
@@ -539,29 +540,6 @@ class Lap:
     gc_s: float
 
 
-class _GcTimer:
-    """Seconds the cyclic garbage collector runs while installed (through ``gc.callbacks``)."""
-
-    __slots__ = ("_start", "seconds")
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._start = 0.0
-
-    def _callback(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._start = time.perf_counter()
-        else:
-            self.seconds += time.perf_counter() - self._start
-
-    def __enter__(self) -> _GcTimer:
-        gc.callbacks.append(self._callback)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        gc.callbacks.remove(self._callback)
-
-
 @dataclass(frozen=True, slots=True)
 class Steps:
     """The timed steps of one row (warm-up steps left out); ``few``: FEW_STEPS of them."""
@@ -583,7 +561,7 @@ def run_steps(rep: Replica, step: Step, *, n: int, steps: int, first: int) -> St
         check(rep, step(k))
     laps = []
     for k in range(first + warmup, first + warmup + count):
-        with _GcTimer() as in_gc:
+        with GcTimer() as in_gc:
             r = step(k)
         check(rep, r)
         laps.append(Lap(r.seconds, r.context_s, r.state_s, in_gc.seconds))
@@ -832,14 +810,8 @@ _HEADER = (
 
 def format_table(rows: list[Row], title: str) -> str:
     """The result table: a title, then one block of rows per section, notes under their row."""
-    lines = [title, "", _HEADER, "-" * len(_HEADER)]
-    section = None
-    for row in rows:
-        if row.section != section:
-            if section is not None:
-                lines.append("")
-            section = row.section
-            lines.append(f"[{section}]")
+
+    def line(row: Row) -> str:
         steps = str(len(row.samples)) if row.unit is Unit.SECONDS else ""
         low = _value(row, min(row.samples)) if len(row.samples) > 1 else ""
         ctx = _seconds(statistics.median(row.context)) if row.context else ""
@@ -849,13 +821,12 @@ def format_table(rows: list[Row], title: str) -> str:
             verdict += f" ({len(row.samples)} steps only)"
         target = row.target.text if row.target else ""
         claims = f"{row.claims:,}" if row.claims else ""
-        lines.append(
+        return (
             f"{'  ' + row.name:<{_NAME}} {claims:>9} {steps:>5} {_value(row, row.median):>10}"
-            f" {low:>10} {ctx:>16}  {target:<12} {verdict}".rstrip()
+            f" {low:>10} {ctx:>16}  {target:<12} {verdict}"
         )
-        if row.note:
-            lines.append(f"      ({row.note})")
-    return "\n".join(lines)
+
+    return sectioned(title, _HEADER, rows, line)
 
 
 def _sizes(text: str) -> tuple[int, ...]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from types import BuiltinFunctionType, FunctionType, ModuleType
 
+from benchmarks.measure import GcTimer
 from benchmarks.workload import HOT_KEY_CLAIMS, WorkloadGenerator
 from registry import Registry
 from statefuse import (
@@ -125,29 +126,6 @@ def _timing(
     return Row(section, name, ops, Unit.SECONDS, samples, per, target, note)
 
 
-class _GcTimer:
-    """Seconds the cyclic garbage collector runs while installed (through ``gc.callbacks``)."""
-
-    __slots__ = ("_start", "seconds")
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._start = 0.0
-
-    def _callback(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._start = time.perf_counter()
-        else:
-            self.seconds += time.perf_counter() - self._start
-
-    def __enter__(self) -> _GcTimer:
-        gc.callbacks.append(self._callback)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        gc.callbacks.remove(self._callback)
-
-
 @dataclass(slots=True)
 class _Clock:
     """Collects (label -> seconds) laps of one timed call."""
@@ -180,7 +158,7 @@ def bench_full(
         progress(f"materialize {_fmt_n(n)} ops: run {i + 1}/{repeat}")
         state = None
         gc.collect()
-        with _GcTimer() as in_gc:
+        with GcTimer() as in_gc:
             t0 = time.perf_counter()
             state = materialize(opset, registry=registry)
             t1 = time.perf_counter()

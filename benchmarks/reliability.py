@@ -50,6 +50,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from benchmarks.measure import sectioned
 from benchmarks.report import load_average, machine_info
 from registry import DEFAULT_REGISTRY
 from statefuse import Writer
@@ -479,25 +480,18 @@ def format_table(rows: list[Row], title: str) -> str:
         f"{'measurement':<52} {'total':>9} {'per change':>11} {'slowest push':>13}"
         f" {'ratio':>6}  {'target':<8} verdict"
     )
-    lines = [title, "", header, "-" * len(header)]
-    section = None
-    for row in rows:
-        if row.section != section:
-            if section is not None:
-                lines.append("")
-            section = row.section
-            lines.append(f"[{section}]")
+
+    def line(row: Row) -> str:
         per = f"{row.median / row.changes * 1e6:.1f} us" if row.changes else ""
         slow = _seconds(statistics.median(row.slowest_push)) if row.slowest_push else ""
         ratio = f"{row.ratio:.2f}x" if row.ratio is not None else ""
         verdict = "" if row.met is None else ("ok" if row.met else "MISS")
-        lines.append(
+        return (
             f"  {row.name:<50} {_seconds(row.median):>9} {per:>11} {slow:>13} {ratio:>6}"
-            f"  {row.target:<8} {verdict}".rstrip()
+            f"  {row.target:<8} {verdict}"
         )
-        if row.note:
-            lines.append(f"      ({row.note})")
-    return "\n".join(lines)
+
+    return sectioned(title, header, rows, line)
 
 
 def main(argv: list[str] | None = None) -> int:

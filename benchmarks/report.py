@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 from benchmarks.materialize import Row, Unit
+from benchmarks.measure import sectioned
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,26 +106,19 @@ _HEADER = (
 
 def format_table(rows: list[Row], title: str) -> str:
     """The result table: a title, then one block of rows per section."""
-    lines = [title, "", _HEADER, "-" * len(_HEADER)]
-    section = None
-    for row in rows:
-        if row.section != section:
-            if section is not None:
-                lines.append("")
-            section = row.section
-            lines.append(f"[{section}]")
+
+    def line(row: Row) -> str:
         median, low, per_op = _cells(row)
         met = row.met
         verdict = "" if met is None else ("ok" if met else "MISS")
         target = row.target.text if row.target else ""
         name = f"  {row.name}"
-        lines.append(
+        return (
             f"{name:<{_NAME_WIDTH}} {row.ops:>9,}  {median:>9}  {low:>9}  {per_op:>10}"
-            f"  {target:<13} {verdict}".rstrip()
+            f"  {target:<13} {verdict}"
         )
-        if row.note:
-            lines.append(f"      ({row.note})")
-    return "\n".join(lines)
+
+    return sectioned(title, _HEADER, rows, line)
 
 
 def timed(call: Callable[[], object], repeat: int) -> list[float]:
