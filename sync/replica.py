@@ -797,17 +797,22 @@ class Replica:
         )
         return tuple(self._mat.apply_all(ops)) if len(ops) else ()
 
-    def _admitted(self, admitted: Sequence[VerifiedChange], *, own: bool = False) -> tuple[Op, ...]:
+    def _admitted(
+        self,
+        admitted: Sequence[VerifiedChange],
+        *,
+        own: bool = False,
+        declares: bool | None = None,
+    ) -> tuple[Op, ...]:
         """Count newly admitted changes; returns the ops the state gained. Follows this
         replica's own head (whatever source the change came from) and notes new forks. ``own``:
         changes this replica just signed, whose ops its writers made (nothing to observe op by
         op: the clocks only need to agree)."""
         recount = False
-        declares = False
+        if declares is None:
+            declares = _declares(admitted)
         head = self._head
         for c in admitted:
-            if not declares and any(isinstance(op, RegistryDeclared) for op in c.ops):
-                declares = True
             first = self._by_seq.setdefault((c.author, c.seq), c.change_id)
             if first != c.change_id:
                 self._new_forks.add((c.author, c.seq))
@@ -1248,7 +1253,8 @@ class Replica:
                 if progress is not None:
                     progress(min(start + _RECEIVE_STEP, len(items)), len(items))
             quarantined = [_record(e, now) for e in self.log.take_quarantined()]
-            if any(isinstance(op, RegistryDeclared) for c in accepted for op in c.ops):
+            declares = _declares(accepted)
+            if declares:
                 # a declaration naming a normalizer this process lacks: refuse the whole call
                 # (nothing stored) rather than hold memory it cannot compute
                 self._registry_of(
@@ -1263,7 +1269,7 @@ class Replica:
             self.store.write(batch)
         # Stored: from here on, memory follows the store (rebuilt from it if this fails).
         try:
-            new_ops = self._admitted(accepted)
+            new_ops = self._admitted(accepted, declares=declares)
         except BaseException:
             self._reload()
             raise
@@ -1495,6 +1501,12 @@ class Replica:
 
 #: How many received changes are verified together (progress is reported per step).
 _RECEIVE_STEP = 256
+
+
+def _declares(changes: Iterable[VerifiedChange]) -> bool:
+    """Whether ``changes`` hold a registry declaration (the one scan of their ops a receive
+    makes for it)."""
+    return any(type(op) is RegistryDeclared for c in changes for op in c.ops)  # type: ignore[comparison-overlap]
 
 
 def _unverified(changes: Iterable[bytes | UnverifiedChange]) -> list[UnverifiedChange]:

@@ -17,6 +17,7 @@ import normalizers_for_tests as custom
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_registry import values  # StateFuse values
 
 from registry import (
     BUILTIN_NORMALIZERS,
@@ -149,21 +150,6 @@ def _as_default(contract: PredicateContract) -> PredicateContract:
         ref_uses_normal_form=contract.ref_uses_normal_form,
         policy=contract.policy,
     )
-
-
-#: StateFuse values (the same shape as the value strategies of test_normalizer / test_registry).
-values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(INT_MIN, INT_MAX)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12)
-    | st.binary(max_size=8),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
-    ),
-    max_leaves=5,
-)
 
 
 def assert_same_registry(back: Registry, original: Registry) -> None:
