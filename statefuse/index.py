@@ -33,6 +33,7 @@ class Index:
         "claims",
         "conflicted",
         "decisions",
+        "dependents",
         "evidence",
         "gkeys",
         "killed",
@@ -55,6 +56,8 @@ class Index:
         self.killed: dict[bytes, tuple[bytes, ...]] = {}
         self.members: dict[LocusKey, bytes | tuple[bytes, ...]] = {}
         self.conflicted: set[LocusKey] = set()
+        #: Claims with ``depends_on`` (active or not): what staleness is worked out from.
+        self.dependents: set[bytes] = set()
         self.gkeys: dict[bytes, bytes] = {}
         self._functional: dict[tuple[str, str], bool] = {}
         self._gmemo: dict[tuple[object, type, object], bytes] = {}
@@ -76,6 +79,7 @@ class Index:
         out.killed = self.killed.copy()
         out.members = self.members.copy()
         out.conflicted = self.conflicted.copy()
+        out.dependents = self.dependents.copy()
         out.gkeys = self.gkeys  # pure cache of claim -> group key
         out._functional = self._functional  # pure cache of the registry
         out._gmemo = self._gmemo  # pure cache of the registry
@@ -175,6 +179,8 @@ class Index:
         if cid in self.claims:
             return False
         self.claims[cid] = c
+        if c.depends_on:
+            self.dependents.add(cid)
         if self._by_ref is not None:
             self._by_ref[c.claim_ref] = (*self._by_ref.get(c.claim_ref, ()), cid)
         killers = self.ret_by_id.get(cid, ())
@@ -274,6 +280,7 @@ def build(
     ret_by_ref = ix.ret_by_ref = {k: tuple(v) for k, v in by_ref.items()}
 
     killed = ix.killed
+    ix.dependents = {cid for cid, c in claims.items() if c.depends_on}
     members: dict[LocusKey, bytes | tuple[bytes, ...]] = {}
     multi: dict[LocusKey, list[bytes]] = {}
     locus_key = attrgetter("namespace", "subject", "predicate", "scope")

@@ -35,8 +35,9 @@ straightforward reference projection.
 
 from __future__ import annotations
 
+import itertools
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from registry.contract import Policy, PredicateContract
@@ -66,6 +67,7 @@ from statefuse.view import (
     Selection,
     StaleNote,
     SurfacedConflict,
+    Unordered,
     View,
 )
 
@@ -168,6 +170,9 @@ class _Conflict:
     values: str
 
 
+_serials = itertools.count(1)
+
+
 @dataclass(frozen=True, slots=True)
 class _Plan:
     buckets: tuple[_Bucket, ...]
@@ -178,6 +183,12 @@ class _Plan:
     #: Sole-candidate Selections Views of this plan made, shared by every plan carried over
     #: from it (an entry is reused only for the very claim it was made from).
     made: dict[Key, Selection] = field(default_factory=dict, compare=False, repr=False)
+    #: Names this plan (a number, so a plan never keeps the one it came from alive).
+    serial: int = field(default_factory=lambda: next(_serials), compare=False)
+    #: The plan this one was updated from, and the keys placed again since (every other item
+    #: of ``rest`` is the very object it was there): how a View carries over (`_Seen`).
+    parent: int = field(default=0, compare=False)
+    changed: frozenset[Key] = field(default=frozenset(), compare=False)
 
 
 #: A key's place in a plan: in the bucket of a (visibility, scope) label, with its entry and
@@ -349,18 +360,18 @@ def _plan_update(prev: _Plan, state: State, touched: frozenset[LocusKey]) -> _Pl
         if b is not None and not new and not gone:
             buckets.append(b)
             continue
-        entries = dict(b.entries) if b is not None else {}
+        held = b.entries if b is not None else {}
+        fresh = any(k not in held for k in new)
+        # A copy at C speed, patched: a new key goes last, so the bucket is then walked in
+        # key order by sorting it when (and if) a reader walks it (`Unordered`).
+        entries: dict[Key, ClaimAdded | tuple[Selection, str]] = (
+            Unordered(held) if fresh or type(held) is Unordered else dict(held)
+        )
         for key in gone:
             if key not in new:
                 del entries[key]
-        fresh = [k for k in new if k not in entries]
         for key, (entry, _) in new.items():
             entries[key] = entry
-        if fresh:  # keep key order: the new keys go where a full plan puts them
-            order = [k for k in entries if k not in new or k not in fresh]
-            for key in fresh:
-                insort(order, key)
-            entries = {k: entries[k] for k in order}
         if not entries:
             continue
         claim_ids = list(b.ids) if b is not None else []
@@ -373,7 +384,14 @@ def _plan_update(prev: _Plan, state: State, touched: frozenset[LocusKey]) -> _Pl
     made = prev.made
     for key in scopes:  # what the touched keys made is remade when read (and never kept stale)
         made.pop(key, None)
-    return _Plan(tuple(buckets), tuple(rest), tuple(rest_keys), made)
+    return _Plan(
+        tuple(buckets),
+        tuple(rest),
+        tuple(rest_keys),
+        made,
+        parent=prev.serial,
+        changed=frozenset(scopes),
+    )
 
 
 # --- one projection ------------------------------------------------------------------------------
@@ -392,6 +410,11 @@ def project(
     ``authority``; by default ``state.registry.authority_order`` applies. Raises ProjectionError
     for wrong argument types and ResolverConfigError for a bad ``authority_order``; never raises
     because of a resolver (see `run_resolver`).
+
+    The View of the State before, through the same lens, resolver and order, carries over: only
+    the keys written since are worked out again (a resolver is asked again only about a
+    conflict whose candidates changed, or after a decision), so an agent that writes and reads
+    in turn pays for what it wrote. The same State and lens give the very same View.
     """
     if not isinstance(state, State):
         raise ProjectionError("state", "state-type", f"expected State, got {type(state).__name__}")
@@ -401,12 +424,206 @@ def project(
         order = state.registry.authority_order
     else:
         order = _check_order("authority_order", authority_order, allow_empty=False)
+    plan = state.derived(_plan)
     run = _Run(state, lens, resolver if resolver is not None else AbstainAll(), order)
-    return run.view(state.derived(_plan))
+    memo_key = _memo_key(lens, resolver, order)
+    if memo_key is None:
+        return run.view(plan, run.seen(plan, None))
+    views = state.derived(_carried_views)
+    seen = views.current.get(memo_key)
+    if seen is None:
+        before = views.previous.pop(memo_key, None)
+        usable = (
+            before is not None
+            and before.plan == plan.parent
+            and before.decisions == len(state._ix.decisions)
+        )
+        seen = run.seen(plan, before if usable else None)
+        seen.view = run.view(plan, seen)
+        views.current[memo_key] = seen
+        while len(views.current) > MAX_CARRIED_VIEWS:
+            del views.current[next(iter(views.current))]
+    assert seen.view is not None
+    return seen.view
+
+
+#: Most lenses (with resolver and order) whose Views a State keeps for the next State.
+MAX_CARRIED_VIEWS = 8
+
+#: Stands for "no resolver given" (a fresh `AbstainAll` each call) in the memo of Views.
+_DEFAULT_RESOLVER = "abstain-all"
+
+
+def _memo_key(
+    lens: Lens, resolver: Resolver | None, order: tuple[str, ...]
+) -> tuple[object, ...] | None:
+    """What a View depends on besides the State (``lens.query`` ranks, it does not project);
+    None when the resolver cannot be a dict key (then nothing carries over)."""
+    if resolver is None:
+        r: object = _DEFAULT_RESOLVER
+    else:
+        try:
+            hash(resolver)
+        except TypeError:
+            return None
+        r = resolver
+    return (lens.roles, lens.task, lens.session, lens.include, lens.now, r, order)
+
+
+class _Views:
+    """The Views a State made (``current``, by `_memo_key`) and those of the State before that
+    it may still carry over (``previous``)."""
+
+    __slots__ = ("current", "previous")
+
+    def __init__(self, previous: dict[tuple[object, ...], _Seen]) -> None:
+        self.current: dict[tuple[object, ...], _Seen] = {}
+        self.previous = previous
+
+
+def _carried_views(state: State) -> _Views:
+    since = state.changes_since()
+    before = since[0].get(_carried_views) if since is not None else None
+    return _Views(dict(before.current) if isinstance(before, _Views) else {})
+
+
+class _Outcome:
+    """What one item of a plan's ``rest`` adds to a View: its selection and explanation, or
+    its surfaced conflict, and the claims it leaves out. Kept while the item is the same."""
+
+    __slots__ = (
+        "expired",
+        "explanation",
+        "hidden",
+        "out_of_scope",
+        "selected",
+        "shadowed",
+        "surfaced",
+    )
+
+    def __init__(self) -> None:
+        self.selected: Selection | ClaimAdded | None = None
+        self.explanation: str | ClaimAdded | None = None
+        self.surfaced: SurfacedConflict | None = None
+        self.hidden = 0
+        self.out_of_scope: list[bytes] = []
+        self.expired: list[bytes] = []
+        self.shadowed: list[bytes] = []
+
+
+class _Seen:
+    """One lens' worked-out ``rest`` of one plan: the outcome per key and what they add up
+    to, patched key by key from the plan before (`_Run.seen`)."""
+
+    __slots__ = (
+        "decisions",
+        "explanations",
+        "hidden",
+        "outcomes",
+        "plan",
+        "selected",
+        "surfaced",
+        "surfaced_keys",
+        "tally",
+        "view",
+    )
+
+    def __init__(self, plan: int, decisions: int) -> None:
+        self.plan = plan
+        self.decisions = decisions
+        self.outcomes: dict[Key, _Outcome] = {}
+        self.selected: dict[Key, Selection | ClaimAdded] = {}
+        self.explanations: dict[Key, str | ClaimAdded] = {}
+        self.surfaced_keys: list[Key] = []
+        self.surfaced: list[SurfacedConflict] = []
+        #: Claims left out, counted: hidden, out of scope, expired, shadowed.
+        self.tally = [0, 0, 0, 0]
+        self.view: View | None = None
+
+    def carried(self, plan: int) -> _Seen:
+        out = _Seen(plan, self.decisions)
+        out.outcomes = self.outcomes.copy()
+        out.selected = Unordered(self.selected)
+        out.explanations = Unordered(self.explanations)
+        out.surfaced_keys = self.surfaced_keys.copy()
+        out.surfaced = self.surfaced.copy()
+        out.tally = self.tally.copy()
+        return out
+
+    def take(self, key: Key, o: _Outcome) -> None:
+        self.outcomes[key] = o
+        if o.selected is not None:
+            self.selected[key] = o.selected
+        if o.explanation is not None:
+            self.explanations[key] = o.explanation
+        if o.surfaced is not None:
+            i = bisect_left(self.surfaced_keys, key)
+            self.surfaced_keys.insert(i, key)
+            self.surfaced.insert(i, o.surfaced)
+        self._count(o, 1)
+
+    def drop(self, key: Key) -> None:
+        o = self.outcomes.pop(key, None)
+        if o is None:
+            return
+        self.selected.pop(key, None)
+        self.explanations.pop(key, None)
+        if o.surfaced is not None:
+            i = bisect_left(self.surfaced_keys, key)
+            del self.surfaced_keys[i], self.surfaced[i]
+        self._count(o, -1)
+
+    def _count(self, o: _Outcome, sign: int) -> None:
+        t = self.tally
+        t[0] += sign * o.hidden
+        t[1] += sign * len(o.out_of_scope)
+        t[2] += sign * len(o.expired)
+        t[3] += sign * len(o.shadowed)
+
+
+class _ExcludedIds(Mapping[str, tuple[bytes, ...]]):
+    """``View.excluded_ids``, sorted when first read (most readers only count)."""
+
+    __slots__ = ("_ids", "_out_of_scope", "_outcomes")
+
+    def __init__(
+        self, out_of_scope: list[tuple[bytes, ...]], outcomes: Mapping[Key, _Outcome]
+    ) -> None:
+        self._out_of_scope = out_of_scope
+        self._outcomes = outcomes
+        self._ids: dict[str, tuple[bytes, ...]] | None = None
+
+    def _made(self) -> dict[str, tuple[bytes, ...]]:
+        if self._ids is None:
+            scope: list[bytes] = [i for ids in self._out_of_scope for i in ids]
+            expired: list[bytes] = []
+            shadowed: list[bytes] = []
+            for o in self._outcomes.values():
+                scope += o.out_of_scope
+                expired += o.expired
+                shadowed += o.shadowed
+            self._ids = {
+                "out-of-scope": tuple(sorted(scope)),
+                "expired": tuple(sorted(expired)),
+                "shadowed": tuple(sorted(shadowed)),
+            }
+        return self._ids
+
+    def __getitem__(self, reason: str) -> tuple[bytes, ...]:
+        return self._made()[reason]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("out-of-scope", "expired", "shadowed"))
+
+    def __len__(self) -> int:
+        return 3
+
+    def __repr__(self) -> str:
+        return repr(self._made())
 
 
 class _Run:
-    """One projection: the lens's memo tables and the parts of the View being built."""
+    """One projection: the lens's memo tables, and the outcome of the item being worked out."""
 
     def __init__(
         self, state: State, lens: Lens, resolver: Resolver, authority_order: tuple[str, ...]
@@ -416,14 +633,7 @@ class _Run:
         self.resolver = resolver
         self.authority = AuthorityRank(authority_order)
         self.scope_seen: dict[str, bool] = {}
-        self.hidden = 0
-        self.out_of_scope: list[bytes] = []
-        self.expired: list[bytes] = []
-        self.shadowed: list[bytes] = []
-        self.selected: dict[Key, Selection | ClaimAdded] = {}
-        self.explanations: dict[Key, str | ClaimAdded] = {}
-        self.unresolved: list[Key] = []
-        self.surfaced: list[SurfacedConflict] = []
+        self.out = _Outcome()
 
     def sees_scope(self, scope: str) -> bool:
         ok = self.scope_seen.get(scope)
@@ -434,10 +644,10 @@ class _Run:
     def sees(self, visibility: tuple[str, ...], scope: str, n: int, ids: Sequence[bytes]) -> bool:
         """Rules 1-2 for ``n`` claims sharing a visibility and a scope; counts them if unseen."""
         if visibility and self.lens.roles.isdisjoint(visibility):
-            self.hidden += n
+            self.out.hidden += n
             return False
         if not self.sees_scope(scope):
-            self.out_of_scope.extend(ids)
+            self.out.out_of_scope.extend(ids)
             return False
         return True
 
@@ -447,30 +657,61 @@ class _Run:
             return False
         now = self.lens.now
         if now is not None and c.expires is not None and c.expires < now:
-            self.expired.append(c.op_id)
+            self.out.expired.append(c.op_id)
             return False
         return True
 
-    def view(self, plan: _Plan) -> View:
-        seen = [b for b in plan.buckets if self.sees(b.visibility, b.scope, len(b.ids), b.ids)]
-        for item in plan.rest:
-            if isinstance(item, _Conflict):
-                self._conflict(item)
+    def outcome(self, item: _Conflict | tuple[Key, tuple[ClaimAdded, ...]]) -> _Outcome:
+        out = self.out = _Outcome()
+        if isinstance(item, _Conflict):
+            self._conflict(item)
+        else:
+            self._key(*item)
+        return out
+
+    def seen(self, plan: _Plan, before: _Seen | None) -> _Seen:
+        """The outcomes of ``plan.rest``: from ``before`` (the plan's parent's, same lens) for
+        every item but those of the keys placed again, else all of them."""
+        if before is None:
+            seen = _Seen(plan.serial, len(self.state._ix.decisions))
+            for key, item in zip(plan.rest_keys, plan.rest, strict=True):
+                seen.take(key, self.outcome(item))
+            return seen
+        seen = before.carried(plan.serial)
+        rest_keys = plan.rest_keys
+        for key in sorted(plan.changed):
+            seen.drop(key)
+            i = bisect_left(rest_keys, key)
+            if i < len(rest_keys) and rest_keys[i] == key:
+                seen.take(key, self.outcome(plan.rest[i]))
+        return seen
+
+    def view(self, plan: _Plan, seen: _Seen) -> View:
+        hidden, out_of_scope = seen.tally[0], seen.tally[1]
+        parts = []
+        scope_ids: list[tuple[bytes, ...]] = []
+        roles = self.lens.roles
+        for b in plan.buckets:
+            if b.visibility and roles.isdisjoint(b.visibility):
+                hidden += len(b.ids)
+            elif not self.sees_scope(b.scope):
+                out_of_scope += len(b.ids)
+                scope_ids.append(b.ids)
             else:
-                self._key(*item)
-        ids = {
-            "out-of-scope": tuple(sorted(self.out_of_scope)),
-            "expired": tuple(sorted(self.expired)),
-            "shadowed": tuple(sorted(self.shadowed)),
-        }
+                parts.append(b.entries)
         return View(
-            selected=SelectedMap([b.entries for b in seen], self.selected, shared=plan.made),
-            unresolved=tuple(self.unresolved),
-            surfaced_conflicts=tuple(self.surfaced),
+            selected=SelectedMap(parts, seen.selected, shared=plan.made),
+            unresolved=tuple(seen.surfaced_keys),
+            surfaced_conflicts=tuple(seen.surfaced),
             stale=self._stale_notes(),
-            excluded={"hidden": self.hidden, **{r: len(v) for r, v in ids.items()}},
-            excluded_ids=ids,
-            explanations=ExplanationMap([b.entries for b in seen], self.explanations),
+            excluded={
+                "hidden": hidden,
+                "out-of-scope": out_of_scope,
+                "expired": seen.tally[2],
+                "shadowed": seen.tally[3],
+            },
+            excluded_ids=_ExcludedIds(scope_ids, seen.outcomes),
+            explanations=ExplanationMap(parts, seen.explanations),
         )
 
     def _conflict(self, p: _Conflict) -> None:
@@ -487,7 +728,7 @@ class _Run:
         here = tuple(c for c in shown if scope_rank(c.scope) == top)
         shadowed = len(shown) - len(here)
         if shadowed:
-            self.shadowed.extend(c.op_id for c in shown if scope_rank(c.scope) < top)
+            self.out.shadowed.extend(c.op_id for c in shown if scope_rank(c.scope) < top)
         contract = self.state.registry.contract_for(key[0], key[2])
         conflict = None
         if contract.functional and len(here) > 1:
@@ -495,11 +736,11 @@ class _Run:
         groups = _visible_groups(conflict, here)
         if len(groups) == 1:
             if contract.functional and len(here) == 1 and not shadowed:
-                self.selected[key] = self.explanations[key] = here[0]
+                self.out.selected = self.out.explanation = here[0]
             else:
                 selection, line = _selection(key, groups[0], contract.functional, _note(shadowed))
-                self.selected[key] = selection
-                self.explanations[key] = line
+                self.out.selected = selection
+                self.out.explanation = line
             return
         assert conflict is not None
         values = " | ".join(_fmt(g[0]) for g in groups)
@@ -526,27 +767,24 @@ class _Run:
         if isinstance(answer, Select):
             pick = next(c for c in here if c.op_id == answer.claim_id)
             group = next(g for g in groups if pick in g)
-            self.selected[key] = Selection(key, scope, pick, group, how, answer.reason)
-            self.explanations[key] = (
+            self.out.selected = Selection(key, scope, pick, group, how, answer.reason)
+            self.out.explanation = (
                 f"{name} [{scope}]: {_fmt(pick)} ({how.value}: {answer.reason};"
                 f" {len(groups)} candidate values){note}"
             )
             return
-        self.unresolved.append(key)
-        self.surfaced.append(
-            SurfacedConflict(
-                key,
-                scope,
-                conflict.locus,
-                conflict.conflict_id,
-                here,
-                groups,
-                answer.reason,
-                error,
-                len(conflict.candidates) - len(here),
-            )
+        self.out.surfaced = SurfacedConflict(
+            key,
+            scope,
+            conflict.locus,
+            conflict.conflict_id,
+            here,
+            groups,
+            answer.reason,
+            error,
+            len(conflict.candidates) - len(here),
         )
-        self.explanations[key] = (
+        self.out.explanation = (
             f"{name} [{scope}]: UNRESOLVED between {values} ({answer.reason}){note}"
         )
 

@@ -247,10 +247,21 @@ class State:
             groups=tuple(CandidateGroup(k, tuple(v)) for k, v in sorted(groups.items())),
         )
 
+    def _conflict_memo(self) -> dict[LocusKey, ConflictSet]:
+        return self.derived(_carried_conflicts)
+
+    def _conflict_made(self, lk: LocusKey) -> ConflictSet:
+        memo = self._conflict_memo()
+        c = memo.get(lk)
+        if c is None:
+            c = memo[lk] = self._conflict(lk)
+        return c
+
     @cached_property
     def conflicts(self) -> tuple[ConflictSet, ...]:
         """Every ConflictSet, sorted by locus."""
-        out = [self._conflict(lk) for lk in self._ix.conflicted]
+        made = self._conflict_made
+        out = [made(lk) for lk in self._ix.conflicted]
         out.sort(key=lambda c: c.locus)
         return tuple(out)
 
@@ -262,15 +273,16 @@ class State:
         """The current conflict at ``locus``, if there is one."""
         return self._conflicts_by_locus.get(locus)
 
-    @cached_property
-    def _conflicts_by_locus_key(self) -> Mapping[LocusKey, ConflictSet]:
-        return MappingProxyType({(*c.key, c.scope): c for c in self.conflicts})
-
     def conflict_of(
         self, namespace: str, subject: str, predicate: str, scope: str = "global"
     ) -> ConflictSet | None:
-        """`conflict_at` by key and scope, without hashing a locus: a dict lookup."""
-        return self._conflicts_by_locus_key.get((namespace, subject, predicate, scope))
+        """`conflict_at` by key and scope, without hashing a locus. Made on first use and
+        carried from the State before while its locus is untouched, so asking about one key
+        costs that key, not every conflict."""
+        lk = (namespace, subject, predicate, scope)
+        if lk not in self._ix.conflicted:
+            return None
+        return self._conflict_made(lk)
 
     def active_by_key(self) -> dict[tuple[str, str, str], tuple[ClaimAdded, ...]]:
         """Active claims grouped by key over every scope, keys sorted, each group by claim_id:
@@ -409,7 +421,7 @@ class State:
         """
         ix = self._ix
         claims, killed = ix.claims, ix.killed
-        dependents = [c for c in claims.values() if c.depends_on and c.op_id not in killed]
+        dependents = [claims[d] for d in sorted(ix.dependents) if d not in killed]
         if not dependents:
             return MappingProxyType({})
         by_ref = ix.by_ref()
@@ -546,3 +558,18 @@ class State:
             f"State({len(ix.claims)} claims, {len(ix.claims) - len(ix.killed)} active,"
             f" {len(ix.conflicted)} conflicts)"
         )
+
+
+def _carried_conflicts(state: State) -> dict[LocusKey, ConflictSet]:
+    """The ConflictSets ``state`` has made so far, by locus key: those of the State before
+    whose locus no write touched since (their candidates are the same claims), then each
+    one made on first use. A ConflictSet is a function of its locus' active claims alone."""
+    since = state.changes_since()
+    if since is not None:
+        prev = since[0].get(_carried_conflicts)
+        if isinstance(prev, dict) and prev:
+            out = prev.copy()
+            for lk in since[1]:
+                out.pop(lk, None)
+            return out
+    return {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import ItemsView, Iterator, Mapping, Sequence, ValuesView
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar, Union
@@ -92,14 +92,35 @@ def sole_line(key: Key, claim: ClaimAdded) -> str:
 _Entry = Union[_V, ClaimAdded, "tuple[Selection, str]"]
 
 
+class Unordered(dict):  # type: ignore[type-arg]
+    """A part of a `_Lazy` mapping whose insertion order is not key order (a projection
+    carried from the View before patches a copy of its parts instead of rebuilding them in
+    order): its items are sorted the first time the mapping is walked in order, then kept.
+    Never changed once handed to a View."""
+
+    __slots__ = ("_sorted",)
+
+    def sorted_items(self) -> list[tuple[Key, Any]]:
+        try:
+            return self._sorted  # type: ignore[no-any-return]
+        except AttributeError:
+            # Keys are unique, so sorting (key, entry) pairs never compares entries.
+            self._sorted: list[tuple[Key, Any]] = sorted(self.items())
+            return self._sorted
+
+
+def _in_order(source: Mapping[Key, Any]) -> Iterable[tuple[Key, Any]]:
+    return source.sorted_items() if type(source) is Unordered else source.items()
+
+
 class _Lazy(Mapping[Key, _V]):
     """A read-only mapping, in key order, whose sole-candidate entries are made when read.
 
-    ``parts`` and ``extra`` are mappings, each sorted by key, no key in two of them, to an
-    `_Entry`. A projection of 100k keys thus makes 100k entries only for a reader who asks for
-    all of them; made entries are kept, so each read returns the same object. The projection
-    shares ``parts`` between Views (never changing them), and hands a View only parts whose
-    claims its lens may see.
+    ``parts`` and ``extra`` are mappings, each sorted by key (or an `Unordered`, sorted when
+    walked), no key in two of them, to an `_Entry`. A projection of 100k keys thus makes 100k
+    entries only for a reader who asks for all of them; made entries are kept, so each read
+    returns the same object. The projection shares ``parts`` between Views (never changing
+    them), and hands a View only parts whose claims its lens may see.
     """
 
     __slots__ = ("_extra", "_len", "_made", "_parts", "_shared")
@@ -169,16 +190,19 @@ class _Lazy(Mapping[Key, _V]):
 
     def __iter__(self) -> Iterator[Key]:
         sources = self._sources()
-        if len(sources) == 1:
+        if len(sources) == 1 and type(sources[0]) is not Unordered:
             return iter(sources[0])
-        return heapq.merge(*sources)
+        return (k for k, _ in self._pairs(sources))
+
+    @staticmethod
+    def _pairs(sources: list[Mapping[Key, _Entry[_V]]]) -> Iterable[tuple[Key, _Entry[_V]]]:
+        if len(sources) == 1:
+            return _in_order(sources[0])
+        # Keys are unique across sources, so merging (key, entry) pairs never compares entries.
+        return heapq.merge(*(_in_order(s) for s in sources))
 
     def _items(self) -> Iterator[tuple[Key, _V]]:
-        sources = self._sources()
-        # Keys are unique across sources, so merging (key, entry) pairs never compares entries.
-        pairs = (
-            sources[0].items() if len(sources) == 1 else heapq.merge(*(s.items() for s in sources))
-        )
+        pairs = self._pairs(self._sources())
         entry = self._entry
         for key, e in pairs:
             yield key, entry(key, e)
