@@ -360,12 +360,12 @@ def _plan_update(prev: _Plan, state: State, touched: frozenset[LocusKey]) -> _Pl
         if b is not None and not new and not gone:
             buckets.append(b)
             continue
-        held = b.entries if b is not None else {}
-        fresh = any(k not in held for k in new)
+        old = b.entries if b is not None else {}
+        fresh = any(k not in old for k in new)
         # A copy at C speed, patched: a new key goes last, so the bucket is then walked in
         # key order by sorting it when (and if) a reader walks it (`Unordered`).
         entries: dict[Key, ClaimAdded | tuple[Selection, str]] = (
-            Unordered(held) if fresh or type(held) is Unordered else dict(held)
+            Unordered(old) if fresh or type(old) is Unordered else dict(old)
         )
         for key in gone:
             if key not in new:

@@ -92,7 +92,7 @@ def sole_line(key: Key, claim: ClaimAdded) -> str:
 _Entry = Union[_V, ClaimAdded, "tuple[Selection, str]"]
 
 
-class Unordered(dict):  # type: ignore[type-arg]
+class Unordered(dict[Key, Any]):
     """A part of a `_Lazy` mapping whose insertion order is not key order (a projection
     carried from the View before patches a copy of its parts instead of rebuilding them in
     order): its items are sorted the first time the mapping is walked in order, then kept.
