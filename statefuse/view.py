@@ -102,7 +102,7 @@ class Unordered(dict[Key, Any]):
 
     def sorted_items(self) -> list[tuple[Key, Any]]:
         try:
-            return self._sorted  # type: ignore[no-any-return]
+            return self._sorted
         except AttributeError:
             # Keys are unique, so sorting (key, entry) pairs never compares entries.
             self._sorted: list[tuple[Key, Any]] = sorted(self.items())
