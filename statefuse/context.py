@@ -35,22 +35,26 @@ rest), and the later sections share what the facts leave, in the order above.
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Union
+from typing import Any, Generic, TypeVar, Union
 
 from registry.error import InputError
 from registry.value import Value
 from statefuse.lens import Lens
 from statefuse.op import ClaimAdded, Layer
 from statefuse.projection import project
-from statefuse.ranker import LexicalRanker, Ranker
+from statefuse.ranker import Corpus, LexicalRanker, Ranker
 from statefuse.resolver import Resolver
 from statefuse.state import State
 from statefuse.tokenizer import CachedTokenizer, Tokenizer, default_tokenizer
-from statefuse.view import How, Key, SurfacedConflict, View, json_value
+from statefuse.view import How, Key, Selection, SurfacedConflict, View, json_value
+
+_T = TypeVar("_T")
 
 #: Version of `Context.to_json`'s document.
 CONTEXT_FORMAT_VERSION = 1
@@ -258,7 +262,7 @@ class Context:
                 raise ContextError(
                     "handle", "known-handle", f"{handle!r} is not a handle of this context"
                 )
-            if isinstance(source, _Rest):
+            if isinstance(source, (_Rest, _Later)):
                 found = source.claims()
             else:
                 found = tuple(sorted(source, key=_by_id))
@@ -360,21 +364,6 @@ _QUESTIONS = ("more open question", "more open questions")
 # --- the pieces of a View -------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Parts:
-    """The View sorted into sections (before any budget applies)."""
-
-    identity: list[ClaimAdded] = field(default_factory=list)
-    constraints: list[ClaimAdded] = field(default_factory=list)
-    facts: list[ClaimAdded] = field(default_factory=list)
-    stale_facts: list[ClaimAdded] = field(default_factory=list)
-    working: list[ClaimAdded] = field(default_factory=list)
-    environment: list[ClaimAdded] = field(default_factory=list)
-    questions: list[tuple[Key, tuple[ClaimAdded, ...]]] = field(default_factory=list)
-    conflicts: list[SurfacedConflict] = field(default_factory=list)
-    answered: int = 0
-
-
 def _asked_key(c: ClaimAdded) -> Key:
     p = c.predicate
     if p.endswith(QUESTION_SUFFIX) and len(p) > len(QUESTION_SUFFIX):
@@ -382,64 +371,283 @@ def _asked_key(c: ClaimAdded) -> Key:
     return (c.namespace, c.subject, p)
 
 
-def _partition(view: View) -> _Parts:
-    """The View sorted into sections. Questions go to known unknowns unless the key they ask
-    about is answered: it has a shown claim that is not a question (a selected claim — the
-    representative of a single-valued key, any value of a multi-valued one — or a candidate
-    of an unresolved conflict). The View holds only what its lens may see, so an answer hidden
-    by role, scope or expiry answers nothing. Questions never conflict in a context: several
-    different questions about one key (a conflict in the View) are one known unknown listing
-    each, or, once the key is answered, are left out like any answered question and counted
-    under ``excluded["answered-question"]``."""
-    parts = _Parts()
-    identity, constraints, facts = parts.identity, parts.constraints, parts.facts
-    stale = view.stale
-    fact_layer, identity_layer = Layer.FACT, Layer.IDENTITY
-    questions: list[ClaimAdded] = []
-    answered: set[Key] = set()
-    for sel in view.selected.values():
-        for c in sel.claims if sel.how is How.MULTI else (sel.claim,):
-            layer = c.layer
-            kind = c.kind
-            if layer is fact_layer and kind == "fact" and not c.constraint:
-                if c.op_id in stale:
-                    parts.stale_facts.append(c)
+# Where a shown claim goes (`_section_of`): an index into `_Prepared.sections`.
+_FACT, _STALE, _IDENTITY_CLAIM, _CONSTRAINT, _WORKING_ITEM, _SIGNAL, _QUESTION = range(7)
+
+
+def _section_of(c: ClaimAdded, stale: Mapping[bytes, object]) -> int:
+    layer, kind = c.layer, c.kind
+    if layer is Layer.FACT and kind == "fact" and not c.constraint:
+        return _STALE if c.op_id in stale else _FACT
+    if layer is Layer.IDENTITY:
+        return _IDENTITY_CLAIM
+    if kind == "constraint" or c.constraint:
+        return _CONSTRAINT
+    if kind == "question":
+        return _QUESTION
+    if layer is Layer.WORKING:
+        return _WORKING_ITEM
+    if layer is Layer.ENVIRONMENT:
+        return _SIGNAL
+    return _STALE if c.op_id in stale else _FACT
+
+
+def _shown(sel: Selection) -> tuple[ClaimAdded, ...]:
+    return sel.claims if sel.how is How.MULTI else (sel.claim,)
+
+
+def _surfaced_at(view: View, key: Key) -> SurfacedConflict | None:
+    """The View's surfaced conflict at ``key`` (a projected View lists them in key order)."""
+    keys = view.unresolved
+    i = bisect_left(keys, key)
+    return view.surfaced_conflicts[i] if i < len(keys) and keys[i] == key else None
+
+
+#: The questions of one key as known unknowns: each selected question alone, or the
+#: candidates of a conflict between questions together.
+_Asked = tuple[tuple[Key, tuple[ClaimAdded, ...]], ...]
+
+_serials = itertools.count(1)
+
+
+class _Prepared:
+    """What assembly needs from a View whatever the query: the View sorted into sections
+    (claims by id per section, conflicts and questions by key), the stale claims placed under
+    their parents, and the facts as a ranker `Corpus`.
+
+    Made from the preparation of the View this one was carried over from (`View._lineage`)
+    when the cache has it: only the keys projected again since, and the keys of claims whose
+    staleness changed, are sorted again, into copies (a preparation never changes once made,
+    as the contexts made from it expand their handles from it later).
+
+    Questions go to known unknowns unless the key they ask about is answered: it has a shown
+    claim that is not a question (a selected claim — the representative of a single-valued
+    key, any value of a multi-valued one — or a candidate of an unresolved conflict). The View
+    holds only what its lens may see, so an answer hidden by role, scope or expiry answers
+    nothing. Questions never conflict in a context: several different questions about one key
+    (a conflict in the View) are one known unknown listing each, or, once the key is
+    answered, are left out like any answered question and counted under
+    ``excluded["answered-question"]``.
+    """
+
+    def __init__(self, view: View, before: _Prepared | None = None) -> None:
+        self.view = view
+        self.serial = next(_serials)
+        #: Conflict units made so far, by key (with the conflict and tokenizer they are for).
+        self.units: dict[Key, tuple[SurfacedConflict, Tokenizer, _Unit]] = {}
+        self.sorted_ids: list[bytes] | None = None
+        if before is None:
+            self._fill()
+        else:
+            self._carry(before)
+        self.placed: list[ClaimAdded] = []
+        self.placed_ns: dict[str, int] = {}
+        self.children: dict[bytes, list[ClaimAdded]] = {}
+        self.orphans: list[tuple[ClaimAdded, str]] = []
+        self._place_stale()
+        self.questions: list[tuple[Key, tuple[ClaimAdded, ...]]] = []
+        self.answered = 0
+        self._sort_questions()
+
+    @property
+    def facts(self) -> dict[bytes, ClaimAdded]:
+        """The facts shown as facts (not stale), by claim id."""
+        return self.sections[_FACT]
+
+    def section(self, where: int) -> Iterable[ClaimAdded]:
+        return self.sections[where].values()
+
+    # -- sorting into sections --
+
+    def _fill(self) -> None:
+        self.sections: list[dict[bytes, ClaimAdded]] = [{} for _ in range(7)]
+        self.conflicts: dict[Key, SurfacedConflict] = {}
+        self.asked: dict[Key, _Asked] = {}
+        self.ns_counts: dict[str, int] = {}
+        self._added: list[ClaimAdded] = []
+        self._removed: list[bytes] = []
+        view = self.view
+        for key, sel in view.selected.items():
+            self._file_selection(key, sel)
+        for sc in view.surfaced_conflicts:
+            self._file_conflict(sc)
+        self.conflict_keys = sorted(self.conflicts)
+        self.corpus = Corpus(self.facts, serial=self.serial)
+
+    def _carry(self, before: _Prepared) -> None:
+        view, old = self.view, before.view
+        assert view._lineage is not None
+        self.sections = [s.copy() for s in before.sections]
+        self.conflicts = before.conflicts.copy()
+        self.conflict_keys = before.conflict_keys.copy()
+        self.asked = before.asked.copy()
+        self.ns_counts = before.ns_counts.copy()
+        self._added = []
+        self._removed = []
+        keys = set(view._lineage[2])
+        stale, was_stale = view.stale, old.stale
+        if stale or was_stale:  # a claim that became stale, or stopped being, moves
+            for cid in stale.keys() ^ was_stale.keys():
+                c = before._find(cid)
+                if c is not None:
+                    keys.add(c.key)
+        self.units = (
+            {k: u for k, u in before.units.items() if k not in keys} if keys else before.units
+        )
+        for key in keys:
+            self._unfile(old, key)
+        for key in sorted(keys):
+            sel = view.selected.get(key)
+            if sel is not None:
+                self._file_selection(key, sel)
+                continue
+            sc = _surfaced_at(view, key)
+            if sc is not None and self._file_conflict(sc):
+                insort(self.conflict_keys, key)
+        back = {c.op_id for c in self._added}.intersection(self._removed)
+        added = [c for c in self._added if c.op_id not in back]
+        removed = [cid for cid in self._removed if cid not in back]
+        self.corpus = Corpus(
+            self.facts, serial=self.serial, parent=before.serial, added=added, removed=removed
+        )
+        ids = before.sorted_ids
+        if ids is not None and len(added) + len(removed) < 256:
+            ids = ids.copy()
+            for cid in removed:
+                del ids[bisect_left(ids, cid)]
+            for c in added:
+                insort(ids, c.op_id)
+            self.sorted_ids = ids
+
+    def _find(self, cid: bytes) -> ClaimAdded | None:
+        for section in self.sections:
+            c = section.get(cid)
+            if c is not None:
+                return c
+        return None
+
+    def _unfile(self, view: View, key: Key) -> None:
+        """Take out what ``key`` put in when the preparation was of ``view``."""
+        sel = view.selected.get(key)
+        if sel is not None:
+            facts = self.facts
+            for c in _shown(sel):
+                cid = c.op_id
+                if facts.pop(cid, None) is not None:
+                    self._removed.append(cid)
+                    self._count(c.namespace, -1)
                 else:
-                    facts.append(c)
-            elif layer is identity_layer:
-                identity.append(c)
-            elif kind == "constraint" or c.constraint:
-                constraints.append(c)
-            elif kind == "question":
-                questions.append(c)
-                continue  # a question answers nothing
-            elif layer is Layer.WORKING:
-                parts.working.append(c)
-            elif layer is Layer.ENVIRONMENT:
-                parts.environment.append(c)
-            elif c.op_id in stale:
-                parts.stale_facts.append(c)
-            else:
-                facts.append(c)
-            answered.add(sel.key)
-    asked: list[SurfacedConflict] = []
-    for sc in view.surfaced_conflicts:
+                    for section in self.sections:
+                        section.pop(cid, None)
+        elif key in self.conflicts:
+            del self.conflicts[key]
+            del self.conflict_keys[bisect_left(self.conflict_keys, key)]
+        self.asked.pop(key, None)
+
+    def _file_selection(self, key: Key, sel: Selection) -> None:
+        stale = self.view.stale
+        asked: list[tuple[Key, tuple[ClaimAdded, ...]]] = []
+        for c in _shown(sel):
+            where = _section_of(c, stale)
+            self.sections[where][c.op_id] = c
+            if where == _FACT:
+                self._added.append(c)
+                self._count(c.namespace, +1)
+            elif where == _QUESTION:
+                asked.append((c.key, (c,)))
+        if asked:
+            self.asked[key] = tuple(asked)
+
+    def _file_conflict(self, sc: SurfacedConflict) -> bool:
+        """File a surfaced conflict; True if it is listed as a conflict (not a question)."""
         if all(c.kind == "question" for c in sc.candidates):
-            asked.append(sc)
+            self.asked[sc.key] = ((sc.key, sc.candidates),)
+            return False
+        self.conflicts[sc.key] = sc
+        return True
+
+    def _count(self, namespace: str, d: int) -> None:
+        n = self.ns_counts.get(namespace, 0) + d
+        if n:
+            self.ns_counts[namespace] = n
         else:
-            parts.conflicts.append(sc)
-            answered.add(sc.key)
-    for c in questions:
-        if _asked_key(c) in answered:
-            parts.answered += 1
-        else:
-            parts.questions.append((c.key, (c,)))
-    for sc in asked:
-        if _asked_key(sc.candidates[0]) in answered:
-            parts.answered += len(sc.candidates)
-        else:
-            parts.questions.append((sc.key, sc.candidates))
-    return parts
+            del self.ns_counts[namespace]
+
+    def _answers(self, key: Key) -> bool:
+        """True if the View shows a claim at ``key`` that is not a question."""
+        if key in self.conflicts:
+            return True
+        sel = self.view.selected.get(key)
+        return sel is not None and any(c.kind != "question" for c in _shown(sel))
+
+    def _sort_questions(self) -> None:
+        for key in sorted(self.asked):
+            entries = self.asked[key]
+            if self._answers(_asked_key(entries[0][1][0])):
+                self.answered += sum(len(cs) for _, cs in entries)
+            else:
+                self.questions.extend(entries)
+
+    # -- facts in id order, and what is left out --
+
+    def sorted_facts(self) -> list[bytes]:
+        """Ids of the facts, sorted (made on first use, then patched from one preparation to
+        the next)."""
+        if self.sorted_ids is None:
+            self.sorted_ids = sorted(self.facts)
+        return self.sorted_ids
+
+    def namespaces(self) -> list[tuple[str, int]]:
+        """Each namespace of the facts and placed stale claims with how many there are."""
+        counts = self.ns_counts.copy()
+        for ns, n in self.placed_ns.items():
+            counts[ns] = counts.get(ns, 0) + n
+        return sorted(counts.items())
+
+    # -- inline repair --
+
+    def _place_stale(self) -> None:
+        """Put each stale claim under the fact now holding what it depends on (or under a
+        stale claim placed that way); the others are orphans, for the needs-review list."""
+        stale_notes = self.view.stale
+        facts_by_id = self.facts
+        pending = sorted(self.sections[_STALE].values(), key=_by_id)
+        parent_of: dict[bytes, bytes] = {}
+        progress = True
+        while pending and progress:
+            progress = False
+            left = []
+            for c in pending:
+                notes = stale_notes.get(c.op_id, ())
+                fact_parents = sorted(
+                    {r for n in notes for r in n.replacements if r in facts_by_id}
+                )
+                via = sorted({v for n in notes for v in n.via if v in parent_of})
+                if fact_parents:
+                    parent_of[c.op_id] = fact_parents[0]
+                elif via:
+                    parent_of[c.op_id] = via[0]
+                else:
+                    left.append(c)
+                    continue
+                self.children.setdefault(parent_of[c.op_id], []).append(c)
+                self.placed.append(c)
+                self.placed_ns[c.namespace] = self.placed_ns.get(c.namespace, 0) + 1
+                progress = True
+            pending = left
+        elsewhere = [
+            self.sections[s] for s in (_IDENTITY_CLAIM, _CONSTRAINT, _WORKING_ITEM, _SIGNAL)
+        ]
+        for c in pending:
+            notes = stale_notes.get(c.op_id, ())
+            named = sorted(
+                {r for n in notes for r in n.replacements if any(r in s for s in elsewhere)}
+            )
+            what = ""
+            if named:
+                other = next(s[named[0]] for s in elsewhere if named[0] in s)
+                what = f"{render_key(other.key)}, which changed"
+            self.orphans.append((c, what))
 
 
 # --- budget ---------------------------------------------------------------------------------------
@@ -448,9 +656,10 @@ def _partition(view: View) -> _Parts:
 class _Meter:
     """Token costs of lines (each with the newline that ends it) and of section titles."""
 
-    __slots__ = ("count", "newline")
+    __slots__ = ("count", "newline", "tokenizer")
 
     def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
         self.count = tokenizer.count
         self.newline = tokenizer.count("\n")
 
@@ -494,9 +703,49 @@ class _Handles:
         return f"{_HANDLE_PREFIX[section]}{n}"
 
 
+class _UnitList(Generic[_T]):
+    """The units of one section in priority order, each made when first read: a section of
+    thousands of conflicts lays out the few that fit, and the rest are only counted."""
+
+    __slots__ = ("_claims", "_items", "_items_from", "_made", "_make")
+
+    def __init__(
+        self,
+        items: Sequence[_T],
+        make: Callable[[_T], _Unit],
+        claims: Callable[[_T], Iterable[ClaimAdded]],
+        *,
+        head: Sequence[_Unit] = (),
+    ) -> None:
+        self._items = items
+        self._make = make
+        self._claims = claims
+        self._made: list[_Unit] = list(head)
+        self._items_from = len(head)
+
+    def __len__(self) -> int:
+        return self._items_from + len(self._items)
+
+    def unit(self, i: int) -> _Unit:
+        made = self._made
+        while len(made) <= i:
+            made.append(self._make(self._items[len(made) - self._items_from]))
+        return made[i]
+
+    def claims_from(self, start: int) -> list[ClaimAdded]:
+        """The claims of the units from ``start`` on, made or not."""
+        made, out = self._made, []
+        for i in range(start, len(self)):
+            if i < len(made):
+                out += made[i].claims
+            else:
+                out += self._claims(self._items[i - self._items_from])
+        return out
+
+
 def _greedy(
     section: SectionName,
-    units: Sequence[_Unit],
+    units: _UnitList[Any],
     room: int,
     meter: _Meter,
     handles: _Handles,
@@ -514,7 +763,8 @@ def _greedy(
         return out
     used = meter.section(TITLES[section])
     taken: list[_Unit] = []
-    for u in units[: len(units) if limit is None else limit]:
+    for i in range(len(units) if limit is None else min(limit, len(units))):
+        u = units.unit(i)
         if used + u.cost > room:
             break
         taken.append(u)
@@ -528,7 +778,7 @@ def _greedy(
             if used + cost <= room or not taken:
                 break
             used -= taken.pop().cost
-        out.omitted.append((handle, [c for u in units[len(taken) :] for c in u.claims]))
+        out.omitted.append((handle, _Later(units, len(taken))))
         if used + cost <= room:
             note = [line]
             used += cost
@@ -546,103 +796,40 @@ def _greedy(
 # --- facts ----------------------------------------------------------------------------------------
 
 
-_Omitted = Union["_Rest", Sequence[ClaimAdded]]
+_Omitted = Union["_Rest", "_Later", Sequence[ClaimAdded]]
 
 
 class _Rest:
-    """The claims of ``base`` (sorted by id) not in ``shown``: a group left out, listed only
-    when asked for (large memories leave most facts out, and most callers never expand)."""
+    """The facts and placed stale claims of ``prep`` (of one namespace, or all) not in
+    ``shown``: a group left out, listed only when asked for (large memories leave most facts
+    out, and most callers never expand)."""
 
-    __slots__ = ("base", "shown")
+    __slots__ = ("namespace", "prep", "shown")
 
-    def __init__(self, base: tuple[ClaimAdded, ...], shown: frozenset[bytes]) -> None:
-        self.base = base
+    def __init__(self, prep: _Prepared, namespace: str | None, shown: frozenset[bytes]) -> None:
+        self.prep = prep
+        self.namespace = namespace
         self.shown = shown
 
     def claims(self) -> tuple[ClaimAdded, ...]:
-        shown = self.shown
-        return tuple(c for c in self.base if c.op_id not in shown)
+        ns, shown = self.namespace, self.shown
+        pool = itertools.chain(self.prep.facts.values(), self.prep.placed)
+        left = (c for c in pool if (ns is None or c.namespace == ns) and c.op_id not in shown)
+        return tuple(sorted(left, key=_by_id))
 
 
-class _Prepared:
-    """What assembly needs from a View whatever the query: the View sorted into sections, the
-    stale claims placed under their parents, the facts by id and by namespace."""
+class _Later:
+    """The units of a section from ``start`` on, left out: their claims, listed when asked
+    for (a section of many conflicts lays out only the few that fit)."""
 
-    def __init__(self, view: View, *, kept: bool) -> None:
-        self.view = view
-        parts = self.parts = _partition(view)
-        # A kept preparation hands the ranker the same tuple each call, so it keeps postings.
-        self.facts: Sequence[ClaimAdded] = tuple(parts.facts) if kept else parts.facts
-        self.by_id = {c.op_id: c for c in parts.facts}
-        self.placed: list[ClaimAdded] = []
-        self.children: dict[bytes, list[ClaimAdded]] = {}
-        self.orphans: list[tuple[ClaimAdded, str]] = []
-        self._place_stale(parts)
-        self._sorted: tuple[ClaimAdded, ...] | None = None
-        self._everything: tuple[ClaimAdded, ...] | None = None
-        self._groups: dict[str, tuple[ClaimAdded, ...]] | None = None
+    __slots__ = ("start", "units")
 
-    @property
-    def sorted_facts(self) -> tuple[ClaimAdded, ...]:
-        if self._sorted is None:
-            self._sorted = tuple(sorted(self.facts, key=_by_id))
-        return self._sorted
+    def __init__(self, units: _UnitList[Any], start: int) -> None:
+        self.units = units
+        self.start = start
 
-    @property
-    def everything(self) -> tuple[ClaimAdded, ...]:
-        """Facts and the stale claims placed under them, sorted by id."""
-        if self._everything is None:
-            self._everything = tuple(sorted((*self.facts, *self.placed), key=_by_id))
-        return self._everything
-
-    @property
-    def groups(self) -> dict[str, tuple[ClaimAdded, ...]]:
-        """`everything` by namespace."""
-        if self._groups is None:
-            groups: dict[str, list[ClaimAdded]] = {}
-            for c in self.everything:
-                groups.setdefault(c.namespace, []).append(c)
-            self._groups = {ns: tuple(cs) for ns, cs in sorted(groups.items())}
-        return self._groups
-
-    # -- inline repair --
-
-    def _place_stale(self, parts: _Parts) -> None:
-        """Put each stale claim under the fact now holding what it depends on (or under a
-        stale claim placed that way); the others are orphans, for the needs-review list."""
-        stale_notes = self.view.stale
-        facts_by_id = self.by_id
-        elsewhere: dict[bytes, ClaimAdded] = {}
-        for group in (parts.identity, parts.constraints, parts.working, parts.environment):
-            elsewhere.update((c.op_id, c) for c in group)
-        pending = sorted(parts.stale_facts, key=_by_id)
-        parent_of: dict[bytes, bytes] = {}
-        progress = True
-        while pending and progress:
-            progress = False
-            left = []
-            for c in pending:
-                notes = stale_notes.get(c.op_id, ())
-                fact_parents = sorted(
-                    {r for n in notes for r in n.replacements if r in facts_by_id}
-                )
-                via = sorted({v for n in notes for v in n.via if v in parent_of})
-                if fact_parents:
-                    parent_of[c.op_id] = fact_parents[0]
-                elif via:
-                    parent_of[c.op_id] = via[0]
-                else:
-                    left.append(c)
-                    continue
-                self.children.setdefault(parent_of[c.op_id], []).append(c)
-                self.placed.append(c)
-                progress = True
-            pending = left
-        for c in pending:
-            notes = stale_notes.get(c.op_id, ())
-            named = sorted({r for n in notes for r in n.replacements if r in elsewhere})
-            what = f"{render_key(elsewhere[named[0]].key)}, which changed" if named else ""
-            self.orphans.append((c, what))
+    def claims(self) -> tuple[ClaimAdded, ...]:
+        return tuple(sorted(self.units.claims_from(self.start), key=_by_id))
 
 
 class _Facts:
@@ -665,7 +852,7 @@ class _Facts:
         self.previous = previous
         self.children = prep.children
         self.total = len(prep.facts)
-        scores = ranker.scores(query, prep.facts) if prep.facts else {}
+        scores = ranker.scores(query, prep.corpus) if prep.facts else {}
         self._scores = scores
         self._best: list[ClaimAdded] = []
         self._zero: list[ClaimAdded] = []
@@ -674,7 +861,7 @@ class _Facts:
     def _top(self, k: int) -> list[ClaimAdded]:
         """The ``k`` best positively scored facts (by score, then claim id), found without
         sorting them all: a layout rarely shows more than a few hundred."""
-        scores, by_id = self._scores, self.prep.by_id
+        scores, by_id = self._scores, self.prep.facts
         if len(self._best) < k and len(self._best) < len(scores):
             k = max(k, 2 * len(self._best), 64)
             cut = heapq.nlargest(k, scores.values())[-1] if k < len(scores) else 0.0
@@ -683,7 +870,7 @@ class _Facts:
         return self._best
 
     def _negative(self) -> list[ClaimAdded]:
-        by_id = self.prep.by_id
+        by_id = self.prep.facts
         low = sorted((-s, cid) for cid, s in self._scores.items() if s < 0 and cid in by_id)
         return [by_id[cid] for _, cid in low]
 
@@ -693,12 +880,13 @@ class _Facts:
         best = self._top(at_least)
         if at_least <= len(best):
             return best[:at_least]
-        zero, everything, scores = self._zero, self.prep.sorted_facts, self._scores
+        zero, everything, scores = self._zero, self.prep.sorted_facts(), self._scores
+        facts = self.prep.facts
         i = self._zero_from
         while len(best) + len(zero) < at_least and i < len(everything):
-            c = everything[i]
-            if not scores.get(c.op_id):
-                zero.append(c)
+            cid = everything[i]
+            if not scores.get(cid):
+                zero.append(facts[cid])
             i += 1
         self._zero_from = i
         out = best + zero
@@ -820,18 +1008,16 @@ class _Facts:
                 shown_in[c.namespace] = shown_in.get(c.namespace, 0) + 1
             # One counted line per namespace if they all fit, else one line for them all.
             first = handles.used.get(SectionName.FACTS, 0) + 1
-            per_ns = [
-                (ns, cs, len(cs) - shown_in.get(ns, 0)) for ns, cs in self.prep.groups.items()
-            ]
+            per_ns = [(ns, n - shown_in.get(ns, 0)) for ns, n in self.prep.namespaces()]
             lines = [
                 _omission(k, _FACTS, f"F{first + i}", f" in {render_value(ns)}")
-                for i, (ns, _, k) in enumerate(x for x in per_ns if x[2])
+                for i, (ns, k) in enumerate(x for x in per_ns if x[1])
             ]
-            rests = [_Rest(cs, shown) for _, cs, k in per_ns if k]
+            rests = [_Rest(self.prep, ns, shown) for ns, k in per_ns if k]
             cost = meter.lines(lines)
             if len(lines) > 1 and used + cost > room:
                 lines = [_omission(left, _FACTS, f"F{first}")]
-                rests = [_Rest(self.prep.everything, shown)]
+                rests = [_Rest(self.prep, None, shown)]
                 cost = meter.line(lines[0])
             out.omitted = [(handles.next(SectionName.FACTS), r) for r in rests]
             if used + cost <= room:
@@ -956,7 +1142,14 @@ class ContextCache:
             if prep.view is view:
                 self._views.insert(0, self._views.pop(i))
                 return prep
-        prep = _Prepared(view, kept=True)
+        before = None
+        lineage = view._lineage
+        if lineage is not None and lineage[1]:
+            before = next(
+                (p for p in self._views if p.view._lineage and p.view._lineage[0] == lineage[1]),
+                None,
+            )
+        prep = _Prepared(view, before)
         self._views.insert(0, prep)
         del self._views[self.max_views :]
         return prep
@@ -1009,12 +1202,12 @@ def assemble_context(
     if viewer is not None and not isinstance(viewer, Lens):
         raise ContextError("viewer", "lens-type", "viewer must be a Lens or None")
     meter = _Meter(tokenizer)
-    prep = cache.prepared(view) if cache is not None else _Prepared(view, kept=False)
+    prep = cache.prepared(view) if cache is not None else _Prepared(view)
     prev = previous if previous is not None and policy.previous is PreviousValues.SHOW else {}
     facts = _Facts(prep, query=query, ranker=ranker, meter=meter, policy=policy, previous=prev)
     units = _units(view, prep, meter, prev, viewer)
     excluded = dict(view.excluded)
-    excluded["answered-question"] = prep.parts.answered
+    excluded["answered-question"] = prep.answered
 
     room = budget
     while True:
@@ -1041,13 +1234,13 @@ def assemble_context(
 class _Units:
     """Every section but the facts, as units in priority order."""
 
-    identity: list[_Unit]
-    constraints: list[_Unit]
-    review: list[_Unit]
-    conflicts: list[_Unit]
-    working: list[_Unit]
-    environment: list[_Unit]
-    unknowns: list[_Unit]
+    identity: _UnitList[Any]
+    constraints: _UnitList[Any]
+    review: _UnitList[Any]
+    conflicts: _UnitList[Any]
+    working: _UnitList[Any]
+    environment: _UnitList[Any]
+    unknowns: _UnitList[Any]
 
 
 def _viewer_unit(meter: _Meter, viewer: Lens) -> _Unit | None:
@@ -1071,37 +1264,74 @@ def _units(
     previous: Mapping[bytes, Sequence[ClaimAdded]],
     viewer: Lens | None,
 ) -> _Units:
-    parts = prep.parts
-    identity = [
-        _plain_unit(meter, c, _claim_line(view, c))
-        for c in sorted(parts.identity, key=lambda c: (c.key, c.op_id))
-    ]
+    """Every section but the facts, in priority order, each unit made when first laid out."""
+
+    def plain(line: Callable[[ClaimAdded], str]) -> Callable[[ClaimAdded], _Unit]:
+        return lambda c: _plain_unit(meter, c, line(c))
+
+    def conflict(key: Key) -> _Unit:
+        sc = prep.conflicts[key]
+        made = prep.units.get(key)
+        if made is not None and made[0] is sc and made[1] is meter.tokenizer:
+            return made[2]
+        unit = _conflict_unit(meter, sc)
+        prep.units[key] = (sc, meter.tokenizer, unit)
+        return unit
+
     me = _viewer_unit(meter, viewer) if viewer is not None else None
-    if me is not None:
-        identity.insert(0, me)
-    constraints = [
-        _plain_unit(meter, c, _claim_line(view, c, tag=_constraint_tag(c)))
-        for c in sorted(parts.constraints, key=lambda c: (c.constraint, c.key, c.op_id))
-    ]
-    review = [
-        _plain_unit(
-            meter, c, _needs_review_line(c, what, _changed_from(previous.get(c.op_id, ()), "was"))
-        )
-        for c, what in sorted(prep.orphans, key=lambda o: (o[0].key, o[0].op_id))
-    ]
-    conflicts = [
-        _conflict_unit(meter, sc) for sc in sorted(parts.conflicts, key=lambda s: (s.key, s.scope))
-    ]
-    newest_first = sorted(parts.working, key=lambda c: (c.lamport, c.op_id), reverse=True)
-    working = [_plain_unit(meter, c, _working_line(view, c)) for c in newest_first]
-    freshest_first = sorted(parts.environment, key=lambda c: (c.lamport, c.op_id), reverse=True)
-    environment = [_plain_unit(meter, c, _environment_line(view, c)) for c in freshest_first]
-    unknowns = [_question_unit(meter, cs) for _, cs in sorted(parts.questions, key=lambda q: q[0])]
+    identity = _UnitList(
+        sorted(prep.section(_IDENTITY_CLAIM), key=lambda c: (c.key, c.op_id)),
+        plain(lambda c: _claim_line(view, c)),
+        _alone,
+        head=() if me is None else (me,),
+    )
+    constraints = _UnitList(
+        sorted(prep.section(_CONSTRAINT), key=lambda c: (c.constraint, c.key, c.op_id)),
+        plain(lambda c: _claim_line(view, c, tag=_constraint_tag(c))),
+        _alone,
+    )
+    review = _UnitList(
+        sorted(prep.orphans, key=lambda o: (o[0].key, o[0].op_id)),
+        lambda o: _plain_unit(
+            meter,
+            o[0],
+            _needs_review_line(o[0], o[1], _changed_from(previous.get(o[0].op_id, ()), "was")),
+        ),
+        lambda o: (o[0],),
+    )
+    conflicts = _UnitList(prep.conflict_keys, conflict, lambda key: prep.conflicts[key].candidates)
+    newest_first = sorted(
+        prep.section(_WORKING_ITEM), key=lambda c: (c.lamport, c.op_id), reverse=True
+    )
+    working = _UnitList(newest_first, plain(lambda c: _working_line(view, c)), _alone)
+    freshest_first = sorted(prep.section(_SIGNAL), key=lambda c: (c.lamport, c.op_id), reverse=True)
+    environment = _UnitList(freshest_first, plain(lambda c: _environment_line(view, c)), _alone)
+    unknowns = _UnitList(
+        sorted(prep.questions, key=lambda q: q[0]),
+        lambda q: _question_unit(meter, q[1]),
+        lambda q: q[1],
+    )
     return _Units(identity, constraints, review, conflicts, working, environment, unknowns)
 
 
-def _need(units: Sequence[_Unit], meter: _Meter, section: SectionName) -> int:
-    return meter.section(TITLES[section]) + sum(u.cost for u in units) if units else 0
+def _alone(c: ClaimAdded) -> tuple[ClaimAdded]:
+    return (c,)
+
+
+def _need(
+    units: _UnitList[Any], limit: int | None, meter: _Meter, section: SectionName, cap: int
+) -> int:
+    """The tokens a section needs to show all its units (at most ``limit``), counted only
+    until the count passes ``cap`` (all a caller compares it with)."""
+    n = len(units) if limit is None else min(limit, len(units))
+    if not n:
+        return 0
+    total = meter.section(TITLES[section])
+    for i in range(n):
+        if total > cap:
+            break
+        total += units.unit(i).cost
+    return total
 
 
 def _layout(
@@ -1124,8 +1354,15 @@ def _layout(
     ):
         built[name] = b = _greedy(name, us, left, meter, handles, what=what)
         left -= b.cost
-    later_need = sum(_need(us[:limit], meter, name) for name, us, _, limit in later)
-    fact_room = min(left, max(int(left * policy.fact_share), left - later_need))
+    # Facts get their share, or more when the later sections need less than the rest; the
+    # later sections' need is counted only as far as that choice depends on it.
+    share = int(left * policy.fact_share)
+    later_need = 0
+    for name, us, _, limit in later:
+        if later_need > left - share:
+            break
+        later_need += _need(us, limit, meter, name, left - share - later_need)
+    fact_room = min(left, max(share, left - later_need))
     built[SectionName.FACTS] = b = facts.layout(fact_room, handles, slack=left - fact_room)
     left -= b.cost
     for name, us, what, limit in later:

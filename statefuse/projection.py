@@ -438,8 +438,10 @@ def project(
             and before.plan == plan.parent
             and before.decisions == len(state._ix.decisions)
         )
-        seen = run.seen(plan, before if usable else None)
-        seen.view = run.view(plan, seen)
+        if not usable:
+            before = None
+        seen = run.seen(plan, before)
+        seen.view = run.view(plan, seen, before)
         views.current[memo_key] = seen
         while len(views.current) > MAX_CARRIED_VIEWS:
             del views.current[next(iter(views.current))]
@@ -581,6 +583,14 @@ class _Seen:
         t[3] += sign * len(o.shadowed)
 
 
+def _parent(before: _Seen | None, plan: _Plan) -> tuple[int, frozenset[Key]]:
+    """The serial of the View ``before`` made (0: none), and the keys ``plan`` placed again
+    since the plan of that View."""
+    if before is None or before.view is None or before.view._lineage is None:
+        return 0, frozenset()
+    return before.view._lineage[0], plan.changed
+
+
 class _ExcludedIds(Mapping[str, tuple[bytes, ...]]):
     """``View.excluded_ids``, sorted when first read (most readers only count)."""
 
@@ -686,7 +696,7 @@ class _Run:
                 seen.take(key, self.outcome(plan.rest[i]))
         return seen
 
-    def view(self, plan: _Plan, seen: _Seen) -> View:
+    def view(self, plan: _Plan, seen: _Seen, before: _Seen | None = None) -> View:
         hidden, out_of_scope = seen.tally[0], seen.tally[1]
         parts = []
         scope_ids: list[tuple[bytes, ...]] = []
@@ -712,6 +722,7 @@ class _Run:
             },
             excluded_ids=_ExcludedIds(scope_ids, seen.outcomes),
             explanations=ExplanationMap(parts, seen.explanations),
+            _lineage=(next(_serials), *_parent(before, plan)),
         )
 
     def _conflict(self, p: _Conflict) -> None:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Protocol, overload, runtime_checkable
 
 from registry.value import Value
 from statefuse.op import ClaimAdded
@@ -68,9 +69,10 @@ def query_identifiers(query: str) -> frozenset[str]:
 
 
 class _Doc:
-    __slots__ = ("idents", "length", "terms", "tf")
+    __slots__ = ("cid", "idents", "length", "terms", "tf")
 
     def __init__(self, c: ClaimAdded) -> None:
+        self.cid = c.op_id
         tf: dict[str, int] = {}
         for w in words(f"{c.namespace} {c.subject} {c.predicate} {value_text(c.value)}"):
             tf[w] = tf.get(w, 0) + 1
@@ -79,6 +81,49 @@ class _Doc:
         self.length = sum(tf.values())
         sub, pred = c.subject.lower(), c.predicate.lower()
         self.idents = frozenset((c.namespace.lower(), sub, pred, f"{sub}/{pred}"))
+
+
+class Corpus(Sequence[ClaimAdded]):
+    """Claims to rank that know where they came from: the corpus named ``parent`` (a
+    ``serial``; 0: none) with ``added`` claims and the ids in ``removed``. A ranker that keeps
+    postings moves them by that difference (context assembly hands one over per View, each
+    made from the one before); any other ranker reads it as a plain sequence of claims."""
+
+    __slots__ = ("_by_id", "_seq", "added", "parent", "removed", "serial")
+
+    def __init__(
+        self,
+        by_id: dict[bytes, ClaimAdded],
+        *,
+        serial: int,
+        parent: int = 0,
+        added: Sequence[ClaimAdded] = (),
+        removed: Sequence[bytes] = (),
+    ) -> None:
+        self._by_id = MappingProxyType(by_id)  # a ranker can read the claims, not change them
+        self._seq: tuple[ClaimAdded, ...] | None = None
+        self.serial = serial
+        self.parent = parent
+        self.added = tuple(added)
+        self.removed = tuple(removed)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __iter__(self) -> Iterator[ClaimAdded]:
+        return iter(self._by_id.values())
+
+    def __contains__(self, c: object) -> bool:
+        return isinstance(c, ClaimAdded) and self._by_id.get(c.op_id) is c
+
+    @overload
+    def __getitem__(self, i: int) -> ClaimAdded: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[ClaimAdded, ...]: ...
+    def __getitem__(self, i: int | slice) -> ClaimAdded | tuple[ClaimAdded, ...]:
+        if self._seq is None:
+            self._seq = tuple(self._by_id.values())
+        return self._seq[i]
 
 
 def _idf(n: int, df: int) -> float:
@@ -95,17 +140,18 @@ class _Index:
     frequencies and the average length are the same integers either way, and every weight is
     computed by the same formula from them."""
 
-    __slots__ = ("claims", "docs", "idents", "total", "weights", "words")
+    __slots__ = ("claims", "docs", "idents", "serial", "total", "weights", "words")
 
-    def __init__(self, claims: tuple[ClaimAdded, ...], docs: Sequence[_Doc]) -> None:
+    def __init__(self, claims: tuple[ClaimAdded, ...] | None, docs: Sequence[_Doc]) -> None:
         self.claims = claims
+        self.serial = 0  # of the `Corpus` this is the index of (0: of ``claims``)
         self.words: dict[str, dict[bytes, int]] = {}
         self.idents: dict[str, dict[bytes, None]] = {}
         self.docs: dict[bytes, _Doc] = {}
         self.total = 0
         self.weights: dict[str, list[tuple[bytes, float]]] = {}
-        for c, d in zip(claims, docs, strict=True):
-            self._add(c.op_id, d)
+        for d in docs:
+            self._add(d.cid, d)
 
     def _add(self, cid: bytes, d: _Doc) -> None:
         if cid in self.docs:
@@ -155,6 +201,25 @@ class _Index:
         for c in added:
             self._add(c.op_id, doc(c))
         self.claims = claims
+        self.serial = 0
+        self.weights = {}
+        return True
+
+    def moved(self, corpus: Corpus, doc: Callable[[ClaimAdded], _Doc]) -> bool:
+        """Become the index of ``corpus`` when this is the index of its parent and it changed
+        by a few claims; False (and unchanged) otherwise."""
+        if not corpus.parent or corpus.parent != self.serial:
+            return False
+        if 2 * (len(corpus.added) + len(corpus.removed)) > len(corpus) + 16:
+            return False
+        docs = self.docs
+        for cid in corpus.removed:
+            if cid in docs:
+                self._remove(cid)
+        for c in corpus.added:
+            self._add(c.op_id, doc(c))
+        self.claims = None
+        self.serial = corpus.serial
         self.weights = {}
         return True
 
@@ -198,8 +263,18 @@ class LexicalRanker:
             d = self._memo[c.op_id] = _Doc(c)
         return d
 
-    def _corpus(self, claims: tuple[ClaimAdded, ...]) -> _Index:
+    def _corpus(self, claims: tuple[ClaimAdded, ...] | Corpus) -> _Index:
         index = self._index
+        if type(claims) is Corpus:
+            if index is not None and (
+                index.serial == claims.serial or index.moved(claims, self._doc)
+            ):
+                return index
+            memo, doc = self._memo, self._doc
+            index = self._index = _Index(None, [memo.get(c.op_id) or doc(c) for c in claims])
+            index.serial = claims.serial
+            return index
+        assert type(claims) is tuple
         if index is None or index.claims is not claims:
             memo, doc = self._memo, self._doc
             if index is None or not index.update(claims, doc):
@@ -212,7 +287,7 @@ class LexicalRanker:
         qidents = sorted(query_identifiers(query))
         if not claims or not (qwords or qidents):
             return {}
-        if type(claims) is not tuple:
+        if type(claims) is not tuple and type(claims) is not Corpus:
             return self._scan(qwords, qidents, claims)
         index = self._corpus(claims)
         n = len(claims)

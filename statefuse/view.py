@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar, Union
 
@@ -274,6 +274,11 @@ class View:
     excluded: Mapping[str, int]
     excluded_ids: Mapping[str, tuple[bytes, ...]]
     explanations: Mapping[Key, str]
+    #: (this View's serial, the serial of the View it was carried over from or 0, the keys
+    #: projected again since that one): lets context assembly carry its work over too.
+    _lineage: tuple[int, int, frozenset[Key]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def to_json(self) -> str:
         """Deterministic JSON (sorted keys; ids in hex; bytes values as ``{"$bytes": hex}``)."""

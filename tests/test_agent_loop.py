@@ -1,19 +1,25 @@
 """The agent loop's one-call path (`Replica.context`) carries caches from one State to the next;
-after any sequence of writes, updates, retractions, decisions and receives its Context equals
-the one a fresh `materialize` + `context_for` gives, text and JSON byte for byte."""
+after any sequence of writes (facts, identity, constraints, turns, signals, questions, claims
+that depend on others, restricted claims, multi-valued ones), updates, retractions, decisions,
+receives from forks and revocations its Context equals the one a fresh `materialize` +
+`context_for` gives, text and JSON byte for byte."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from registry import Cardinality, PredicateContract, Registry
 from statefuse import Lens, context_for, materialize
+from sync.key import SigningKey
 from sync.replica import Replica
 
+REGISTRY = Registry([PredicateContract("tags", cardinality=Cardinality.MANY)])
+
 SUBJECTS = ["acme", "globex", "initech"]
-PREDICATES = ["price", "status", "owner"]
+PREDICATES = ["price", "status", "owner", "tags"]
 VALUES = ["USD 100", "usd 100", "open", "closed", "Dana", "dana", 5, 5.0]
-LENSES = [Lens(roles=("planner",)), Lens(task="t1")]
+LENSES = [Lens(roles=("planner",)), Lens(task="t1"), Lens(session="s1", now=50)]
 QUERIES = ["price of acme", "who owns globex", "status"]
 
 action = st.one_of(
@@ -40,14 +46,27 @@ action = st.one_of(
     ),
     st.tuples(st.just("retract"), st.integers(0, 30)),
     st.tuples(st.just("decide"), st.integers(0, 30)),
+    st.tuples(st.just("depends"), st.sampled_from(SUBJECTS), st.integers(0, 30)),
+    st.tuples(st.just("restricted"), st.sampled_from(SUBJECTS), st.sampled_from(VALUES)),
+    st.tuples(st.just("identity"), st.sampled_from(VALUES)),
+    st.tuples(st.just("constraint"), st.sampled_from(SUBJECTS), st.sampled_from(VALUES)),
+    st.tuples(st.just("turn"), st.sampled_from(VALUES)),
+    st.tuples(st.just("signal"), st.sampled_from(VALUES), st.sampled_from([None, 10, 100])),
+    st.tuples(st.just("question"), st.sampled_from(SUBJECTS), st.sampled_from(PREDICATES)),
+    st.tuples(st.just("fork"), st.sampled_from(SUBJECTS), st.sampled_from(VALUES)),
+    st.tuples(st.just("unbase"), st.booleans()),
+    st.just(("revoke",)),
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(action, min_size=1, max_size=12), st.sampled_from(QUERIES), st.integers(40, 400))
+@settings(max_examples=120, deadline=None)
+@given(st.lists(action, min_size=1, max_size=20), st.sampled_from(QUERIES), st.integers(40, 400))
 def test_the_replica_context_after_each_step_equals_a_fresh_one(program, query, budget):
-    rep = Replica.memory(space="loop")
+    root = SigningKey.generate()
+    rep = Replica.memory(space="loop", key=root, mode="closed", root=root.author, registry=REGISTRY)
     peer = rep.fork()
+    rep.admit(peer.author)
+    bases: list = []
     for step in program:
         kind = step[0]
         if kind in ("claim", "update", "peer"):
@@ -63,11 +82,43 @@ def test_the_replica_context_after_each_step_equals_a_fresh_one(program, query, 
             active = rep.state().active_claims()
             if active:
                 rep.retract(active[step[1] % len(active)])
-        else:
+        elif kind == "decide":
             conflicts = rep.state().conflicts
             if conflicts:
                 conflict = conflicts[step[1] % len(conflicts)]
                 rep.decide(conflict, conflict.candidates[0])
+        elif kind == "depends":
+            active = rep.state().active_claims()
+            if active:
+                basis = active[step[2] % len(active)]
+                rep.add_claim("plan", step[1], "cost", "derived", depends_on=(basis.claim_id,))
+                bases.append(basis)
+        elif kind == "unbase":  # withdraw what a derived claim depends on: it goes stale
+            if bases and rep.state().is_active(bases[-1].claim_id):
+                basis = bases.pop()
+                if step[1] and basis.author == rep.author:  # corrected: the fact replacing it
+                    rep.update(basis.namespace, basis.subject, basis.predicate, "corrected")
+                else:
+                    rep.retract(basis)
+        elif kind == "restricted":
+            rep.add_claim("vendor", step[1], "secret", step[2], visibility=("auditor",))
+        elif kind == "identity":
+            rep.add_identity("agent", "role", step[1])
+        elif kind == "constraint":
+            rep.add_constraint("vendor", step[1], "budget", step[2])
+        elif kind == "turn":
+            rep.add_turn("user", str(step[1]), session="s1")
+        elif kind == "signal":
+            rep.add_signal("system", "load", step[1], expires=step[2])
+        elif kind == "question":
+            rep.add_question("vendor", step[1], step[2], f"what is the {step[2]}?")
+        elif kind == "fork":
+            branch = rep.fork()
+            rep.admit(branch.author)
+            branch.add_claim("vendor", step[1], "status", step[2])
+            rep.merge(branch)
+        else:
+            rep.revoke(peer.author)
         fresh = materialize(rep.log.ops(), registry=rep.registry)
         for lens in LENSES:
             got = rep.context(query, lens=lens, budget=budget)

@@ -122,9 +122,7 @@ CONSERVATIVE = Conservative()  # one instance: Views projected with it carry ove
 
 def _views(state, lenses) -> list[str]:
     return [
-        project(state, lens, resolver=r).to_json()
-        for lens in lenses
-        for r in (None, CONSERVATIVE)
+        project(state, lens, resolver=r).to_json() for lens in lenses for r in (None, CONSERVATIVE)
     ]
 
 
