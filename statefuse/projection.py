@@ -36,7 +36,7 @@ straightforward reference projection.
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -149,8 +149,18 @@ class _Bucket:
 
     visibility: tuple[str, ...]
     scope: str
-    entries: dict[Key, ClaimAdded | tuple[Selection, str]]  # sorted by key; never changed
-    ids: tuple[bytes, ...]  # every claim of these keys, sorted
+    entries: dict[Key, ClaimAdded | tuple[Selection, str]]  # never changed
+    count: int  # claims of these keys
+    _ids: list[tuple[bytes, ...]] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def ids(self) -> tuple[bytes, ...]:
+        """Every claim of these keys, sorted: made when first read (only a View's
+        ``excluded_ids`` lists them), so carrying a bucket over copies no list of ids."""
+        if not self._ids:
+            entries = self.entries.values()
+            self._ids.append(tuple(sorted(c for e in entries for c in _entry_ids(e))))
+        return self._ids[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +284,7 @@ def _plan_full(state: State) -> _Plan:
     """The plan of ``state`` from every active key."""
     placer = _Placer(state)
     entries: dict[tuple[tuple[str, ...], str], dict[Key, ClaimAdded | tuple[Selection, str]]] = {}
-    ids: dict[tuple[tuple[str, ...], str], list[bytes]] = {}
+    counts: dict[tuple[tuple[str, ...], str], int] = {}
     rest: list[_Conflict | tuple[Key, tuple[ClaimAdded, ...]]] = []
     for key, claims in state.active_by_key().items():
         placed = placer.place(key, claims)
@@ -283,13 +293,13 @@ def _plan_full(state: State) -> _Plan:
             bucket = entries.get(label)
             if bucket is None:
                 bucket = entries[label] = {}
-                ids[label] = []
+                counts[label] = 0
             bucket[key] = entry
-            ids[label].extend(claim_ids)
+            counts[label] += len(claim_ids)
         else:
             rest.append(placed)  # type: ignore[arg-type]
     buckets = (
-        _Bucket(vis, scope, entries[(vis, scope)], tuple(sorted(ids[(vis, scope)])))
+        _Bucket(vis, scope, entries[(vis, scope)], counts[(vis, scope)])
         for vis, scope in sorted(entries)
     )
     return _Plan(tuple(buckets), tuple(rest), tuple(_rest_key(r) for r in rest))
@@ -374,13 +384,9 @@ def _plan_update(prev: _Plan, state: State, touched: frozenset[LocusKey]) -> _Pl
             entries[key] = entry
         if not entries:
             continue
-        claim_ids = list(b.ids) if b is not None else []
-        for cid in gone_ids.get(label, ()):
-            del claim_ids[bisect_left(claim_ids, cid)]
-        for _, (_, cids) in new.items():
-            for cid in cids:
-                insort(claim_ids, cid)
-        buckets.append(_Bucket(label[0], label[1], entries, tuple(claim_ids)))
+        count = b.count if b is not None else 0
+        count += sum(len(cids) for _, cids in new.values()) - len(gone_ids.get(label, ()))
+        buckets.append(_Bucket(label[0], label[1], entries, count))
     made = prev.made
     for key in scopes:  # what the touched keys made is remade when read (and never kept stale)
         made.pop(key, None)
@@ -596,16 +602,14 @@ class _ExcludedIds(Mapping[str, tuple[bytes, ...]]):
 
     __slots__ = ("_ids", "_out_of_scope", "_outcomes")
 
-    def __init__(
-        self, out_of_scope: list[tuple[bytes, ...]], outcomes: Mapping[Key, _Outcome]
-    ) -> None:
+    def __init__(self, out_of_scope: list[_Bucket], outcomes: Mapping[Key, _Outcome]) -> None:
         self._out_of_scope = out_of_scope
         self._outcomes = outcomes
         self._ids: dict[str, tuple[bytes, ...]] | None = None
 
     def _made(self) -> dict[str, tuple[bytes, ...]]:
         if self._ids is None:
-            scope: list[bytes] = [i for ids in self._out_of_scope for i in ids]
+            scope: list[bytes] = [i for b in self._out_of_scope for i in b.ids]
             expired: list[bytes] = []
             shadowed: list[bytes] = []
             for o in self._outcomes.values():
@@ -699,14 +703,14 @@ class _Run:
     def view(self, plan: _Plan, seen: _Seen, before: _Seen | None = None) -> View:
         hidden, out_of_scope = seen.tally[0], seen.tally[1]
         parts = []
-        scope_ids: list[tuple[bytes, ...]] = []
+        out: list[_Bucket] = []
         roles = self.lens.roles
         for b in plan.buckets:
             if b.visibility and roles.isdisjoint(b.visibility):
-                hidden += len(b.ids)
+                hidden += b.count
             elif not self.sees_scope(b.scope):
-                out_of_scope += len(b.ids)
-                scope_ids.append(b.ids)
+                out_of_scope += b.count
+                out.append(b)
             else:
                 parts.append(b.entries)
         return View(
@@ -720,7 +724,7 @@ class _Run:
                 "expired": seen.tally[2],
                 "shadowed": seen.tally[3],
             },
-            excluded_ids=_ExcludedIds(scope_ids, seen.outcomes),
+            excluded_ids=_ExcludedIds(out, seen.outcomes),
             explanations=ExplanationMap(parts, seen.explanations),
             _lineage=(next(_serials), *_parent(before, plan)),
         )

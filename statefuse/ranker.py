@@ -131,25 +131,29 @@ def _idf(n: int, df: int) -> float:
 
 
 class _Index:
-    """Postings of one corpus (a tuple of claims): term -> {claim id: tf}, identifier ->
-    {claim id}, and each claim's length; BM25 weights are made per query term on first use.
+    """Postings of one corpus: term -> {(tf, claim length): {claim id}} (a term's claims in
+    groups that share one BM25 weight), identifier -> {claim id}, and each claim's length.
+    A query weighs each group once and adds it to the scores with set operations, so a term
+    found in a tenth of a large memory costs its groups and the claims it shares with the
+    other terms, not a Python step per claim.
 
-    `update` moves it to another corpus by the difference (claims gone, claims new), so a
-    corpus that changed by a few claims costs a few postings, not a rebuild: what carries the
-    ranking from one State to the next. Scores do not depend on the path: lengths, document
-    frequencies and the average length are the same integers either way, and every weight is
-    computed by the same formula from them."""
+    `update` and `moved` move it to another corpus by the difference (claims gone, claims
+    new), so a corpus that changed by a few claims costs a few postings, not a rebuild: what
+    carries the ranking from one State to the next. Scores do not depend on the path:
+    lengths, document frequencies and the average length are the same integers either way,
+    and every weight is computed by the same formula from them."""
 
-    __slots__ = ("claims", "docs", "idents", "serial", "total", "weights", "words")
+    __slots__ = ("claims", "df", "docs", "idents", "postings", "serial", "total", "weights")
 
     def __init__(self, claims: tuple[ClaimAdded, ...] | None, docs: Sequence[_Doc]) -> None:
         self.claims = claims
         self.serial = 0  # of the `Corpus` this is the index of (0: of ``claims``)
-        self.words: dict[str, dict[bytes, int]] = {}
+        self.postings: dict[str, dict[tuple[int, int], dict[bytes, None]]] = {}
+        self.df: dict[str, int] = {}
         self.idents: dict[str, dict[bytes, None]] = {}
         self.docs: dict[bytes, _Doc] = {}
         self.total = 0
-        self.weights: dict[str, list[tuple[bytes, float]]] = {}
+        self.weights: dict[str, list[tuple[float, dict[bytes, None]]]] = {}
         for d in docs:
             self._add(d.cid, d)
 
@@ -157,14 +161,21 @@ class _Index:
         if cid in self.docs:
             return  # a claim listed twice counts once
         self.docs[cid] = d
-        self.total += d.length
-        words, idents = self.words, self.idents
+        dl = d.length
+        self.total += dl
+        postings, df, idents = self.postings, self.df, self.idents
         for t, f in d.tf.items():
-            postings = words.get(t)
-            if postings is None:
-                words[t] = {cid: f}
+            groups = postings.get(t)
+            if groups is None:
+                postings[t] = {(f, dl): {cid: None}}
+                df[t] = 1
             else:
-                postings[cid] = f
+                group = groups.get((f, dl))
+                if group is None:
+                    groups[(f, dl)] = {cid: None}
+                else:
+                    group[cid] = None
+                df[t] += 1
         for t in d.idents:
             ids = idents.get(t)
             if ids is None:
@@ -174,13 +185,18 @@ class _Index:
 
     def _remove(self, cid: bytes) -> None:
         d = self.docs.pop(cid)
-        self.total -= d.length
-        words, idents = self.words, self.idents
-        for t in d.tf:
-            postings = words[t]
-            del postings[cid]
-            if not postings:
-                del words[t]
+        dl = d.length
+        self.total -= dl
+        postings, df, idents = self.postings, self.df, self.idents
+        for t, f in d.tf.items():
+            groups = postings[t]
+            group = groups[(f, dl)]
+            del group[cid]
+            if not group:
+                del groups[(f, dl)]
+            df[t] -= 1
+            if not groups:
+                del postings[t], df[t]
         for t in d.idents:
             ids = idents[t]
             del ids[cid]
@@ -223,21 +239,31 @@ class _Index:
         self.weights = {}
         return True
 
-    def weighted(self, term: str) -> list[tuple[bytes, float]] | None:
-        """The postings of ``term`` with BM25's saturated term frequency, made on first use."""
+    def weighted(self, term: str) -> list[tuple[float, dict[bytes, None]]] | None:
+        """The groups of ``term`` with BM25's saturated term frequency, made on first use."""
         found = self.weights.get(term)
         if found is None:
-            postings = self.words.get(term)
-            if postings is None:
+            groups = self.postings.get(term)
+            if groups is None:
                 return None
             n = len(self.docs)
             avgdl = self.total / n if n and self.total else 1.0
-            docs = self.docs
             found = self.weights[term] = [
-                (cid, f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * docs[cid].length / avgdl)))
-                for cid, f in postings.items()
+                (f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * dl / avgdl)), ids)
+                for (f, dl), ids in groups.items()
             ]
         return found
+
+
+def _add_to(acc: dict[bytes, float], ids: dict[bytes, None], v: float) -> None:
+    """``acc[c] = acc.get(c, 0.0) + v`` for every id in ``ids``, with set operations: the
+    same floats (``0.0 + v`` is ``v``), a Python step only per id already scored."""
+    held = acc.keys()
+    both = ids.keys() & held
+    fresh = dict.fromkeys(ids.keys() - held if both else ids, v) if len(both) < len(ids) else {}
+    if both:
+        acc.update({c: acc[c] + v for c in both})
+    acc.update(fresh)
 
 
 class LexicalRanker:
@@ -292,24 +318,17 @@ class LexicalRanker:
         index = self._corpus(claims)
         n = len(claims)
         acc: dict[bytes, float] = {}
-        get = acc.get
         # Terms in sorted order, so each claim's sum is added up in one fixed order.
         for t in qwords:
-            postings = index.weighted(t)
-            if postings:
-                idf = _idf(n, len(postings))
-                if acc:
-                    for cid, wt in postings:
-                        acc[cid] = get(cid, 0.0) + idf * wt
-                else:
-                    acc = {cid: idf * wt for cid, wt in postings}
-                    get = acc.get
+            groups = index.weighted(t)
+            if groups:
+                idf = _idf(n, index.df[t])
+                for wt, group in groups:
+                    _add_to(acc, group, idf * wt)
         for t in qidents:
             ids = index.idents.get(t)
             if ids:
-                boost = IDENTIFIER_BOOST * _idf(n, len(ids))
-                for cid in ids:
-                    acc[cid] = get(cid, 0.0) + boost
+                _add_to(acc, ids, IDENTIFIER_BOOST * _idf(n, len(ids)))
         return acc
 
     def _scan(
