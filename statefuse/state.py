@@ -250,9 +250,16 @@ class State:
     @cached_property
     def conflicts(self) -> tuple[ConflictSet, ...]:
         """Every ConflictSet, sorted by locus."""
-        out = [self._conflict(lk) for lk in self._ix.conflicted]
+        made = self._conflicts_made
+        out = [made.get(lk) or self._conflict(lk) for lk in self._ix.conflicted]
         out.sort(key=lambda c: c.locus)
         return tuple(out)
+
+    @cached_property
+    def _conflicts_made(self) -> dict[LocusKey, ConflictSet]:
+        """ConflictSets `conflict_of` built one at a time before `conflicts` was read (the same
+        objects then go into `conflicts`)."""
+        return {}
 
     @cached_property
     def _conflicts_by_locus(self) -> Mapping[bytes, ConflictSet]:
@@ -269,8 +276,19 @@ class State:
     def conflict_of(
         self, namespace: str, subject: str, predicate: str, scope: str = "global"
     ) -> ConflictSet | None:
-        """`conflict_at` by key and scope, without hashing a locus: a dict lookup."""
-        return self._conflicts_by_locus_key.get((namespace, subject, predicate, scope))
+        """`conflict_at` by key and scope, without hashing a locus: a dict lookup once
+        `conflicts` was read; before that, only this key's conflict is built (linear in its
+        candidates, and kept), so asking about one key of a new State never builds them all."""
+        lk = (namespace, subject, predicate, scope)
+        if "conflicts" in self.__dict__:
+            return self._conflicts_by_locus_key.get(lk)
+        if lk not in self._ix.conflicted:
+            return None
+        made = self._conflicts_made
+        found = made.get(lk)
+        if found is None:
+            found = made[lk] = self._conflict(lk)
+        return found
 
     def active_by_key(self) -> dict[tuple[str, str, str], tuple[ClaimAdded, ...]]:
         """Active claims grouped by key over every scope, keys sorted, each group by claim_id:
