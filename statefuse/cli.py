@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from registry import PredicateContract, Registry
 from registry.value import Value
@@ -835,6 +835,38 @@ def _cmd_sync(s: Session) -> int:
     return EXIT_OK if all(p["ok"] for p in peers) else EXIT_ERROR
 
 
+def _cmd_mcp(s: Session) -> int:
+    a = s.args
+    try:
+        from statefuse.mcp import run
+    except ModuleNotFoundError as exc:  # the extra is not installed (or only in part)
+        raise CliError(
+            "mcp",
+            "mcp-extra",
+            f"the MCP server needs the mcp extra (no module {exc.name!r}):"
+            ' pip install "statefuse[mcp]"',
+        ) from None
+    for url in a.peers:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise CliError(
+                "--peer", "http-url", f"--peer {url!r} is not a `statefuse serve` URL (http://…)"
+            )
+    rep = s.replica()
+    s.warn_damage()  # served read-only: writes answer with the damage until `statefuse repair`
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if main_thread else None
+    try:
+        run(rep, transport=a.transport, host=a.host, port=a.port, peers=a.peers)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C or SIGTERM: stopping is not a failure
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    print("Stopped.", file=sys.stderr)
+    return EXIT_OK
+
+
 def _known_author(rep: Replica, text: str) -> bytes:
     """A whole author id, or a unique prefix of an author this replica knows of."""
     if len(text.strip()) == 64:
@@ -1375,6 +1407,25 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=0, help="port (default: any free port)")
 
 
+def _mcp_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="stdio (default: the client starts the server) or http (streamable HTTP)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on (loopback)")
+    p.add_argument("--port", type=int, default=0, help="HTTP: port (default: any free port)")
+    p.add_argument(
+        "--peer",
+        dest="peers",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a `statefuse serve` URL the sync tool syncs with (repeatable)",
+    )
+
+
 def _repair_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--from",
@@ -1498,6 +1549,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("demo", "a multi-agent story, start to end", _no_arguments, _cmd_demo),
     Command("context", "the context a planner's LLM reads", _context_arguments, _cmd_context),
+    Command("mcp", "serve the memory to MCP clients (tools for LLMs)", _mcp_arguments, _cmd_mcp),
 )
 
 
