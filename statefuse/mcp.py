@@ -413,9 +413,6 @@ _Key = Annotated[
 _Scope = Annotated[
     str, Field(description="global (default), task:ID, session:ID, hypothetical or draft")
 ]
-_ClaimId = Annotated[
-    str, Field(description="a claim id, whole or a unique prefix of at least 8 hex digits")
-]
 _Reason = Annotated[str, Field(description="why, kept with the op for everyone to read")]
 
 
