@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from registry import PredicateContract, Registry
 from registry.value import Value
@@ -117,9 +117,11 @@ def _no_constants(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def _from_json(v: Any) -> Value:
+def value_from_json(v: Any) -> Value:
+    """A value from parsed JSON: ``{"$bytes": "<hex>"}`` becomes bytes (the spelling ``--json``
+    output uses), everything else is taken as it is. Raises CliError (rule ``bytes-hex``)."""
     if isinstance(v, list):
-        return [_from_json(x) for x in v]
+        return [value_from_json(x) for x in v]
     if isinstance(v, dict):
         if set(v) == {"$bytes"} and isinstance(v["$bytes"], str):
             try:
@@ -128,7 +130,7 @@ def _from_json(v: Any) -> Value:
                 raise CliError(
                     "VALUE", "bytes-hex", 'a {"$bytes": …} value needs hex digits'
                 ) from None
-        return {k: _from_json(x) for k, x in v.items()}
+        return {k: value_from_json(x) for k, x in v.items()}
     value: Value = v
     return value
 
@@ -147,7 +149,7 @@ def parse_value(text: str) -> Value:
         parsed = _TOO_DEEP
     try:
         if parsed is not _TOO_DEEP:
-            return _from_json(parsed)
+            return value_from_json(parsed)
     except RecursionError:
         pass
     raise CliError("VALUE", "value-depth", "the JSON value is nested too deeply to read")
@@ -557,7 +559,9 @@ def _decision_json(d: DecisionAdded) -> dict[str, Any]:
     }
 
 
-def _notes(c: ClaimAdded, state: State) -> list[str]:
+def claim_notes(c: ClaimAdded, state: State) -> list[str]:
+    """What ``show`` writes in NOTE: ``conflict`` (undecided), ``chosen`` / ``overruled`` (a
+    decision applies) and ``stale`` (it rests on a retracted claim)."""
     notes = []
     conflict = state.conflict_of(*_key_of(c), c.scope)
     if conflict is not None:
@@ -585,7 +589,7 @@ def _cmd_show(s: Session) -> int:
             c for c in claims if _key_of(c)[: len(prefix)] == prefix and a.scope in (None, c.scope)
         ]
     claims = sorted(claims, key=_SHOW_ORDER)
-    notes = {c.claim_id: _notes(c, state) for c in claims}
+    notes = {c.claim_id: claim_notes(c, state) for c in claims}
     if s.json:  # build only the form asked for: a memory may hold many claims
         s.emit(
             {"claims": [{**_claim_json(c, state), "notes": notes[c.claim_id]} for c in claims]}, ""
@@ -658,8 +662,9 @@ def _cmd_conflicts(s: Session) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class _Event:
-    """One line of a key's history."""
+class HistoryEvent:
+    """One line of a key's history: an assertion (``claim``), a retraction (``retract`` exact,
+    ``retract-ref`` semantic) or a decision (``decide``) of one of the key's claims."""
 
     lamport: int
     op_id: bytes
@@ -683,10 +688,10 @@ class _Event:
         }
 
 
-def _history(state: State, key: Key, scope: str | None) -> list[_Event]:
+def key_history(state: State, key: Key, scope: str | None) -> list[HistoryEvent]:
     """Every assertion, retraction and decision of ``key``'s claims, in lamport order."""
     claims = [c for c in state.all_claims() if _key_of(c) == key and scope in (None, c.scope)]
-    events = [_Event(c.lamport, c.op_id, "claim", c.author, c, c.provenance) for c in claims]
+    events = [HistoryEvent(c.lamport, c.op_id, "claim", c.author, c, c.provenance) for c in claims]
     by_id = {c.claim_id: c for c in claims}
     by_ref: dict[bytes, list[ClaimAdded]] = {}
     for c in claims:
@@ -701,7 +706,7 @@ def _history(state: State, key: Key, scope: str | None) -> list[_Event]:
         if r.superseded_by is not None:
             why += ("; " if why else "") + f"superseded by {short_id(r.superseded_by)}"
         events += [
-            _Event(r.lamport, r.op_id, kind, r.author, c, why, r.superseded_by)
+            HistoryEvent(r.lamport, r.op_id, kind, r.author, c, why, r.superseded_by)
             for kind, c in targets
         ]
     loci = {locus_of(*key, c.scope) for c in claims}
@@ -709,9 +714,8 @@ def _history(state: State, key: Key, scope: str | None) -> list[_Event]:
         if d.locus in loci and d.selected_claim_id in by_id:
             stale = state.why_stale(d)
             why = d.reason if stale is None else f"{d.reason} (no longer applies: {stale.value})"
-            events.append(
-                _Event(d.lamport, d.op_id, "decide", d.author, by_id[d.selected_claim_id], why)
-            )
+            chosen = by_id[d.selected_claim_id]
+            events.append(HistoryEvent(d.lamport, d.op_id, "decide", d.author, chosen, why))
     events.sort(key=lambda e: (e.lamport, e.op_id, e.claim.claim_id))
     return events
 
@@ -719,7 +723,7 @@ def _history(state: State, key: Key, scope: str | None) -> list[_Event]:
 def _cmd_history(s: Session) -> int:
     a = s.args
     key = parse_key(a.key)
-    events = _history(s.replica(readonly=True).state(), key, a.scope)
+    events = key_history(s.replica(readonly=True).state(), key, a.scope)
     rows = [
         [
             str(e.lamport),
@@ -829,6 +833,38 @@ def _cmd_sync(s: Session) -> int:
         )
     s.emit({"peers": peers}, "\n".join(lines))
     return EXIT_OK if all(p["ok"] for p in peers) else EXIT_ERROR
+
+
+def _cmd_mcp(s: Session) -> int:
+    a = s.args
+    try:
+        from statefuse.mcp import run
+    except ModuleNotFoundError as exc:  # the extra is not installed (or only in part)
+        raise CliError(
+            "mcp",
+            "mcp-extra",
+            f"the MCP server needs the mcp extra (no module {exc.name!r}):"
+            ' pip install "statefuse[mcp]"',
+        ) from None
+    for url in a.peers:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise CliError(
+                "--peer", "http-url", f"--peer {url!r} is not a `statefuse serve` URL (http://…)"
+            )
+    rep = s.replica()
+    s.warn_damage()  # served read-only: writes answer with the damage until `statefuse repair`
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if main_thread else None
+    try:
+        run(rep, transport=a.transport, host=a.host, port=a.port, peers=a.peers)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C or SIGTERM: stopping is not a failure
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    print("Stopped.", file=sys.stderr)
+    return EXIT_OK
 
 
 def _known_author(rep: Replica, text: str) -> bytes:
@@ -1371,6 +1407,25 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=0, help="port (default: any free port)")
 
 
+def _mcp_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="stdio (default: the client starts the server) or http (streamable HTTP)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on (loopback)")
+    p.add_argument("--port", type=int, default=0, help="HTTP: port (default: any free port)")
+    p.add_argument(
+        "--peer",
+        dest="peers",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a `statefuse serve` URL the sync tool syncs with (repeatable)",
+    )
+
+
 def _repair_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--from",
@@ -1494,6 +1549,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("demo", "a multi-agent story, start to end", _no_arguments, _cmd_demo),
     Command("context", "the context a planner's LLM reads", _context_arguments, _cmd_context),
+    Command("mcp", "serve the memory to MCP clients (tools for LLMs)", _mcp_arguments, _cmd_mcp),
 )
 
 

@@ -23,7 +23,9 @@
     │   │                                   whose package is not installed
     │   ├── StoreError (RuntimeError)       a store for another space or a newer schema, locked
     │   │                                   by a live writer, or missing or unreadable
-    │   └── CliError (ValueError)           a command-line usage error (printed as ``Error: …``)
+    │   ├── CliError (ValueError)           a command-line usage error (printed as ``Error: …``)
+    │   └── ToolArgumentError (ValueError)  an MCP tool argument that breaks a rule (sent to the
+    │                                       client as a one-line error result; ``statefuse.mcp``)
     ├── OpIdMismatch (ValueError)       an op whose recomputed id differs from the one it claims
     │
     │   defined in ``sync`` (the merge boundary; ``statefuse`` cannot import it):

@@ -7,7 +7,7 @@ import gc
 import pickle
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statefuse import (
@@ -702,6 +702,19 @@ def test_the_state_helpers_agree_with_the_plain_answers(state):
             d for d in state.decisions if d.locus == c.locus
         )
     assert state.conflict_of("no", "such", "key") is None
+
+
+@settings(max_examples=200)  # a cache's bookkeeping; the state itself is checked above
+@given(st.lists(rich_steps, min_size=4, max_size=40))
+def test_asking_one_key_for_its_conflict_first_gives_what_every_conflict_holds(steps):
+    ops = rich_ops(steps)
+    asked, whole = materialize(ops, registry=RICH), materialize(ops, registry=RICH)
+    loci = sorted({(c.namespace, c.subject, c.predicate, c.scope) for c in asked.active_claims()})
+    first = {lk: asked.conflict_of(*lk) for lk in loci}  # before `conflicts` was ever read
+    expected = {(*c.key, c.scope): c for c in whole.conflicts}
+    assert {lk: c for lk, c in first.items() if c is not None} == expected
+    for c in asked.conflicts:  # the same objects, whichever was asked first
+        assert first[(*c.key, c.scope)] is c is asked.conflict_of(*c.key, c.scope)
 
 
 @given(rich_states, rich_lenses)

@@ -1,0 +1,951 @@
+"""The MCP server (``statefuse mcp``): one replica's memory as tools an LLM client calls.
+
+An agent in an MCP client (Claude Desktop, an IDE, an agent framework) gets the shared,
+conflict-preserving memory as eight tools — ``remember``, ``recall``, ``search``, ``retract``,
+``conflicts``, ``decide``, ``history``, ``sync`` — and the resource ``statefuse://context``, over
+stdio or streamable HTTP. The server is built on the official SDK (``pip install
+"statefuse[mcp]"``); its arguments and structured results are JSON-schema'd from the type hints
+below (results are TypedDicts: the SDK 2.3 derives no output schema from a slotted dataclass,
+whose slot descriptors it takes for defaults). The README section "MCP server" documents
+every tool.
+
+Invariants:
+
+- One replica, one lock. Every session writes as the server's replica (its author key), like
+  ``statefuse`` commands on the same store. The SDK runs tools in worker threads and a `Replica`
+  is not thread-safe, so every use of the replica holds ``lock``; ``sync`` holds it only while
+  it touches the replica, never across the network (`sync.client`).
+- A write is committed to the store before its tool returns (the replica's write-ahead rule).
+- Bad input never escapes as a traceback: arguments that break the JSON schema, and every
+  `InputError` a tool meets (a malformed key, an unknown or ambiguous claim id, a value outside
+  the value model, a read-only store), become an error result (``isError``) of one line naming
+  the field and the rule, ``Error: <field>: <message> [rule: <rule>]``. A bug becomes the SDK's
+  generic error result; its traceback goes to the server's log only.
+
+The SDK is imported here at module level, so ``import statefuse`` never needs it: only the
+``mcp`` command imports this module (and says how to install the extra when it is missing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from enum import Enum
+from operator import attrgetter
+from typing import TYPE_CHECKING, Annotated, Any
+
+import anyio
+from mcp.server.caching import CacheHint
+from mcp.server.mcpserver import Context as McpContext
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from pydantic import Field, ValidationError
+from typing_extensions import TypedDict
+
+from statefuse import __version__
+from statefuse.cli import (
+    CliError,
+    claim_notes,
+    format_key,
+    key_history,
+    parse_key,
+    parse_key_prefix,
+    resolve_id,
+    value_from_json,
+)
+from statefuse.clitable import plural, short_id, value_cell
+from statefuse.context import SYSTEM_PROMPT
+from statefuse.error import InputError
+from statefuse.lens import Lens
+from statefuse.op import ClaimAdded, claim_ref_for
+from statefuse.ranker import LexicalRanker
+from statefuse.resolver import Conservative
+from statefuse.state import ConflictSet, State
+from statefuse.view import json_value
+
+if TYPE_CHECKING:
+    from sync.replica import Replica
+
+__all__ = [
+    "CONTEXT_URI",
+    "TOOL_NAMES",
+    "ToolArgumentError",
+    "Transport",
+    "build_server",
+    "run",
+]
+
+#: The tools, in the order the server lists them.
+TOOL_NAMES = ("remember", "recall", "search", "retract", "conflicts", "decide", "history", "sync")
+#: The resource that holds the current context (``recall`` with an empty query).
+CONTEXT_URI = "statefuse://context"
+#: Token budget of ``recall`` and of the context resource when none is given.
+DEFAULT_BUDGET = 2000
+#: Claims ``search`` returns when no ``limit`` is given, and the most it returns.
+DEFAULT_LIMIT, MAX_LIMIT = 20, 500
+#: Seconds each sync request may take.
+SYNC_TIMEOUT = 10.0
+#: Seconds an HTTP server waits for open connections when asked to stop.
+SHUTDOWN_GRACE_S = 3
+
+
+class Transport(Enum):
+    """How clients reach the server: a client that starts it (stdio) or a URL (HTTP)."""
+
+    STDIO = "stdio"
+    HTTP = "http"
+
+
+class ToolArgumentError(InputError, ValueError):
+    """A tool argument that breaks a rule (a malformed key, an unknown claim id, a semantic
+    retraction that names no claim, a missing conflict, no peers to sync with). Sent to the
+    client as a one-line error result, never raised out of the server."""
+
+
+@contextlib.contextmanager
+def _argument(name: str) -> Iterator[None]:
+    """Errors the command-line parsers raise inside are about tool argument ``name`` (they name
+    the CLI's spelling, KEY or CLAIM)."""
+    try:
+        yield
+    except CliError as exc:
+        raise ToolArgumentError(name, exc.rule, exc.message) from None
+
+
+# --- what the tools answer (each one's structured result; the text is one line for people) -----
+
+
+class ClaimInfo(TypedDict):
+    """One claim: what it says, who asserted it and from where."""
+
+    claim_id: Annotated[str, Field(description="claim id, 64 hex digits")]
+    key: Annotated[str, Field(description="namespace/subject/predicate (% escapes / and %)")]
+    scope: Annotated[str, Field(description="global, task:ID, session:ID, hypothetical, draft")]
+    value: Annotated[Any, Field(description='the value as JSON; bytes as {"$bytes": "<hex>"}')]
+    author: Annotated[str, Field(description="id (hex) of the replica key that asserted it")]
+    provenance: Annotated[str, Field(description="where its author says the value came from")]
+    confidence: Annotated[float, Field(description="0 to 1")]
+    authority: Annotated[str, Field(description="its author's authority label, if any")]
+    lamport: Annotated[int, Field(description="logical time of the assertion")]
+    notes: Annotated[
+        list[str],
+        Field(
+            description="conflict (disagreement nobody decided), chosen / overruled (a decision"
+            " applies), stale (it rests on a retracted claim)"
+        ),
+    ]
+
+
+class Remembered(TypedDict):
+    """What ``remember`` stored."""
+
+    claim_id: Annotated[str, Field(description="id of the new claim")]
+    key: str
+    scope: str
+    value: Any
+    replaced: Annotated[
+        list[str], Field(description="ids of this server's earlier claims the update retracted")
+    ]
+    conflict: Annotated[
+        bool, Field(description="true if another active claim at the key now disagrees")
+    ]
+    conflicts_with: Annotated[
+        list[ClaimInfo], Field(description="the active claims that disagree with it")
+    ]
+
+
+class SectionInfo(TypedDict):
+    """One section of a context."""
+
+    name: Annotated[str, Field(description="identity, constraints, facts, conflicts, …")]
+    title: str
+    lines: list[str]
+    claim_ids: Annotated[list[str], Field(description="the claims shown in it")]
+
+
+class Recalled(TypedDict):
+    """The token-budgeted context of ``recall``: ``text`` is what a model reads."""
+
+    text: str
+    token_count: Annotated[int, Field(description="tokens of text, never over budget")]
+    budget: int
+    sections: list[SectionInfo]
+    excluded: Annotated[
+        dict[str, int], Field(description="claims kept out of the context, counted by reason")
+    ]
+
+
+class Found(TypedDict):
+    """Active claims that match, most relevant first (by key without a query)."""
+
+    total: Annotated[int, Field(description="how many active claims match, shown or not")]
+    claims: list[ClaimInfo]
+
+
+class Retracted(TypedDict):
+    """What ``retract`` withdrew."""
+
+    retraction_id: str
+    semantic: Annotated[
+        bool, Field(description="true: by key, scope and value, also copies that arrive later")
+    ]
+    reason: str
+    retracted: Annotated[list[ClaimInfo], Field(description="the claims it retracted")]
+
+
+class Candidate(TypedDict):
+    """A candidate value of a conflict."""
+
+    claim_id: str
+    group: Annotated[int, Field(description="candidates with equal group numbers agree")]
+    value: Any
+    author: Annotated[str, Field(description="id (hex) of the replica key that asserted it")]
+    provenance: Annotated[str, Field(description="where its author says the value came from")]
+    confidence: float
+    authority: str
+    lamport: int
+
+
+class DecisionInfo(TypedDict):
+    """The decision that applies to a conflict."""
+
+    decision_id: str
+    claim_id: Annotated[str, Field(description="the candidate decided for")]
+    reason: str
+    author: str
+
+
+class ConflictInfo(TypedDict):
+    """Active claims of one key and scope that disagree."""
+
+    key: str
+    scope: str
+    conflict_id: str
+    candidates: list[Candidate]
+    decision: Annotated[
+        DecisionInfo | None, Field(description="null: undecided (every candidate stands)")
+    ]
+
+
+class Conflicts(TypedDict):
+    """The conflicts of the memory."""
+
+    conflicts: list[ConflictInfo]
+
+
+class Decided(TypedDict):
+    """The decision ``decide`` recorded."""
+
+    decision_id: str
+    key: str
+    scope: str
+    claim_id: Annotated[str, Field(description="the candidate decided for")]
+    value: Any
+    reason: str
+
+
+class Event(TypedDict):
+    """One assertion, retraction or decision of a key's claims."""
+
+    lamport: int
+    event: Annotated[
+        str,
+        Field(description="claim, retract (exact), retract-ref (semantic) or decide"),
+    ]
+    op_id: str
+    claim_id: Annotated[str, Field(description="the claim asserted, retracted or decided for")]
+    scope: str
+    value: Any
+    author: str
+    why: Annotated[str, Field(description="provenance of a claim, reason of the others")]
+
+
+class History(TypedDict):
+    """Everything that happened to a key's claims, in lamport order."""
+
+    key: str
+    events: list[Event]
+
+
+class PeerSync(TypedDict):
+    """One peer's sync."""
+
+    url: str
+    ok: bool
+    error: Annotated[str | None, Field(description="why the sync failed (ok is false)")]
+    rule: Annotated[str | None, Field(description="the rule of the failure")]
+    fetched: Annotated[int, Field(description="changes fetched from the peer")]
+    pushed: Annotated[int, Field(description="changes pushed to the peer")]
+    new_ops: Annotated[int, Field(description="ops the memory gained")]
+    quarantined: Annotated[int, Field(description="fetched changes refused (kept with why)")]
+    round_trips: int
+    forks: Annotated[list[str], Field(description="forks the changes revealed (both kept)")]
+
+
+class Synced(TypedDict):
+    """The sync with each peer, in the order the server was given them."""
+
+    peers: list[PeerSync]
+
+
+# --- turning memory into answers -----------------------------------------------------------------
+
+
+def _author(author: bytes | str) -> str:
+    return author.hex() if isinstance(author, bytes) else author
+
+
+def _key_text(c: ClaimAdded) -> str:
+    return format_key((c.namespace, c.subject, c.predicate))
+
+
+def _where(c: ClaimAdded) -> str:
+    return f"{_key_text(c)} [{c.scope}] = {value_cell(c.value)}"
+
+
+def _claim_info(c: ClaimAdded, state: State) -> ClaimInfo:
+    return ClaimInfo(
+        claim_id=c.claim_id.hex(),
+        key=_key_text(c),
+        scope=c.scope,
+        value=json_value(c.value),
+        author=_author(c.author),
+        provenance=c.provenance,
+        confidence=c.confidence,
+        authority=c.authority,
+        lamport=c.lamport,
+        notes=claim_notes(c, state),
+    )
+
+
+def _conflict_info(conflict: ConflictSet, state: State) -> ConflictInfo:
+    group_of = {cid: i for i, g in enumerate(conflict.groups, 1) for cid in g.claim_ids}
+    candidates = []
+    for cid in sorted(conflict.candidates, key=lambda c: (group_of[c], c)):
+        c = state.claims[cid]
+        candidates.append(
+            Candidate(
+                claim_id=cid.hex(),
+                group=group_of[cid],
+                value=json_value(c.value),
+                author=_author(c.author),
+                provenance=c.provenance,
+                confidence=c.confidence,
+                authority=c.authority,
+                lamport=c.lamport,
+            )
+        )
+    d = state.decision_for(conflict)
+    decision = None
+    if d is not None:
+        decision = DecisionInfo(
+            decision_id=d.op_id.hex(),
+            claim_id=d.selected_claim_id.hex(),
+            reason=d.reason,
+            author=_author(d.author),
+        )
+    return ConflictInfo(
+        key=format_key(conflict.key),
+        scope=conflict.scope,
+        conflict_id=conflict.conflict_id.hex(),
+        candidates=candidates,
+        decision=decision,
+    )
+
+
+def _conflict_line(conflict: ConflictSet, state: State) -> str:
+    """``key [scope]: value (claim, author, provenance) | …`` for the text of ``conflicts``."""
+    shown = []
+    for cid in conflict.candidates:
+        c = state.claims[cid]
+        where = ", ".join(filter(None, (short_id(cid), _author(c.author)[:12], c.provenance)))
+        shown.append(f"{value_cell(c.value)} ({where})")
+    return f"{format_key(conflict.key)} [{conflict.scope}]: " + " | ".join(shown)
+
+
+def _answer(text: str, structured: Any) -> CallToolResult:
+    """A tool's result: one line (or the context) for the model, the data for programs."""
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=structured
+    )
+
+
+def _refusal(line: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=f"Error: {line}")], is_error=True)
+
+
+def _schema_line(exc: ValidationError) -> str:
+    """Every broken schema rule of a call, on one line: ``field: message [rule: type]``."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        field = ".".join(str(p) for p in err["loc"]) or "arguments"
+        parts.append(f"{field}: {err['msg']} [rule: {err['type']}]")
+    return "; ".join(parts)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+#: Search results without a query: by key, then scope, then claim id (as ``statefuse show``).
+_KEY_ORDER = attrgetter("namespace", "subject", "predicate", "scope", "claim_id")
+
+
+# --- the tools -----------------------------------------------------------------------------------
+
+
+_Key = Annotated[
+    str,
+    Field(
+        description="namespace/subject/predicate: three non-empty parts; a / or % inside a part"
+        " is written %2F / %25"
+    ),
+]
+_Scope = Annotated[
+    str, Field(description="global (default), task:ID, session:ID, hypothetical or draft")
+]
+_Reason = Annotated[str, Field(description="why, kept with the op for everyone to read")]
+
+
+class _Tools:
+    """The tools over one replica. Every method holds ``lock`` while it uses the replica."""
+
+    def __init__(
+        self, replica: Replica, lock: threading.Lock, peers: Sequence[str], timeout: float
+    ) -> None:
+        self.replica = replica
+        self.lock = lock
+        self.peers = tuple(peers)
+        self.timeout = timeout
+        self.ranker = LexicalRanker()  # keeps the words of each claim between searches
+
+    def remember(
+        self,
+        key: _Key,
+        value: Annotated[
+            Any,
+            Field(
+                description='the value: any JSON value; bytes as {"$bytes": "<hex>"}; a string'
+                " holding a JSON array or object is read as that array or object"
+            ),
+        ],
+        scope: _Scope = "global",
+        confidence: Annotated[float, Field(ge=0, le=1, description="0 to 1")] = 1.0,
+        provenance: Annotated[str, Field(description="where the value comes from")] = "",
+        update: Annotated[
+            bool,
+            Field(
+                description="true (default): this replaces my own earlier values of the key"
+                " (others' claims stay, so a real disagreement still shows); false: a new,"
+                " independent assertion that stands beside my earlier ones"
+            ),
+        ] = True,
+    ) -> Annotated[CallToolResult, Remembered]:
+        """Assert a claim: the value of a key, signed by this memory's key and stored before
+        the call returns. Another agent's different value at the key is kept too, as a
+        conflict (the result says so); nothing is overwritten."""
+        with _argument("key"):
+            ns, subject, predicate = parse_key(key)
+        with _argument("value"):
+            stored = value_from_json(value)
+        with self.lock:
+            rep = self.replica
+            meta: dict[str, Any] = {
+                "scope": scope,
+                "confidence": confidence,
+                "provenance": provenance,
+            }
+            replaced: list[bytes] = []
+            if update:
+                replaced = [
+                    c.claim_id
+                    for c in rep.state().active_at(ns, subject, predicate, scope)
+                    if c.author == rep.author
+                ]
+                c = rep.update(ns, subject, predicate, stored, **meta)
+            else:
+                c = rep.add_claim(ns, subject, predicate, stored, **meta)
+            state = rep.state()
+            rivals: list[ClaimInfo] = []
+            conflict = state.conflict_of(ns, subject, predicate, c.scope)
+            if conflict is not None:
+                (mine,) = [g for g in conflict.groups if c.claim_id in g.claim_ids]
+                rivals = [
+                    _claim_info(state.claims[cid], state)
+                    for cid in conflict.candidates
+                    if cid not in mine.claim_ids
+                ]
+        result = Remembered(
+            claim_id=c.claim_id.hex(),
+            key=_key_text(c),
+            scope=c.scope,
+            value=json_value(c.value),
+            replaced=[r.hex() for r in replaced],
+            conflict=bool(rivals),
+            conflicts_with=rivals,
+        )
+        text = f"Remembered {_where(c)}: claim {c.claim_id.hex()}"
+        if replaced:
+            text += f" (replaces {', '.join(short_id(r) for r in replaced)})"
+        if rivals:
+            text += f"; it conflicts with {plural(len(rivals), 'other claim')}"
+        return _answer(text, result)
+
+    def recall(
+        self,
+        query: Annotated[str, Field(description="what you are about to answer (ranks facts)")],
+        budget: Annotated[int, Field(ge=1, description="most tokens the context may take")] = (
+            DEFAULT_BUDGET
+        ),
+        role: Annotated[
+            list[str] | str | None,
+            Field(description="your role(s): claims restricted to a role show only to it"),
+        ] = None,
+        task: Annotated[str | None, Field(description="your task: opens task:TASK claims")] = None,
+        session: Annotated[
+            str | None, Field(description="your session: opens session:SESSION claims")
+        ] = None,
+    ) -> Annotated[CallToolResult, Recalled]:
+        """The memory as a model should read it: constraints first, facts ranked for the query
+        (the most relevant last), corrections applied, unresolved conflicts and unknowns
+        marked, within a token budget. Read it before answering from memory."""
+        roles = [role] if isinstance(role, str) else list(role or [])
+        try:
+            lens = Lens(roles=frozenset(roles), task=task, session=session, now=_now_ms())
+        except InputError as exc:
+            field = "role" if exc.field == "roles" else exc.field
+            raise ToolArgumentError(field, exc.rule, exc.message) from None
+        with self.lock:
+            rep = self.replica
+            resolver = Conservative(authority_order=rep.registry.authority_order)
+            ctx = rep.context(query, lens=lens, budget=budget, resolver=resolver)
+        sections = [
+            SectionInfo(
+                name=s.name.value,
+                title=s.title,
+                lines=list(s.lines),
+                claim_ids=[cid.hex() for cid in s.claim_ids],
+            )
+            for s in ctx.sections
+        ]
+        result = Recalled(
+            text=ctx.text,
+            token_count=ctx.token_count,
+            budget=ctx.budget,
+            sections=sections,
+            excluded=dict(ctx.excluded),
+        )
+        return _answer(ctx.text, result)
+
+    def search(
+        self,
+        query: Annotated[str, Field(description="words to look for in keys and values")] = "",
+        prefix: Annotated[
+            str, Field(description="namespace, namespace/subject or a whole key to look in")
+        ] = "",
+        scope: Annotated[str | None, Field(description="only claims in this scope")] = None,
+        limit: Annotated[
+            int, Field(ge=1, le=MAX_LIMIT, description="most claims to return")
+        ] = DEFAULT_LIMIT,
+    ) -> Annotated[CallToolResult, Found]:
+        """Active claims whose key or value matches the query (ranked by BM25, an exact
+        identifier such as a subject name counts most) or under a key prefix, with their ids
+        and conflict markers. Every active claim is searched, whoever may see it: recall is
+        the viewer-filtered path."""
+        parts: tuple[str, ...] = ()
+        if prefix:
+            with _argument("prefix"):
+                parts = parse_key_prefix(prefix)
+        with self.lock:
+            state = self.replica.state()
+            claims = state.active_claims()
+            if parts or scope is not None:
+                n = len(parts)
+                claims = [
+                    c
+                    for c in claims
+                    if (c.namespace, c.subject, c.predicate)[:n] == parts
+                    and scope in (None, c.scope)
+                ]
+            if query.strip():
+                scores = self.ranker.scores(query, claims)
+                ranked = sorted(scores, key=lambda cid: (-scores[cid], cid))
+                total = len(ranked)
+                shown = [state.claims[cid] for cid in ranked[:limit]]
+            else:
+                total = len(claims)
+                shown = sorted(claims, key=_KEY_ORDER)[:limit]
+            infos = [_claim_info(c, state) for c in shown]
+        text = f"{plural(total, 'matching claim')}" + (
+            f", {len(infos)} shown" if len(infos) < total else ""
+        )
+        lines = [
+            f"{i['claim_id'][:12]}  {i['key']} [{i['scope']}] = {value_cell(c.value)}"
+            + (f"  ({', '.join(i['notes'])})" if i["notes"] else "")
+            for i, c in zip(infos, shown, strict=True)
+        ]
+        return _answer("\n".join([text, *lines]), Found(total=total, claims=infos))
+
+    def retract(
+        self,
+        claim_id: Annotated[
+            str | None,
+            Field(description="retract this one claim (an id or a unique 8+ hex digit prefix)"),
+        ] = None,
+        key: Annotated[
+            str | None,
+            Field(
+                description="or retract semantically: every claim with this key, scope and"
+                " (normalized) value, also copies that arrive later"
+            ),
+        ] = None,
+        value: Annotated[Any, Field(description="the value to retract (with key)")] = None,
+        scope: _Scope = "global",
+        reason: _Reason = "",
+    ) -> Annotated[CallToolResult, Retracted]:
+        """Withdraw a claim: exactly, by its id, or semantically, by key and value (then
+        every claim saying it, including copies a stale replica sends later). The claim stays
+        in the history; it is no longer active."""
+        if (claim_id is None) == (key is None):
+            raise ToolArgumentError(
+                "claim_id", "one-target", "give either claim_id, or key and value, not both"
+            )
+        with self.lock:
+            rep = self.replica
+            state = rep.state()
+            if claim_id is not None:
+                with _argument("claim_id"):
+                    target = state.claims[resolve_id(claim_id, state.claims, what="claim")]
+                if not state.is_active(target.claim_id):
+                    raise ToolArgumentError(
+                        "claim_id",
+                        "active",
+                        f"claim {target.claim_id.hex()} is retracted already",
+                    )
+                r = rep.retract(target, reason=reason)
+            else:
+                assert key is not None
+                with _argument("key"):
+                    ns, subject, predicate = parse_key(key)
+                with _argument("value"):
+                    stored = value_from_json(value)
+                ref = claim_ref_for(rep.registry, ns, subject, predicate, scope, stored)
+                if not any(
+                    c.claim_ref == ref for c in state.active_at(ns, subject, predicate, scope)
+                ):
+                    raise ToolArgumentError(
+                        "value",
+                        "active-value",
+                        f"no active claim says {format_key((ns, subject, predicate))} [{scope}]"
+                        f" = {value_cell(stored)}",
+                    )
+                r = rep.retract(claim_ref=ref, reason=reason)
+            state = rep.state()
+            hit = [cid for cid, rets in state.retracted.items() if r in rets]
+            infos = [_claim_info(state.claims[cid], state) for cid in hit]
+        result = Retracted(
+            retraction_id=r.op_id.hex(),
+            semantic=claim_id is None,
+            reason=reason,
+            retracted=infos,
+        )
+        shown = ", ".join(f"{i['key']} [{i['scope']}] {i['claim_id'][:12]}" for i in infos)
+        return _answer(f"Retracted {plural(len(infos), 'claim')}: {shown}", result)
+
+    def conflicts(
+        self,
+        prefix: Annotated[
+            str, Field(description="only keys under this namespace[/subject[/predicate]]")
+        ] = "",
+        include_decided: Annotated[
+            bool, Field(description="also list conflicts a decision settles")
+        ] = False,
+    ) -> Annotated[CallToolResult, Conflicts]:
+        """Where sources disagree: every unresolved conflict with each candidate value, who
+        asserted it (author id) and from where (provenance). Decide one with `decide`."""
+        parts: tuple[str, ...] = ()
+        if prefix:
+            with _argument("prefix"):
+                parts = parse_key_prefix(prefix)
+        with self.lock:
+            state = self.replica.state()
+            found = sorted(
+                (
+                    c
+                    for c in state.conflicts
+                    if c.key[: len(parts)] == parts
+                    and (include_decided or state.decision_for(c) is None)
+                ),
+                key=lambda c: (c.key, c.scope),
+            )
+            infos = [_conflict_info(c, state) for c in found]
+            lines = [plural(len(infos), "conflict") + ("" if include_decided else " undecided")]
+            lines += [_conflict_line(c, state) for c in found]
+        return _answer("\n".join(lines), Conflicts(conflicts=infos))
+
+    def decide(
+        self,
+        key: _Key,
+        claim_id: Annotated[
+            str, Field(description="the candidate to decide for: its id or a unique 8+ prefix")
+        ],
+        reason: _Reason = "",
+        scope: Annotated[str, Field(description="where the decision applies")] = "global",
+    ) -> Annotated[CallToolResult, Decided]:
+        """Settle a conflict for one of its candidates (see `conflicts`). The decision is
+        recorded for every replica; no claim is removed, and it stops applying if a new value
+        appears or the chosen value is withdrawn."""
+        with _argument("key"):
+            ns, subject, predicate = parse_key(key)
+        with self.lock:
+            rep = self.replica
+            state = rep.state()
+            at_key = [c for c in state.conflicts if c.key == (ns, subject, predicate)]
+            if not at_key:
+                raise ToolArgumentError(
+                    "key", "conflict", f"{format_key((ns, subject, predicate))} has no conflict"
+                )
+            candidates = {cid: c for c in at_key for cid in c.candidates}
+            with _argument("claim_id"):
+                chosen = resolve_id(claim_id, candidates, what="candidate")
+            conflict = candidates[chosen]
+            d = rep.decide(conflict, chosen, scope=scope, reason=reason)
+            value = state.claims[chosen].value
+        result = Decided(
+            decision_id=d.op_id.hex(),
+            key=format_key(conflict.key),
+            scope=conflict.scope,
+            claim_id=chosen.hex(),
+            value=json_value(value),
+            reason=reason,
+        )
+        return _answer(
+            f"Decided {format_key(conflict.key)} [{conflict.scope}] for claim {chosen.hex()}:"
+            f" {value_cell(value)}",
+            result,
+        )
+
+    def history(
+        self,
+        key: _Key,
+        scope: Annotated[str | None, Field(description="only this scope")] = None,
+    ) -> Annotated[CallToolResult, History]:
+        """Every assertion, retraction and decision of a key's claims, in lamport order, with
+        who (author id) and why."""
+        with _argument("key"):
+            parsed = parse_key(key)
+        with self.lock:
+            events = key_history(self.replica.state(), parsed, scope)
+        infos = [
+            Event(
+                lamport=e.lamport,
+                event=e.event,
+                op_id=e.op_id.hex(),
+                claim_id=e.claim.claim_id.hex(),
+                scope=e.claim.scope,
+                value=json_value(e.claim.value),
+                author=_author(e.author),
+                why=e.why,
+            )
+            for e in events
+        ]
+        lines = [f"{plural(len(infos), 'event')} for {format_key(parsed)}"]
+        lines += [
+            f"{e.lamport} {e.event} {short_id(e.claim.claim_id)} [{e.claim.scope}]"
+            f" {value_cell(e.claim.value)} by {_author(e.author)[:12]}"
+            + (f": {_one_line(e.why)}" if e.why.strip() else "")
+            for e in events
+        ]
+        return _answer("\n".join(lines), History(key=format_key(parsed), events=infos))
+
+    def sync(self) -> Annotated[CallToolResult, Synced]:
+        """Exchange changes with the peers this server was started with (``--peer`` URLs of
+        ``statefuse serve``): fetch what they have, push what they lack. Reports what moved;
+        an unreachable peer is reported and the others still sync."""
+        from sync.http import SyncError, sync_all
+
+        if not self.peers:
+            raise ToolArgumentError(
+                "peer",
+                "peers-configured",
+                "this server was started without peers: restart it with --peer URL",
+            )
+        outcomes = sync_all(self.replica, self.peers, timeout=self.timeout, lock=self.lock)
+        peers: list[PeerSync] = []
+        lines = []
+        for url, got in zip(self.peers, outcomes, strict=True):
+            if isinstance(got, SyncError):
+                peers.append(
+                    PeerSync(
+                        url=url,
+                        ok=False,
+                        error=got.message,
+                        rule=got.rule,
+                        fetched=0,
+                        pushed=0,
+                        new_ops=0,
+                        quarantined=0,
+                        round_trips=0,
+                        forks=[],
+                    )
+                )
+                lines.append(f"Could not sync with {url}: {got.message}")
+                continue
+            forks = [f.describe() for f in got.merge.forks]
+            peers.append(
+                PeerSync(
+                    url=url,
+                    ok=True,
+                    error=None,
+                    rule=None,
+                    fetched=got.fetched,
+                    pushed=got.pushed,
+                    new_ops=got.merge.new_ops,
+                    quarantined=got.merge.quarantined,
+                    round_trips=got.round_trips,
+                    forks=forks,
+                )
+            )
+            lines.append(
+                f"Synced with {url}: fetched {got.fetched}, pushed {got.pushed};"
+                f" {plural(got.merge.new_ops, 'new op')}, {got.merge.quarantined} quarantined"
+            )
+            lines += forks
+        return _answer("\n".join(lines), Synced(peers=peers))
+
+    def context_text(self) -> str:
+        """The current context (``recall`` with an empty query and the default budget)."""
+        with self.lock:
+            rep = self.replica
+            resolver = Conservative(authority_order=rep.registry.authority_order)
+            return rep.context(
+                "", lens=Lens(now=_now_ms()), budget=DEFAULT_BUDGET, resolver=resolver
+            ).text
+
+
+class _Server(MCPServer[Any]):
+    """`MCPServer` whose bad-input results are one line, ``Error: field: message [rule: r]``.
+
+    The SDK reports arguments that break the schema with pydantic's multi-line text, prefixed
+    by the tool name, and anything a tool raises as a generic failure; a model corrects a call
+    best from one line naming the field and the rule, so those two cases are rewritten here,
+    at the one seam every tool call passes (`MCPServer.call_tool` raises ToolError with the
+    cause attached)."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: McpContext[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                return _refusal(_schema_line(cause))
+            if isinstance(cause, InputError):
+                return _refusal(f"{cause.field}: {_one_line(cause.message)} [rule: {cause.rule}]")
+            raise
+
+
+_INSTRUCTIONS = (
+    "StateFuse: a shared memory for a team of agents. Several agents (and people) write to it;"
+    " when they disagree, both values are kept as a conflict instead of one overwriting the"
+    " other. Use `recall` with your question before answering from memory, `remember` to store"
+    " what you learned (with provenance), `search` to find claims and their ids, `conflicts`"
+    " and `decide` to settle disagreements, `retract` to withdraw what is wrong, `history` to"
+    " see who said what when, and `sync` to exchange changes with peer replicas. How to read"
+    " what `recall` returns:\n\n" + SYSTEM_PROMPT
+)
+
+_READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+_WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+
+
+def build_server(
+    replica: Replica,
+    *,
+    peers: Sequence[str] = (),
+    lock: threading.Lock | None = None,
+    timeout: float = SYNC_TIMEOUT,
+) -> MCPServer[Any]:
+    """The MCP server over ``replica``: the tools of `TOOL_NAMES` and the `CONTEXT_URI`
+    resource. ``peers`` are the HTTP peers ``sync`` syncs with; pass ``lock`` when something
+    else uses the replica too (hold it then), since every tool holds it."""
+    tools = _Tools(replica, lock if lock is not None else threading.Lock(), peers, timeout)
+    server = _Server(
+        "statefuse",
+        title="StateFuse memory",
+        instructions=_INSTRUCTIONS,
+        version=__version__,
+        log_level="WARNING",
+        # the context changes with every write: a client must never serve a cached read
+        cache_hints={"resources/read": CacheHint(ttl_ms=0)},
+    )
+    reads = {"recall", "search", "conflicts", "history"}
+    for name in TOOL_NAMES:
+        fn: Callable[..., Any] = getattr(tools, name)
+        server.add_tool(fn, name=name, annotations=_READ_ONLY if name in reads else _WRITES)
+    server.resource(
+        CONTEXT_URI,
+        name="context",
+        title="Current memory context",
+        description="The memory as a model reads it (recall with an empty query, 2,000 tokens).",
+        mime_type="text/plain",
+    )(tools.context_text)
+    return server
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run(
+    replica: Replica,
+    *,
+    transport: Transport | str = Transport.STDIO,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    peers: Sequence[str] = (),
+    announce: Callable[[str], object] = _to_stderr,
+) -> None:
+    """Serve ``replica`` until the client closes stdin (stdio) or Ctrl-C / SIGTERM (HTTP).
+
+    Over HTTP the server binds ``host``:``port`` first (port 0: one the OS picks) and then
+    calls ``announce`` with the URL clients use (``http://host:port/mcp``), so a caller that
+    waits for that line knows the port and that connections are accepted. Over stdio nothing
+    but protocol goes to stdout; ``announce`` is called before serving (send it to stderr).
+    Raises OSError when the address cannot be bound."""
+    mode = Transport(transport)
+    server = build_server(replica, peers=peers)
+    who = f"space {replica.space!r}, author {replica.author.hex()[:12]}"
+    if mode is Transport.STDIO:
+        announce(f"MCP server for {who} on stdio")
+        anyio.run(server.run_stdio_async)
+        return
+    listener = socket.create_server((host, port))
+    try:
+        bound = listener.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        announce(f"MCP server for {who} at http://{shown}:{bound}/mcp (Ctrl-C to stop)")
+        anyio.run(_serve_http, server, listener, host)
+    finally:
+        listener.close()
+
+
+async def _serve_http(server: MCPServer[Any], listener: socket.socket, host: str) -> None:
+    import uvicorn
+
+    # ``host`` picks the SDK's DNS-rebinding protection (on for loopback hosts)
+    app = server.streamable_http_app(host=host)
+    config = uvicorn.Config(
+        app, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE_S, lifespan="on"
+    )
+    await uvicorn.Server(config).serve(sockets=[listener])
