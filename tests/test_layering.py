@@ -262,15 +262,27 @@ def test_registry_imports_nothing_from_statefuse_or_sync():
     assert not violations, "registry is the bottom layer:\n" + "\n".join(violations)
 
 
-#: The program's entry points: the command line and the demo drive a whole replica (which lives
-#: in ``sync``, with the signatures it needs), so they may reach up; nothing else in statefuse may.
-ENTRY_POINTS = ("statefuse.cli", "statefuse.demo", "statefuse.__main__")
+#: The program's entry points: the command line, the demo and the LangGraph store drive a whole
+#: replica (which lives in ``sync``, with the signatures it needs), so they may reach up; nothing
+#: else in statefuse may.
+ENTRY_POINTS = ("statefuse.cli", "statefuse.demo", "statefuse.__main__", "statefuse.langgraph")
 
 
 def test_statefuse_imports_nothing_from_sync():
     scans = {m: s for m, s in SCANS.items() if m not in ENTRY_POINTS}
     violations = layer_violations(scans, "statefuse", ("sync",))
     assert not violations, "statefuse sits below sync:\n" + "\n".join(violations)
+
+
+def test_nothing_but_an_entry_point_imports_an_entry_point():
+    problems = [
+        f"{module} line {found.line} imports {found.name!r}"
+        for module, scan in sorted(SCANS.items())
+        if module not in ENTRY_POINTS
+        for found in scan.imports
+        if found.name in ENTRY_POINTS
+    ]
+    assert not problems, "entry points are the top layer:\n" + "\n".join(problems)
 
 
 def test_statefuse_reaches_sync_only_through_the_lazy_names_of_its_package():
