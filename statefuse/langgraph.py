@@ -604,8 +604,8 @@ class _Put:
     key: str
     #: The claim value (None: delete).
     value: Value
-    #: Index into `_Work.texts` of this put's first text, and how many it has (None: its
-    #: vectors are not kept, as the put asked with ``index=False`` or the store has no index).
+    #: Index into `_Work.texts` of this put's first text, and how many it has (None: the
+    #: item has no vectors, as the put asked with ``index=False`` or the store has no index).
     texts: tuple[int, int] | None = None
 
 
@@ -968,9 +968,10 @@ class StateFuseStore(BaseStore):
             work.results[s.at] = self._page(s, query_vectors)
         if work.puts:
             written = self._apply(work.puts)
-            for put, claim in written:
-                if put.texts is not None:
-                    self._vectors[claim.claim_id] = sliced(put.texts)
+            if self._index is not None:
+                for put, claim in written:
+                    spans = put.texts
+                    self._vectors[claim.claim_id] = sliced(spans) if spans is not None else ()
         return work.results
 
     def _page(self, s: _Search, query_vectors: Mapping[str, Vector]) -> list[SearchItem]:
