@@ -65,15 +65,15 @@ writes nothing. TTLs are not supported (``supports_ttl`` is False), as LangGraph
 from __future__ import annotations
 
 import asyncio
+import heapq
 import math
 import os
 import threading
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from heapq import merge
-from itertools import islice
 from operator import mul
 from typing import Any
 
@@ -97,7 +97,7 @@ from langgraph.store.base import (
 )
 
 from registry.error import InputError
-from registry.value import FrozenMap, Value, frozen_value, plain_value
+from registry.value import Value, frozen_value, plain_value
 from statefuse.lens import Lens
 from statefuse.op import MAX_NAME_CHARS, ClaimAdded
 from statefuse.projection import project
@@ -129,10 +129,13 @@ PREDICATE = "value"
 CONFLICT_FIELD = "__conflict__"
 #: The root label LangGraph reserves for itself (puts under it are refused).
 RESERVED_ROOT = "langgraph"
+#: Vectors of retracted claims a store may keep before it prunes (see `StateFuseStore._prune`).
+PRUNE_MARGIN = 1024
 #: Provenance of the claims a store writes, unless the store is given another.
 DEFAULT_PROVENANCE = "langgraph"
 
 _ORDERING = frozenset({"$gt", "$gte", "$lt", "$lte"})
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 _OPERATORS = _ORDERING | {"$eq", "$ne"}
 
 
@@ -335,6 +338,9 @@ def _is_number(v: object) -> bool:
 
 def _equal(a: object, b: object) -> bool:
     """Equality of JSON-like values where numbers are numbers and ``bool`` is not one."""
+    t = type(a)
+    if t is type(b) and t in _SCALARS:
+        return a == b
     if _is_number(a) or _is_number(b):
         return _is_number(a) and _is_number(b) and a == b
     if isinstance(a, str) or isinstance(b, str):
@@ -403,17 +409,36 @@ def _apply(op: str, present: bool, value: object, arg: object) -> bool:
     return order <= 0  # $lte
 
 
-def _field_matches(present: bool, value: object, cond: object) -> bool:
+_MISSING = object()
+#: A field test: (whether the field is there, its value) -> matches.
+_FieldTest = Callable[[bool, object], bool]
+
+
+def _compile(cond: Mapping[str, Any]) -> Callable[[object], bool]:
+    """The test a (checked) filter map stands for, made once per search and run per item."""
+    tests = [(name, _compile_field(sub)) for name, sub in cond.items()]
+
+    def test(value: object) -> bool:
+        if not isinstance(value, Mapping):
+            return False
+        for name, field_test in tests:
+            v = value.get(name, _MISSING)
+            if not field_test(v is not _MISSING, v):
+                return False
+        return True
+
+    return test
+
+
+def _compile_field(cond: object) -> _FieldTest:
     if _is_operators(cond):
         assert isinstance(cond, Mapping)
-        return all(_apply(op, present, value, arg) for op, arg in cond.items())
+        ops = list(cond.items())
+        return lambda present, v: all(_apply(op, present, v, arg) for op, arg in ops)
     if isinstance(cond, Mapping):
-        return present and isinstance(value, Mapping) and _map_matches(value, cond)
-    return present and _equal(value, cond)
-
-
-def _map_matches(value: Mapping[str, Any], cond: Mapping[str, Any]) -> bool:
-    return all(_field_matches(k in value, value.get(k), c) for k, c in cond.items())
+        inner = _compile(cond)
+        return lambda present, v: present and inner(v)
+    return lambda present, v: present and _equal(v, cond)
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -520,12 +545,6 @@ def _search_item(found: _Found, score: float | None) -> SearchItem:
     )
 
 
-def _matches(found: _Found, cond: Mapping[str, Any] | None) -> bool:
-    if not cond:
-        return True
-    return any(isinstance(c.value, FrozenMap) and _map_matches(c.value, cond) for c in found.claims)
-
-
 def _namespace_matches(condition: MatchCondition, ns: Namespace) -> bool:
     path = condition.path
     if len(ns) < len(path):
@@ -590,12 +609,40 @@ def _cosine(q: Vector, v: Vector) -> float:
 
 
 @dataclass(slots=True)
+class _Hits:
+    """What a search found, in (namespace, key) order, as parallel lists: a search that meets
+    many items makes no object per item (each would be more work for the garbage collector),
+    only per item of the page it returns (`found`)."""
+
+    namespaces: list[Namespace] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    #: Per item: its selected claim, or its unresolved conflict.
+    entries: list[ClaimAdded | SurfacedConflict] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def found(self, i: int) -> _Found:
+        e = self.entries[i]
+        if isinstance(e, ClaimAdded):
+            return _Found(self.namespaces[i], self.keys[i], e, None)
+        return _Found(self.namespaces[i], self.keys[i], None, e)
+
+    def claims(self) -> Iterator[ClaimAdded]:
+        for e in self.entries:
+            if isinstance(e, ClaimAdded):
+                yield e
+            else:
+                yield from e.candidates
+
+
+@dataclass(slots=True)
 class _Search:
-    """A search op of the batch: the items it found, and who embeds what for it."""
+    """A search op of the batch: the items it found."""
 
     at: int
     op: SearchOp
-    found: list[_Found]
+    hits: _Hits
 
 
 @dataclass(slots=True)
@@ -653,9 +700,11 @@ class StateFuseStore(BaseStore):
     """
 
     __slots__ = (
+        "_corpus",
         "_index",
         "_lock",
         "_owns",
+        "_prune_at",
         "_ranker",
         "_seen",
         "_vectors",
@@ -688,9 +737,13 @@ class StateFuseStore(BaseStore):
         self._lock = threading.Lock()
         self._owns = False
         self._ranker = LexicalRanker()
+        #: The claims the last lexical search ranked (see `_page`).
+        self._corpus: tuple[ClaimAdded, ...] = ()
         self._seen: _Seen | None = None
         #: Claim id -> its vectors (empty: kept without, by the put's choice).
         self._vectors: dict[bytes, tuple[Vector, ...]] = {}
+        #: Prune `_vectors` of retracted claims when it grows past this many.
+        self._prune_at = PRUNE_MARGIN
 
     @classmethod
     def open(
@@ -783,19 +836,23 @@ class StateFuseStore(BaseStore):
         ops = list(ops)
         for op in ops:
             self._check(op)
-        seen = self._look()
+        # a batch of writes only projects nothing (see `_apply`)
+        reads = any(not isinstance(op, PutOp) for op in ops)
+        seen = self._look() if reads else None
         work = _Work(results=[None] * len(ops))
         for at, op in enumerate(ops):
+            if isinstance(op, PutOp):
+                self._plan_put(work, op)
+                continue
+            assert seen is not None
             if isinstance(op, GetOp):
                 found = seen.find(op.namespace, op.key) if op.namespace and op.key else None
                 work.results[at] = _item(found) if found is not None else None
             elif isinstance(op, SearchOp):
                 self._find(seen, work, at, op)
-            elif isinstance(op, ListNamespacesOp):
-                work.results[at] = self._namespaces(seen, op)
             else:
-                assert isinstance(op, PutOp)
-                self._plan_put(work, op)
+                assert isinstance(op, ListNamespacesOp)
+                work.results[at] = self._namespaces(seen, op)
         return work
 
     def _check(self, op: object) -> None:
@@ -863,28 +920,55 @@ class StateFuseStore(BaseStore):
     def _find(self, seen: _Seen, work: _Work, at: int, op: SearchOp) -> None:
         catalog = seen.state.derived(_catalog)
         ranked = bool(op.query)
-        cond = op.filter
-
-        def matching() -> Iterator[_Found]:
+        test = _compile(op.filter) if op.filter else None
+        conflicts, selected = seen.conflicts, seen.view.selected
+        # unranked results come in (namespace, key) order: the page ends the scan
+        stop = None if ranked else op.offset + op.limit
+        hits = _Hits()
+        namespaces, keys, entries = hits.namespaces, hits.keys, hits.entries
+        if stop != 0:
             for ns in catalog.under(tuple(op.namespace_prefix)):
                 name = _name_of(ns)
-                for key in catalog.keys_in(ns):
-                    f = seen.find_at(name, ns, key)
-                    if f is not None and _matches(f, cond):
-                        yield f
-
-        # unranked results come in (namespace, key) order: the page ends the scan
-        found = list(matching() if ranked else islice(matching(), op.offset + op.limit))
-        work.searches.append(_Search(at, op, found))
+                for key in catalog.keys_in(ns):  # `_Seen.find_at`, inlined: the hot loop
+                    k = (name, key, PREDICATE)
+                    conflict = conflicts.get(k)
+                    entry: ClaimAdded | SurfacedConflict
+                    if conflict is not None:
+                        # a conflicted item matches when one of its candidates does
+                        if test is not None and not any(test(c.value) for c in conflict.candidates):
+                            continue
+                        entry = conflict
+                    else:
+                        selection = selected.get(k)
+                        if selection is None:
+                            continue
+                        entry = selection.claim
+                        if test is not None and not test(entry.value):
+                            continue
+                    namespaces.append(ns)
+                    keys.append(key)
+                    entries.append(entry)
+                    if len(keys) == stop:
+                        break
+                if len(keys) == stop:
+                    break
+        work.searches.append(_Search(at, op, hits))
         index = self._index
         if ranked and index is not None:
+            self._prune(seen.state)
             assert op.query is not None
             if op.query not in work.queries:
                 work.queries.append(op.query)
-            for f in found:
-                for c in f.claims:
-                    if c.claim_id not in self._vectors and c.claim_id not in work.claim_texts:
-                        work.claim_texts[c.claim_id] = work.add_texts(_texts(c.value, index.fields))
+            for c in hits.claims():
+                if c.claim_id not in self._vectors and c.claim_id not in work.claim_texts:
+                    work.claim_texts[c.claim_id] = work.add_texts(_texts(c.value, index.fields))
+
+    def _prune(self, state: State) -> None:
+        """Drop the vectors of claims no longer active, once they are as many as those kept
+        after the last pruning plus a margin (so pruning costs O(1) per write, amortized)."""
+        if len(self._vectors) > self._prune_at:
+            self._vectors = {c: v for c, v in self._vectors.items() if state.is_active(c)}
+            self._prune_at = 2 * len(self._vectors) + PRUNE_MARGIN
 
     def _namespaces(self, seen: _Seen, op: ListNamespacesOp) -> list[Namespace]:
         catalog = seen.state.derived(_catalog)
@@ -975,50 +1059,65 @@ class StateFuseStore(BaseStore):
         return work.results
 
     def _page(self, s: _Search, query_vectors: Mapping[str, Vector]) -> list[SearchItem]:
-        op, found = s.op, s.found
+        op, hits = s.op, s.hits
+        end = op.offset + op.limit
         if not op.query:
-            return [_search_item(f, None) for f in found[op.offset : op.offset + op.limit]]
+            return [
+                _search_item(hits.found(i), None) for i in range(op.offset, min(end, len(hits)))
+            ]
+        # Per item ranked: its position in hits and its score (floats and ints in lists: no
+        # object per item for the garbage collector to walk).
+        ranked: list[int] = []
+        scores: list[float] = []
+        unranked: list[int] = []
         if self._index is not None:
-            q = query_vectors[op.query]
-            scored: list[tuple[float, _Found]] = []
-            unscored: list[_Found] = []
-            for f in found:
-                vs = [v for c in f.claims for v in self._vectors.get(c.claim_id, ())]
+            q, vectors = query_vectors[op.query], self._vectors
+            for i, e in enumerate(hits.entries):
+                cs = (e,) if isinstance(e, ClaimAdded) else e.candidates
+                vs = [v for c in cs for v in vectors.get(c.claim_id, ())]
                 if vs:
-                    scored.append((max(_cosine(q, v) for v in vs), f))
+                    ranked.append(i)
+                    scores.append(max(_cosine(q, v) for v in vs))
                 else:
-                    unscored.append(f)
+                    unranked.append(i)
         else:
-            scores = self._ranker.scores(op.query, [c for f in found for c in f.claims])
-            scored = [(max(scores.get(c.claim_id, 0.0) for c in f.claims), f) for f in found]
-            unscored = []
-        # found is in (namespace, key) order and sorting is stable: ties keep that order
-        scored.sort(key=lambda p: -p[0])
-        page: list[tuple[float | None, _Found]] = [*scored, *((None, f) for f in unscored)]
-        return [_search_item(f, sc) for sc, f in page[op.offset : op.offset + op.limit]]
+            claims = tuple(hits.claims())
+            if claims == self._corpus:  # compared by identity: claims have no __eq__
+                claims = self._corpus  # the same tuple: the ranker keeps its postings
+            self._corpus = claims
+            get = self._ranker.scores(op.query, claims).get
+            ranked = list(range(len(hits)))
+            scores = [
+                get(e.claim_id, 0.0)
+                if isinstance(e, ClaimAdded)
+                else max(get(c.claim_id, 0.0) for c in e.candidates)
+                for e in hits.entries
+            ]
+        # best first; nlargest is a stable sort, so ties keep (namespace, key) order
+        best = heapq.nlargest(end, range(len(ranked)), key=scores.__getitem__)
+        page: list[tuple[float | None, int]] = [(scores[j], ranked[j]) for j in best]
+        page += [(None, i) for i in unranked[: max(0, end - len(page))]]
+        return [_search_item(hits.found(i), score) for score, i in page[op.offset : end]]
 
     def _apply(self, puts: Mapping[tuple[Namespace, str], _Put]) -> list[tuple[_Put, ClaimAdded]]:
         """Write the batch's puts and deletes as one signed change; the claims it added."""
         replica, lens = self.replica, self.lens
-        state = replica.state()
-        catalog = state.derived(_catalog)
+        # Only deletes read the State: making one makes the next write copy the index
+        # (copy-on-write), so a run of puts never asks for it.
+        deletes = any(put.value is None for put in puts.values())
+        state = replica.state() if deletes else None
         written: list[tuple[_Put, ClaimAdded]] = []
         with replica.batch():
             for put in puts.values():
                 name = claim_namespace(put.namespace)
                 if put.value is not None:
-                    mine = [
-                        c.claim_id
-                        for c in state.active_at(name, put.key, PREDICATE)
-                        if c.author == replica.author
-                    ]
                     claim = replica.update(
                         name, put.key, PREDICATE, put.value, provenance=self.provenance
                     )
                     written.append((put, claim))
-                    for cid in mine:  # retracted by the update
-                        self._vectors.pop(cid, None)
                     continue
+                assert state is not None
+                catalog = state.derived(_catalog)
                 for scope in catalog.scopes.get(put.namespace, ()):
                     if not lens.sees_scope(scope):
                         continue

@@ -637,6 +637,17 @@ def test_claims_without_vectors_are_embedded_by_the_first_search_that_meets_them
         assert reopened.search(("docs",), query="purr")[0].key == "cats"
 
 
+def test_vectors_of_replaced_values_are_dropped_by_a_later_query_search():
+    store = _store(index={"embed": _Embed(), "dims": DIMS, "fields": ["text"]})
+    store._prune_at = 4  # (PRUNE_MARGIN vectors in real use)
+    _fill(store)
+    _fill(store)  # each put replaces the value: the first three vectors are stale
+    assert len(store._vectors) == 6
+    assert store.search(("docs",), query="dogs")[0].key == "dogs"
+    active = {c.claim_id for c in store.replica.state().active_claims()}
+    assert set(store._vectors) == active and len(active) == 3
+
+
 def test_an_embedding_of_the_wrong_size_is_refused_and_writes_nothing():
     store = _store(index={"embed": lambda texts: [[1.0, 0.0]] * len(texts), "dims": DIMS})
     with pytest.raises(LangGraphStoreError) as err:
