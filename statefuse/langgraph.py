@@ -27,7 +27,7 @@ projection leaves it unresolved, ``get`` and ``search`` return the item with the
 "claim_id", "provenance", "updated_at"}, ...]}}`` (ids and authors in hex, candidates in claim id
 order). Why this shape and not one candidate's value with a note beside it: with the default
 policy nothing was selected, so any value we put first would be a silent choice, and code that
-reads ``item.value["theme"]`` must fail loudly (KeyError) rather than act on one side; a
+reads ``item.value["theme"]`` must fail loudly (KeyError) rather than act on one side; an
 ``Item`` has no other place for a note, and a field merged into the user's map could collide with
 theirs. A conflict that a decision (`Replica.decide`), the space's registry policy or this
 store's ``resolver`` resolved is not marked: the item holds the selected value. ``"__conflict__"``
