@@ -50,6 +50,13 @@
     │   └── SyncError (RuntimeError)        HTTP sync failed: PeerUnreachableError,
     │                                       PeerTimeoutError, PeerRejectedError,
     │                                       MalformedResponseError
+    │
+    │   defined in ``statefuse.langgraph`` (an entry point; needs ``langgraph``):
+    ├── InputError
+    │   └── LangGraphStoreError (ValueError) bad input to a StateFuseStore batch (a filter, a
+    │       │                               key, a value, an embedding of the wrong size)
+    │       └── NamespaceError              a namespace LangGraph does not allow; also
+    │                                       LangGraph's InvalidNamespaceError
     ├── SnapshotError                   a replica snapshot that cannot be used (``rule`` says
     │                                   why); the replica reports it as a SnapshotWarning and
     │                                   verifies the store in full instead

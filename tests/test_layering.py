@@ -262,10 +262,16 @@ def test_registry_imports_nothing_from_statefuse_or_sync():
     assert not violations, "registry is the bottom layer:\n" + "\n".join(violations)
 
 
-#: The program's entry points: the command line, the demo and the MCP server drive a whole replica
-#: (which lives in ``sync``, with the signatures it needs), so they may reach up; nothing else in
-#: statefuse may.
-ENTRY_POINTS = ("statefuse.cli", "statefuse.demo", "statefuse.__main__", "statefuse.mcp")
+#: The program's entry points: the command line, the demo, the MCP server and the LangGraph store
+#: drive a whole replica (which lives in ``sync``, with the signatures it needs), so they may
+#: reach up; nothing else in statefuse may.
+ENTRY_POINTS = (
+    "statefuse.cli",
+    "statefuse.demo",
+    "statefuse.__main__",
+    "statefuse.mcp",
+    "statefuse.langgraph",
+)
 
 
 def test_statefuse_imports_nothing_from_sync():
