@@ -348,9 +348,7 @@ def test_retract_takes_a_unique_id_prefix_and_refuses_an_ambiguous_one():
         assert again.endswith("[rule: active]")
 
 
-def test_retract_by_key_and_value_withdraws_every_copy_even_those_that_arrive_later(
-    store, session
-):
+def test_retract_by_key_and_value_withdraws_every_copy_even_those_that_arrive_later(store, session):
     stale = _other(("vendor/acme/price", 1150, "old list"))
     store.merge(stale)
     mine = session.ok("remember", key="vendor/acme/price", value=1150, update=False)
@@ -550,9 +548,7 @@ def test_statefuse_mcp_over_streamable_http_on_a_free_port_stops_cleanly(tmp_pat
             got = s.ok("remember", key="svc/api/status", value="up")
             (claim,) = s.ok("search", query="api")["claims"]
             assert claim["claim_id"] == got["claim_id"]
-            assert s.refused("recall", query="x", budget=0).endswith(
-                "[rule: greater_than_equal]"
-            )
+            assert s.refused("recall", query="x", budget=0).endswith("[rule: greater_than_equal]")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=PROCESS_TIMEOUT)
         assert proc.returncode == 0 and "Stopped." in err and "Traceback" not in err, err
