@@ -430,8 +430,9 @@ class _Prepared:
     ``excluded["answered-question"]``.
     """
 
-    def __init__(self, view: View, before: _Prepared | None = None) -> None:
+    def __init__(self, view: View, before: _Prepared | None = None, *, kept: bool = False) -> None:
         self.view = view
+        self.kept = kept  # by a `ContextCache`, for the calls to come
         self.serial = next(_serials)
         #: Conflict units made so far, by key (with the conflict and tokenizer they are for).
         self.units: dict[Key, tuple[SurfacedConflict, Tokenizer, _Unit]] = {}
@@ -852,7 +853,9 @@ class _Facts:
         self.previous = previous
         self.children = prep.children
         self.total = len(prep.facts)
-        scores = ranker.scores(query, prep.corpus) if prep.facts else {}
+        # A preparation made for one call is ranked in one pass; a kept one keeps postings.
+        corpus = prep.corpus if prep.kept else list(prep.facts.values())
+        scores = ranker.scores(query, corpus) if prep.facts else {}
         self._scores = scores
         self._best: list[ClaimAdded] = []
         self._zero: list[ClaimAdded] = []
@@ -1149,7 +1152,7 @@ class ContextCache:
                 (p for p in self._views if p.view._lineage and p.view._lineage[0] == lineage[1]),
                 None,
             )
-        prep = _Prepared(view, before)
+        prep = _Prepared(view, before, kept=True)
         self._views.insert(0, prep)
         del self._views[self.max_views :]
         return prep

@@ -16,13 +16,48 @@ Every value stored in the dicts is immutable (tuples, bytes, ops), so a snapshot
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from operator import attrgetter
 
 from registry import Registry
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Op
 
 LocusKey = tuple[str, str, str, str]
+
+#: CPython's reference counts (None elsewhere): whether an index may be written in place.
+_REFS: Callable[[object], int] | None = getattr(sys, "getrefcount", None)
+
+
+class _Probe:
+    """Measures what a count reads for an object held by one slot, through the same call
+    shapes `held_once` and `Index.exclusive` use (interpreters differ in the temporary
+    references a call holds, so the baseline is measured, not assumed)."""
+
+    __slots__ = ("item",)
+
+    def __init__(self) -> None:
+        self.item: object = object()
+
+    def direct(self) -> int:
+        refs = _REFS
+        return refs(self.item) if refs is not None else 0
+
+
+def _count(obj: object) -> int:
+    """A count read in the call shape of `held_once` (an argument, one frame)."""
+    return _REFS(obj) if _REFS is not None else 0
+
+
+_probe = _Probe()
+#: The count of an object held by one slot: read through a function, and in a method.
+_ONCE_VIA_CALL, _ONCE_IN_METHOD = _count(_probe.item), _probe.direct()
+del _probe
+
+
+def held_once(obj: object) -> bool:
+    """True when one slot is all that holds ``obj`` (CPython; False elsewhere)."""
+    return _REFS is not None and _REFS(obj) == _ONCE_VIA_CALL
 
 
 class Index:
@@ -86,6 +121,29 @@ class Index:
         out._by_ref = None if self._by_ref is None else self._by_ref.copy()
         out.touched = set()
         return out
+
+    def exclusive(self) -> bool:
+        """True when nothing but this index holds any of its containers (no `State.claims`
+        proxy, no iterator over one): then an index whose State nobody holds any more may be
+        written in place instead of copied (`Materializer.apply_all`). CPython counts
+        references; elsewhere this says False and the index is always copied."""
+        refs = _REFS
+        if refs is None:
+            return False
+        once = _ONCE_IN_METHOD
+        return (
+            refs(self.claims) == once
+            and refs(self.retractions) == once
+            and refs(self.evidence) == once
+            and refs(self.decisions) == once
+            and refs(self.ret_by_id) == once
+            and refs(self.ret_by_ref) == once
+            and refs(self.killed) == once
+            and refs(self.members) == once
+            and refs(self.conflicted) == once
+            and refs(self.dependents) == once
+            and (self._by_ref is None or refs(self._by_ref) == once)
+        )
 
     # --- derived helpers -------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from operator import attrgetter
 
 from registry import DEFAULT_REGISTRY, Registry
 from statefuse.error import OpRuleError
-from statefuse.index import Index, build
+from statefuse.index import Index, build, held_once
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Op
 from statefuse.opset import OpSet
 from statefuse.state import State
@@ -118,7 +118,12 @@ class Materializer:
         """
         batch = OpSet(ops) if not isinstance(ops, OpSet) else ops
         if self._shared:
-            self._ix = self._ix.copy()
+            # A State is a snapshot, so its index is copied before the next write, unless
+            # nobody holds that State or anything of its index any more (the agent loop's
+            # case: read, drop, write): then no one can see the write, and copying a large
+            # index (and freeing the old one) would cost more than the write itself.
+            if not self._state_unheld():
+                self._ix = self._ix.copy()
             self._shared = False
         # The index is order-independent; the result is in op_id order, as iterating the
         # batch would give it, sorted once at C speed instead of looked up id by id.
@@ -129,6 +134,11 @@ class Materializer:
             self._state = None
             applied.sort(key=_op_id)
         return applied
+
+    def _state_unheld(self) -> bool:
+        """True when only this materializer holds its State, and only the index holds its
+        containers (CPython's reference counts; elsewhere False)."""
+        return held_once(self._state) and self._ix.exclusive()
 
     def active_at(
         self, namespace: str, subject: str, predicate: str, scope: str = "global"

@@ -69,16 +69,18 @@ def query_identifiers(query: str) -> frozenset[str]:
 
 
 class _Doc:
-    __slots__ = ("cid", "idents", "length", "terms", "tf")
+    __slots__ = ("cid", "idents", "length", "tf")
 
     def __init__(self, c: ClaimAdded) -> None:
         self.cid = c.op_id
-        tf: dict[str, int] = {}
-        for w in words(f"{c.namespace} {c.subject} {c.predicate} {value_text(c.value)}"):
-            tf[w] = tf.get(w, 0) + 1
+        ws = words(f"{c.namespace} {c.subject} {c.predicate} {value_text(c.value)}")
+        tf = dict.fromkeys(ws, 1)
+        if len(tf) < len(ws):  # a word said twice (most claims have none)
+            tf = {}
+            for w in ws:
+                tf[w] = tf.get(w, 0) + 1
         self.tf = tf
-        self.terms = frozenset(tf)
-        self.length = sum(tf.values())
+        self.length = len(ws)
         sub, pred = c.subject.lower(), c.predicate.lower()
         self.idents = frozenset((c.namespace.lower(), sub, pred, f"{sub}/{pred}"))
 
@@ -342,11 +344,11 @@ class LexicalRanker:
         for c in claims:
             d = memo.get(c.op_id) or doc(c)
             total += d.length
-            if not (wset.isdisjoint(d.terms) and iset.isdisjoint(d.idents)):
+            if not (wset.isdisjoint(d.tf) and iset.isdisjoint(d.idents)):
                 hits.append((c.op_id, d))
         n = len(claims)
         avgdl = total / n if total else 1.0
-        wdf = {t: sum(t in d.terms for _, d in hits) for t in qwords}
+        wdf = {t: sum(t in d.tf for _, d in hits) for t in qwords}
         idf_ = {t: sum(t in d.idents for _, d in hits) for t in qidents}
         out: dict[bytes, float] = {}
         for cid, d in hits:

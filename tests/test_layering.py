@@ -93,6 +93,9 @@ SEAMS: dict[str, frozenset[str]] = {
     # it (sys.modules) instead of importing the package, whose __init__ takes 0.7 s; counting
     # itself stays pure.
     "statefuse.tokenizer": frozenset({"importlib", "sys"}),
+    # Reads reference counts (sys.getrefcount): an index whose State nobody holds any more is
+    # written in place instead of copied; no I/O, clock or randomness.
+    "statefuse.index": frozenset({"sys"}),
 }
 #: Method names whose calls read a clock, the local time zone, randomness or files.
 IMPURE_METHODS = frozenset(
