@@ -45,6 +45,7 @@ from typing import Any, Generic, TypeVar, Union
 
 from registry.error import InputError
 from registry.value import Value
+from statefuse.index import held_once
 from statefuse.lens import Lens
 from statefuse.op import ClaimAdded, Layer
 from statefuse.projection import project
@@ -430,7 +431,9 @@ class _Prepared:
     ``excluded["answered-question"]``.
     """
 
-    def __init__(self, view: View, before: _Prepared | None = None, *, kept: bool = False) -> None:
+    def __init__(
+        self, view: View, before: _Prepared | None = None, *, kept: bool = False, take: bool = False
+    ) -> None:
         self.view = view
         self.kept = kept  # by a `ContextCache`, for the calls to come
         self.serial = next(_serials)
@@ -440,7 +443,7 @@ class _Prepared:
         if before is None:
             self._fill()
         else:
-            self._carry(before)
+            self._carry(before, take)
         self.placed: list[ClaimAdded] = []
         self.placed_ns: dict[str, int] = {}
         self.children: dict[bytes, list[ClaimAdded]] = {}
@@ -475,16 +478,11 @@ class _Prepared:
         self.conflict_keys = sorted(self.conflicts)
         self.corpus = Corpus(self.facts, serial=self.serial)
 
-    def _carry(self, before: _Prepared) -> None:
+    def _carry(self, before: _Prepared, take: bool) -> None:
+        """Made from ``before``: on copies of its containers, or on the containers themselves
+        when ``take`` (nothing holds ``before`` any more; it is left empty)."""
         view, old = self.view, before.view
         assert view._lineage is not None
-        self.sections = [s.copy() for s in before.sections]
-        self.conflicts = before.conflicts.copy()
-        self.conflict_keys = before.conflict_keys.copy()
-        self.asked = before.asked.copy()
-        self.ns_counts = before.ns_counts.copy()
-        self._added = []
-        self._removed = []
         keys = set(view._lineage[2])
         stale, was_stale = view.stale, old.stale
         if stale or was_stale:  # a claim that became stale, or stopped being, moves
@@ -492,6 +490,20 @@ class _Prepared:
                 c = before._find(cid)
                 if c is not None:
                     keys.add(c.key)
+        if take:
+            self.sections, before.sections = before.sections, []
+            self.conflicts, before.conflicts = before.conflicts, {}
+            self.conflict_keys, before.conflict_keys = before.conflict_keys, []
+            self.asked, before.asked = before.asked, {}
+            self.ns_counts, before.ns_counts = before.ns_counts, {}
+        else:
+            self.sections = [s.copy() for s in before.sections]
+            self.conflicts = before.conflicts.copy()
+            self.conflict_keys = before.conflict_keys.copy()
+            self.asked = before.asked.copy()
+            self.ns_counts = before.ns_counts.copy()
+        self._added = []
+        self._removed = []
         self.units = (
             {k: u for k, u in before.units.items() if k not in keys} if keys else before.units
         )
@@ -513,7 +525,8 @@ class _Prepared:
         )
         ids = before.sorted_ids
         if ids is not None and len(added) + len(removed) < 256:
-            ids = ids.copy()
+            if not take:
+                ids = ids.copy()
             for cid in removed:
                 del ids[bisect_left(ids, cid)]
             for c in added:
@@ -1141,21 +1154,37 @@ class ContextCache:
         self._views: list[_Prepared] = []
 
     def prepared(self, view: View) -> _Prepared:
-        for i, prep in enumerate(self._views):
-            if prep.view is view:
-                self._views.insert(0, self._views.pop(i))
-                return prep
-        before = None
+        views = self._views
+        i = self._find(view)
+        if i is not None:
+            views.insert(0, views.pop(i))
+            return views[0]
         lineage = view._lineage
-        if lineage is not None and lineage[1]:
-            before = next(
-                (p for p in self._views if p.view._lineage and p.view._lineage[0] == lineage[1]),
-                None,
-            )
-        prep = _Prepared(view, before, kept=True)
-        self._views.insert(0, prep)
-        del self._views[self.max_views :]
+        parent = self._find_serial(lineage[1]) if lineage is not None and lineage[1] else None
+        if parent is None:
+            prep = _Prepared(view, kept=True)
+        else:
+            # Superseded: the next View is carried from the new one. When the cache held the
+            # last reference (no Context made from it is still around), the new preparation
+            # takes its containers instead of copying them.
+            before = views.pop(parent)
+            take = held_once(before)  # before anything else holds it, even for a call
+            prep = _Prepared(view, before, kept=True, take=take)
+            del before
+        views.insert(0, prep)
+        del views[self.max_views :]
         return prep
+
+    def _find(self, view: View) -> int | None:
+        return next((i for i, p in enumerate(self._views) if p.view is view), None)
+
+    def _find_serial(self, serial: int) -> int | None:
+        """Where the preparation of the View numbered ``serial`` is, if cached."""
+        for i, p in enumerate(self._views):
+            lineage = p.view._lineage
+            if lineage is not None and lineage[0] == serial:
+                return i
+        return None
 
 
 def _check(view: object, query: object, budget: object, policy: object) -> None:
