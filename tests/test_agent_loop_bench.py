@@ -106,9 +106,18 @@ def test_a_tiny_run_prints_every_row_and_writes_the_json(
     ratio = rows[(600, "step median at 600 / at 300")]
     step = rows[(600, al.WRITE_ROW)]["median"] / rows[(300, al.WRITE_ROW)]["median"]
     assert ratio["median"] == pytest.approx(step)
-    (memory,) = [r for r in doc["rows"] if r["unit"] == "B/op"]
+    memory, floor = (r for r in doc["rows"] if r["unit"] == "B/op")
     assert memory["claims"] == 600 and memory["bytes"] / memory["ops"] == memory["median"]
     assert 100 < memory["median"] < 100_000
+    # the floor (the decoded ops alone) is part of what the replica holds
+    assert (
+        floor["name"] == "floor: the decoded ops alone" and 50 < floor["median"] < memory["median"]
+    )
+    for n in (300, 600):
+        (rank,) = [
+            r for r in doc["rows"] if r["claims"] == n and r["name"].startswith("floor: rank")
+        ]
+        assert len(rank["samples"]) == 3 and rank["median"] < rows[(n, al.WRITE_ROW)]["median"]
 
 
 def test_the_replica_context_row_appears_once_the_replica_has_one(
