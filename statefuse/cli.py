@@ -563,20 +563,27 @@ def claim_notes(c: ClaimAdded, state: State) -> list[str]:
     """What ``show`` writes in NOTE: ``conflict`` (undecided), ``chosen`` / ``overruled`` (a
     decision applies) and ``stale`` (it rests on a retracted claim)."""
     notes = []
-    conflict = state.conflict_of(*_key_of(c), c.scope)
+    key = _key_of(c)
+    if not state.in_conflict(*key, c.scope):
+        conflict = None
+    elif not state.decisions:  # undecided, whatever its ConflictSet holds: do not make it
+        notes.append("conflict")
+        conflict = None
+    else:
+        conflict = state.conflict_of(*key, c.scope)
     if conflict is not None:
         decision = state.decision_for(conflict)
         if decision is None:
             notes.append("conflict")
         else:
             notes.append("chosen" if state.decision_selects(decision, c.claim_id) else "overruled")
-    if c.claim_id in state.stale:
+    if c.op_id in state.stale:
         notes.append("stale")
     return notes
 
 
 #: The order ``show`` lists claims in: by key, then scope, then claim id.
-_SHOW_ORDER = attrgetter("namespace", "subject", "predicate", "scope", "claim_id")
+_SHOW_ORDER = attrgetter("namespace", "subject", "predicate", "scope", "op_id")
 
 
 def _cmd_show(s: Session) -> int:
@@ -589,26 +596,46 @@ def _cmd_show(s: Session) -> int:
             c for c in claims if _key_of(c)[: len(prefix)] == prefix and a.scope in (None, c.scope)
         ]
     claims = sorted(claims, key=_SHOW_ORDER)
-    notes = {c.claim_id: claim_notes(c, state) for c in claims}
+    notes = {c.op_id: claim_notes(c, state) for c in claims}
     if s.json:  # build only the form asked for: a memory may hold many claims
         s.emit(
-            {"claims": [{**_claim_json(c, state), "notes": notes[c.claim_id]} for c in claims]}, ""
+            {"claims": [{**_claim_json(c, state), "notes": notes[c.op_id]} for c in claims]}, ""
         )
         return EXIT_OK
+    cell = _memo_cell()
+    authors: dict[bytes | str, str] = {}
     rows = [
         [
-            short_id(c.claim_id),
+            short_id(c.op_id),
             format_key(_key_of(c)),
             c.scope,
-            value_cell(c.value),
-            author_text(c.author),
-            ", ".join(notes[c.claim_id]),
+            cell(c.value),
+            authors.get(c.author) or authors.setdefault(c.author, author_text(c.author)),
+            ", ".join(notes[c.op_id]),
         ]
         for c in claims
     ]
     header = ["ID", "KEY", "SCOPE", "VALUE", "AUTHOR", "NOTE"]
     s.emit(None, table(header, rows) if rows else "No active claims.")
     return EXIT_OK
+
+
+def _memo_cell() -> Callable[[Value], str]:
+    """`value_cell`, remembered per distinct str or int value (a large memory repeats its
+    values; the type is part of the memo key, as 1, 1.0 and True are equal but spelled
+    apart)."""
+    memo: dict[tuple[type, object], str] = {}
+
+    def cell(v: Value) -> str:
+        t = type(v)
+        if t is not str and t is not int:
+            return value_cell(v)
+        found = memo.get((t, v))
+        if found is None:
+            found = memo[(t, v)] = value_cell(v)
+        return found
+
+    return cell
 
 
 def _conflict_text(conflict: ConflictSet, state: State) -> str:

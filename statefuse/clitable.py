@@ -85,7 +85,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, indent: str 
 
 def short_id(ident: bytes) -> str:
     """The first `SHORT_ID_CHARS` hex digits of an id (a claim id prefix the CLI accepts)."""
-    return ident.hex()[:SHORT_ID_CHARS]
+    return ident[: SHORT_ID_CHARS // 2].hex()  # SHORT_ID_CHARS is even: whole bytes
 
 
 def author_text(author: bytes | str) -> str:

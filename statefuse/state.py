@@ -273,6 +273,12 @@ class State:
         """The current conflict at ``locus``, if there is one."""
         return self._conflicts_by_locus.get(locus)
 
+    def in_conflict(
+        self, namespace: str, subject: str, predicate: str, scope: str = "global"
+    ) -> bool:
+        """True iff the key has a ConflictSet in ``scope`` (without making it)."""
+        return (namespace, subject, predicate, scope) in self._ix.conflicted
+
     def conflict_of(
         self, namespace: str, subject: str, predicate: str, scope: str = "global"
     ) -> ConflictSet | None:
