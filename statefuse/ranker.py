@@ -68,12 +68,22 @@ def query_identifiers(query: str) -> frozenset[str]:
     return frozenset(t.strip("./:-").lower() for t in _IDENT.findall(query)) - {""}
 
 
+def _doc_words(c: ClaimAdded) -> list[str]:
+    return words(f"{c.namespace} {c.subject} {c.predicate} {value_text(c.value)}")
+
+
+def _doc_idents(c: ClaimAdded) -> tuple[str, str, str, str]:
+    sub, pred = c.subject.lower(), c.predicate.lower()
+    return (c.namespace.lower(), sub, pred, f"{sub}/{pred}")
+
+
 class _Doc:
     __slots__ = ("cid", "idents", "length", "tf")
 
-    def __init__(self, c: ClaimAdded) -> None:
+    def __init__(self, c: ClaimAdded, ws: list[str] | None = None) -> None:
         self.cid = c.op_id
-        ws = words(f"{c.namespace} {c.subject} {c.predicate} {value_text(c.value)}")
+        if ws is None:
+            ws = _doc_words(c)
         tf = dict.fromkeys(ws, 1)
         if len(tf) < len(ws):  # a word said twice (most claims have none)
             tf = {}
@@ -81,8 +91,7 @@ class _Doc:
                 tf[w] = tf.get(w, 0) + 1
         self.tf = tf
         self.length = len(ws)
-        sub, pred = c.subject.lower(), c.predicate.lower()
-        self.idents = frozenset((c.namespace.lower(), sub, pred, f"{sub}/{pred}"))
+        self.idents = frozenset(_doc_idents(c))
 
 
 class Corpus(Sequence[ClaimAdded]):
@@ -336,16 +345,28 @@ class LexicalRanker:
     def _scan(
         self, qwords: list[str], qidents: list[str], claims: Sequence[ClaimAdded]
     ) -> dict[bytes, float]:
-        """The same scores as the postings give, from one pass over the claims."""
-        memo, doc = self._memo, self._doc
+        """The same scores as the postings give, from one pass over the claims: a claim met
+        for the first time is split into words to count its length, and made a `_Doc` (and
+        remembered) only when the query names one of its words or identifiers."""
+        memo = self._memo
         wset, iset = frozenset(qwords), frozenset(qidents)
         total = 0
         hits: list[tuple[bytes, _Doc]] = []
         for c in claims:
-            d = memo.get(c.op_id) or doc(c)
-            total += d.length
-            if not (wset.isdisjoint(d.tf) and iset.isdisjoint(d.idents)):
-                hits.append((c.op_id, d))
+            d = memo.get(c.op_id)
+            if d is None:
+                ws = _doc_words(c)
+                total += len(ws)
+                if wset.isdisjoint(ws) and (not iset or iset.isdisjoint(_doc_idents(c))):
+                    continue
+                d = _Doc(c, ws)
+                if len(memo) < self.max_entries:
+                    memo[c.op_id] = d
+            else:
+                total += d.length
+                if wset.isdisjoint(d.tf) and iset.isdisjoint(d.idents):
+                    continue
+            hits.append((c.op_id, d))
         n = len(claims)
         avgdl = total / n if total else 1.0
         wdf = {t: sum(t in d.tf for _, d in hits) for t in qwords}
