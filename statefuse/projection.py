@@ -63,6 +63,7 @@ from statefuse.view import (
     ExplanationMap,
     How,
     Key,
+    Layered,
     SelectedMap,
     Selection,
     StaleNote,
@@ -149,7 +150,7 @@ class _Bucket:
 
     visibility: tuple[str, ...]
     scope: str
-    entries: dict[Key, ClaimAdded | tuple[Selection, str]]  # never changed
+    entries: Mapping[Key, ClaimAdded | tuple[Selection, str]]  # never changed
     count: int  # claims of these keys
     _ids: list[tuple[bytes, ...]] = field(default_factory=list, compare=False, repr=False)
 
@@ -370,18 +371,13 @@ def _plan_update(prev: _Plan, state: State, touched: frozenset[LocusKey]) -> _Pl
         if b is not None and not new and not gone:
             buckets.append(b)
             continue
-        old = b.entries if b is not None else {}
-        fresh = any(k not in old for k in new)
-        # A copy at C speed, patched: a new key goes last, so the bucket is then walked in
-        # key order by sorting it when (and if) a reader walks it (`Unordered`).
-        entries: dict[Key, ClaimAdded | tuple[Selection, str]] = (
-            Unordered(old) if fresh or type(old) is Unordered else dict(old)
+        # The bucket before under a layer of what changed (no copy of a large bucket), sorted
+        # when (and if) a reader walks it in key order.
+        entries = Layered.patched(
+            b.entries if b is not None else {},
+            {key: entry for key, (entry, _) in new.items()},
+            [key for key in gone if key not in new],
         )
-        for key in gone:
-            if key not in new:
-                del entries[key]
-        for key, (entry, _) in new.items():
-            entries[key] = entry
         if not entries:
             continue
         count = b.count if b is not None else 0

@@ -109,8 +109,82 @@ class Unordered(dict[Key, Any]):
             return self._sorted
 
 
+class Layered(Mapping[Key, Any]):
+    """A part of a `_Lazy` mapping made of a large ``base`` (shared with the parts it was made
+    from, never changed) under a small ``top`` of entries set since, less the keys in
+    ``gone``: a projection carried to the next State adds a key to a bucket of 100k without
+    copying the bucket. Sorted when first walked in order, like `Unordered`; never changed."""
+
+    __slots__ = ("_base", "_gone", "_len", "_sorted", "_top")
+
+    def __init__(self, base: Mapping[Key, Any], top: dict[Key, Any], gone: frozenset[Key]) -> None:
+        self._base = base
+        self._top = top
+        self._gone = gone
+        self._len = len(base) - len(gone) + sum(1 for k in top if k not in base)
+        self._sorted: list[tuple[Key, Any]] | None = None
+
+    @classmethod
+    def patched(
+        cls, old: Mapping[Key, Any], new: Mapping[Key, Any], removed: Iterable[Key]
+    ) -> Mapping[Key, Any]:
+        """``old`` without the keys in ``removed``, then with ``new`` set: a `Layered` over
+        ``old``'s base, or, once the layer on top grows past an eighth of it, one `Unordered`
+        dict again (each entry is then copied once per many patches)."""
+        if type(old) is Layered:
+            base, top, gone = old._base, dict(old._top), set(old._gone)
+        else:
+            base, top, gone = old, {}, set()
+        for key in removed:
+            top.pop(key, None)
+            if key in base:
+                gone.add(key)
+        for key, entry in new.items():
+            top[key] = entry
+            gone.discard(key)
+        if len(top) + len(gone) <= len(base) // 8 + 32:
+            return cls(base, top, frozenset(gone))
+        merged = Unordered(base)
+        for key in gone:
+            del merged[key]
+        merged.update(top)
+        return merged
+
+    def get(self, key: object, default: Any = None) -> Any:
+        found = self._top.get(key)  # type: ignore[call-overload]
+        if found is not None:
+            return found
+        if key in self._gone:
+            return default
+        return self._base.get(key, default)  # type: ignore[call-overload]
+
+    def __getitem__(self, key: Key) -> Any:
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(key) is not None
+
+    def __iter__(self) -> Iterator[Key]:
+        return (k for k, _ in self.sorted_items())
+
+    def __len__(self) -> int:
+        return self._len
+
+    def sorted_items(self) -> list[tuple[Key, Any]]:
+        if self._sorted is None:
+            top, gone = self._top, self._gone
+            below = [(k, v) for k, v in self._base.items() if k not in gone and k not in top]
+            # Keys are unique, so sorting (key, entry) pairs never compares entries.
+            self._sorted = sorted([*below, *top.items()])
+        return self._sorted
+
+
 def _in_order(source: Mapping[Key, Any]) -> Iterable[tuple[Key, Any]]:
-    return source.sorted_items() if type(source) is Unordered else source.items()
+    t = type(source)
+    return source.sorted_items() if t is Unordered or t is Layered else source.items()  # type: ignore[attr-defined]
 
 
 class _Lazy(Mapping[Key, _V]):
@@ -190,7 +264,7 @@ class _Lazy(Mapping[Key, _V]):
 
     def __iter__(self) -> Iterator[Key]:
         sources = self._sources()
-        if len(sources) == 1 and type(sources[0]) is not Unordered:
+        if len(sources) == 1 and type(sources[0]) is dict:
             return iter(sources[0])
         return (k for k, _ in self._pairs(sources))
 

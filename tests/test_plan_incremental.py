@@ -13,7 +13,7 @@ from statefuse import Lens, materialize, project
 from statefuse.materializer import Materializer
 from statefuse.projection import _plan, _plan_full
 from statefuse.resolver import Conservative
-from statefuse.view import _in_order
+from statefuse.view import Layered, _in_order
 from statefuse.writer import Writer
 
 REG = Registry([PredicateContract("tags", cardinality=Cardinality.MANY)])
@@ -174,3 +174,32 @@ def test_a_view_carried_from_the_state_before_equals_one_made_from_scratch(progr
         state = m.state()
         assert _views(state, lenses) == _views(materialize(ops, registry=REG), lenses)
         assert project(state, lenses[1]) is project(state, lenses[1])
+
+
+KEYS = [("ns", f"s{i:02d}", p) for i in range(30) for p in ("a", "b")]
+key = st.sampled_from(KEYS)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(key, st.integers(0, 9), max_size=40),
+    st.lists(
+        st.tuples(st.dictionaries(key, st.integers(0, 9), max_size=8), st.sets(key, max_size=8)),
+        max_size=30,
+    ),
+)
+def test_a_layered_bucket_reads_as_the_dict_it_stands_for(initial, patches):
+    """A bucket patched key by key (a layer over the bucket it came from, folded back into one
+    dict once the layer grows) reads, walks in key order and counts as a plain dict would."""
+    held: object = dict(sorted(initial.items()))
+    model = dict(initial)
+    for new, removed in patches:
+        gone = [k for k in removed if k not in new]
+        held = Layered.patched(held, new, gone)  # type: ignore[arg-type]
+        for k in gone:
+            model.pop(k, None)
+        model.update(new)
+        assert len(held) == len(model)  # type: ignore[arg-type]
+        assert list(_in_order(held)) == sorted(model.items())  # type: ignore[arg-type]
+        assert all(held.get(k) == model.get(k) for k in KEYS)  # type: ignore[attr-defined]
+        assert all((k in held) == (k in model) for k in KEYS)  # type: ignore[operator]
