@@ -142,8 +142,10 @@ def test_the_cold_cli_rows_run_statefuse_in_new_processes(tmp_path: Path) -> Non
     rows = al.bench_cli(
         tmp_path, seed=SEED, sizes=(200, 300), runs=1, batch=100, progress=lambda _: None
     )
-    assert [r.claims for r in rows] == [0, 200, 300]
-    assert [r.target for r in rows] == [None, al.TARGET_COLD_CONTEXT, al.TARGET_SHOW]
+    assert [r.claims for r in rows] == [0, 200, 300, 300]
+    assert [r.target for r in rows] == [None, al.TARGET_COLD_CONTEXT, al.TARGET_SHOW, None]
+    assert rows[3].name.startswith("floor: statefuse show")  # no table: the store opened only
+    assert rows[3].extra["stdout_bytes"] < rows[2].extra["stdout_bytes"]
     assert all(len(r.samples) == 1 and r.samples[0] > 0 for r in rows)
     assert all(r.extra["stdout_bytes"] > 0 for r in rows)
     table = al.format_table(rows, "title")
