@@ -19,7 +19,7 @@ import pytest
 from statefuse import materialize
 from sync.replica import Replica
 
-TRIALS = 60 if os.environ.get("CI") else 50
+TRIALS = 50
 TRIALS_PER_STORE = 10
 
 pytestmark = pytest.mark.skipif(

@@ -328,6 +328,8 @@ def _claims(n: int, author: str | bytes = "w", **options: Any) -> list[ClaimAdde
 # --- decode_ops against decode_op -----------------------------------------------------------------
 
 
+#: Each example decodes a batch both ways: CI runs 500 (1,000 took over 7 s).
+@settings(max_examples=min(settings.default.max_examples, 500))
 @given(batches())
 @example([op.encode() for op in _claims(3)])
 def test_decode_ops_gives_the_ops_or_the_first_error_that_decode_op_gives(batch):
@@ -517,6 +519,8 @@ def signed_changes(draw: st.DrawFn) -> bytes:
     return draw(damaged_bytes(data)) if what == "outer bytes" else data
 
 
+#: Each example verifies a signed change both ways: CI runs 500 (1,000 took over 7 s).
+@settings(max_examples=min(settings.default.max_examples, 500))
 @given(signed_changes())
 def test_verify_change_gives_the_verdict_reason_and_message_of_the_reference(data):
     assert_verifiers_agree(data)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statefuse.sqlitestore import SQLiteStore
@@ -128,6 +128,8 @@ def test_snapshots_replace_each_other(factory):
     assert store.load_snapshot() == (5, b"two")
 
 
+#: Each example opens SQLite stores: CI runs 400 (1,000 took over 7 s).
+@settings(max_examples=min(settings.default.max_examples, 400))
 @given(
     st.lists(
         st.tuples(
@@ -412,6 +414,8 @@ def _plan_for(store, quarantine_ids, park_ids, drop_pending_ids):
     )
 
 
+#: Each example repairs SQLite stores: CI runs 400 (1,000 took over 7 s).
+@settings(max_examples=min(settings.default.max_examples, 400))
 @given(
     writes=st.lists(
         st.tuples(st.sampled_from(["accept", "park", "refuse"]), st.integers(0, 8)), max_size=20

@@ -154,7 +154,7 @@ class SyncMachine(RuleBasedStateMachine):
 
 
 TestSyncMachine = SyncMachine.TestCase
-# Each example signs and verifies dozens of changes (~0.2 s); 300 runs keep CI within budget.
+# Each example signs and verifies dozens of changes (~0.2 s); 140 runs keep CI within budget.
 TestSyncMachine.settings = settings(
-    settings.default, max_examples=min(settings.default.max_examples, 200)
+    settings.default, max_examples=min(settings.default.max_examples, 140)
 )
