@@ -35,6 +35,7 @@ from statefuse.context import (
     previous_values,
 )
 from statefuse.error import (
+    ClaimLookupError,
     ContractError,
     EncodingError,
     InputError,
@@ -120,6 +121,7 @@ __all__ = [
     "Cardinality",
     "Chain",
     "ClaimAdded",
+    "ClaimLookupError",
     "ClaimRetracted",
     "ConflictSet",
     "Conservative",
@@ -184,6 +186,7 @@ __all__ = [
     "SurfacedConflict",
     "Tokenizer",
     "TokenizerError",
+    "UnknownClaimError",
     "Value",
     "ValueRuleError",
     "ValueTypeError",
@@ -219,6 +222,7 @@ _FROM_SYNC = {
     "Replica": "sync.replica",
     "MergeReport": "sync.replica",
     "ReplicaError": "sync.replica",
+    "UnknownClaimError": "sync.replica",
     "ReadOnlyError": "sync.replica",
     "StoreDamagedError": "sync.replica",
     "OwnFeedWarning": "sync.replica",

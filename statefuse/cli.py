@@ -598,9 +598,7 @@ def _cmd_show(s: Session) -> int:
     claims = sorted(claims, key=_SHOW_ORDER)
     notes = {c.op_id: claim_notes(c, state) for c in claims}
     if s.json:  # build only the form asked for: a memory may hold many claims
-        s.emit(
-            {"claims": [{**_claim_json(c, state), "notes": notes[c.op_id]} for c in claims]}, ""
-        )
+        s.emit({"claims": [{**_claim_json(c, state), "notes": notes[c.op_id]} for c in claims]}, "")
         return EXIT_OK
     cell = _memo_cell()
     authors: dict[bytes | str, str] = {}

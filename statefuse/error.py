@@ -17,6 +17,8 @@
     │   │   └── RegistryError               a registry file / declaration that cannot be used
     │   │                                   (registry.checker; not pure, so not re-exported here)
     │   ├── OpRuleError (ValueError)        an op field breaks the op schema
+    │   ├── ClaimLookupError (LookupError)  a claim id, hex id or id prefix that names no claim
+    │   │                                   of the state, or several (`State.claim`)
     │   ├── ContextError (ValueError)       assemble_context given a bad argument, or
     │   │                                   Context.expand an unknown handle
     │   ├── TokenizerError (ValueError)     a tokenizer asked for with a bad argument, or one
@@ -39,7 +41,9 @@
     │   ├── ReconcileError (ValueError)     a malformed or hostile reconciliation message
     │   ├── BoundsConfigError (ValueError)  a change-log bound that is not a positive int
     │   ├── ReplicaError (ValueError)       a replica verb used against its rules (e.g. trust
-    │   │                                   ops from a non-root key, an op too big for a change)
+    │   │   │                               ops from a non-root key, an op too big for a change)
+    │   │   └── UnknownClaimError           ... naming a claim it does not have (also a
+    │   │                                   ClaimLookupError)
     │   ├── StoreError
     │   │   └── ReadOnlyError               a write or receive on a read-only replica (opened
     │   │       │                           read-only, or without its key file)
@@ -87,6 +91,11 @@ class OpRuleError(InputError, ValueError):
     """An op field that breaks the op schema (type, range, format)."""
 
 
+class ClaimLookupError(InputError, LookupError):
+    """A claim reference (an id, its hex, or a hex prefix) that names no claim of the state, or
+    several (``rule``: ``claim-ref``, ``known-claim`` or ``unique-prefix``)."""
+
+
 class OpIdMismatch(StateFuseError, ValueError):
     """An op whose content no longer hashes to the id it carries (tampered or mutated)."""
 
@@ -103,6 +112,7 @@ class OpIdMismatch(StateFuseError, ValueError):
 
 
 __all__ = [
+    "ClaimLookupError",
     "ContractError",
     "EncodingError",
     "InputError",

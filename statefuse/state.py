@@ -9,6 +9,8 @@ before writing to it again.
 
 from __future__ import annotations
 
+import re
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -21,6 +23,7 @@ import blake3
 
 from registry import Registry
 from registry.value import encode_canonical, encode_value
+from statefuse.error import ClaimLookupError
 from statefuse.index import Index, LocusKey
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded
 
@@ -30,6 +33,10 @@ GROUP_DOMAIN = b"statefuse/group/v1"
 DIGEST_DOMAIN = b"statefuse/state/v1"
 
 _T = TypeVar("_T")
+
+#: Fewest hex digits of a claim id prefix `State.claim` accepts.
+MIN_ID_PREFIX = 8
+_HEX_PREFIX = re.compile(f"[0-9a-f]{{{MIN_ID_PREFIX},64}}")
 
 
 def locus_of(namespace: str, subject: str, predicate: str, scope: str) -> bytes:
@@ -180,6 +187,63 @@ class State:
     def claims(self) -> Mapping[bytes, ClaimAdded]:
         """Every claim ever added, active or not, by claim_id."""
         return MappingProxyType(self._ix.claims)
+
+    def claim(self, ref: bytes | str | ClaimAdded, *, field: str = "claim") -> ClaimAdded:
+        """The claim (active or retracted) ``ref`` names: the claim itself, its 32-byte id, the
+        id in hex, or a unique hex prefix of at least `MIN_ID_PREFIX` digits (what the command
+        line and the MCP tools accept). Raises ClaimLookupError naming ``field``: rule
+        ``claim-ref`` (not such a reference), ``known-claim`` (no claim of this state has it)
+        or ``unique-prefix`` (several ids start so)."""
+        claims = self._ix.claims
+        if isinstance(ref, ClaimAdded):
+            found = claims.get(ref.op_id)
+        elif isinstance(ref, bytes):
+            if len(ref) != 32:
+                raise ClaimLookupError(
+                    field, "claim-ref", f"a claim id is 32 bytes, not {len(ref)}"
+                )
+            found = claims.get(ref)
+        elif isinstance(ref, str):
+            return claims[self._id_with_prefix(ref, field)]
+        else:
+            raise ClaimLookupError(
+                field, "claim-ref", f"expected a claim, its id or hex, got {type(ref).__name__}"
+            )
+        if found is None:
+            shown = ref.op_id.hex() if isinstance(ref, ClaimAdded) else ref.hex()
+            raise ClaimLookupError(field, "known-claim", f"no claim has the id {shown}")
+        return found
+
+    def _id_with_prefix(self, text: str, field: str) -> bytes:
+        prefix = text.strip().lower()
+        if not _HEX_PREFIX.fullmatch(prefix):
+            raise ClaimLookupError(
+                field,
+                "claim-ref",
+                f"{text!r} is not a claim id: write {MIN_ID_PREFIX} to 64 hex digits",
+            )
+        head = bytes.fromhex(prefix[: len(prefix) // 2 * 2])
+        ids = self._sorted_claim_ids
+        found: list[bytes] = []
+        for cid in ids[bisect_left(ids, head) :]:
+            if not cid.startswith(head) or len(found) > 5:
+                break
+            if cid.hex().startswith(prefix):
+                found.append(cid)
+        if not found:
+            raise ClaimLookupError(field, "known-claim", f"no claim has an id starting {prefix}")
+        if len(found) > 1:
+            shown = ", ".join(c.hex()[: len(prefix) + 4] for c in found[:5])
+            raise ClaimLookupError(
+                field,
+                "unique-prefix",
+                f"{prefix} starts several claim ids ({shown}); give more digits",
+            )
+        return found[0]
+
+    @cached_property
+    def _sorted_claim_ids(self) -> list[bytes]:
+        return sorted(self._ix.claims)
 
     def all_claims(self) -> list[ClaimAdded]:
         """Every claim, sorted by claim_id."""

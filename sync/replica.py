@@ -47,6 +47,7 @@ from registry.normalizer import Normalizer
 from registry.value import Value
 from statefuse.clitable import plural
 from statefuse.context import Context, ContextCache, context_for
+from statefuse.error import ClaimLookupError
 from statefuse.lens import Lens
 from statefuse.materializer import Materializer
 from statefuse.op import (
@@ -114,6 +115,11 @@ CLOSE_SNAPSHOT_SHARE = 64
 
 class ReplicaError(InputError, ValueError):
     """A replica asked to do something its rules forbid (e.g. trust ops from a non-root key)."""
+
+
+class UnknownClaimError(ReplicaError, ClaimLookupError):
+    """A replica verb named a claim it cannot find (`State.claim`'s rules): both a
+    `ReplicaError`, as such errors of a replica verb always were, and a `ClaimLookupError`."""
 
 
 class ReadOnlyError(StoreError):
@@ -981,16 +987,20 @@ class Replica:
 
     def retract(
         self,
-        claim: bytes | ClaimAdded | None = None,
+        claim: bytes | str | ClaimAdded | None = None,
         *,
         claim_ref: bytes | None = None,
         reason: str = "",
-        superseded_by: bytes | None = None,
+        superseded_by: bytes | str | ClaimAdded | None = None,
     ) -> ClaimRetracted:
-        """Retract one claim exactly (``claim``: its id or the claim) or, with ``claim_ref``,
-        every claim with that semantic ref, including copies that arrive later."""
+        """Retract one claim exactly (``claim``: the claim, its id, the id in hex or a unique
+        hex prefix, see `State.claim`) or, with ``claim_ref``, every claim with that semantic
+        ref, including copies that arrive later. A 32-byte id need not be known yet (the
+        retraction then waits for its claim); a hex form must name a claim this replica has."""
         self._check_open()
-        claim_id = claim.claim_id if isinstance(claim, ClaimAdded) else claim
+        claim_id = None if claim is None else self._claim_id(claim, "claim")
+        if superseded_by is not None:
+            superseded_by = self._claim_id(superseded_by, "superseded_by")
         op: ClaimRetracted = self._emit(
             self.writer.retract(
                 claim_id=claim_id, claim_ref=claim_ref, reason=reason, superseded_by=superseded_by
@@ -1024,16 +1034,14 @@ class Replica:
         return new
 
     def supersede(
-        self, old: bytes | ClaimAdded, new_value: Value, reason: str = ""
+        self, old: bytes | str | ClaimAdded, new_value: Value, reason: str = ""
     ) -> tuple[ClaimAdded, ClaimRetracted]:
-        """Replace a claim: a new claim (same key and metadata, new value) plus an exact
-        retraction of the old one naming the new one in ``superseded_by``, in one change."""
+        """Replace a claim (the claim, its id, hex or a unique hex prefix; one this replica
+        has, else ClaimLookupError): a new claim (same key and metadata, new value) plus an
+        exact retraction of the old one naming the new one in ``superseded_by``, in one
+        change."""
         self._check_open()
-        if not isinstance(old, ClaimAdded):
-            found = self._mat.state().claims.get(old) if isinstance(old, bytes) else None
-            if found is None:
-                raise ReplicaError("old", "known-claim", "supersede needs a claim this replica has")
-            old = found
+        old = self._claim(old, "old")
         with self.batch():
             new = self.add_claim(
                 old.namespace,
@@ -1058,20 +1066,21 @@ class Replica:
     def decide(
         self,
         conflict: ConflictSet | SurfacedConflict,
-        claim_id: bytes,
+        claim_id: bytes | str | ClaimAdded,
         *,
         scope: str = "global",
         reason: str = "",
         payload: Value = None,
     ) -> DecisionAdded:
-        """Decide a conflict for the value of one of its candidates: the decision applies
-        while that value is held and no value outside the conflict's appears, whoever agrees
-        later (see `Writer.decide_on`; the value groups come from this replica's state)."""
+        """Decide a conflict for the value of one of its candidates (``claim_id``: the claim,
+        its id, hex or a unique hex prefix): the decision applies while that value is held and
+        no value outside the conflict's appears, whoever agrees later (see `Writer.decide_on`;
+        the value groups come from this replica's state)."""
         self._check_open()
         op: DecisionAdded = self._emit(
             self.writer.decide_on(
                 conflict,
-                claim_id,
+                self._claim_id(claim_id, "claim_id"),
                 state=self.state(),
                 scope=scope,
                 reason=reason,
@@ -1079,6 +1088,21 @@ class Replica:
             )
         )
         return op
+
+    def _claim_id(self, ref: bytes | str | ClaimAdded, field: str) -> bytes:
+        """The id ``ref`` names: a claim's own, a 32-byte id as it is, a hex form resolved
+        against this replica's claims (`State.claim`)."""
+        if isinstance(ref, ClaimAdded):
+            return ref.claim_id
+        if isinstance(ref, bytes) and len(ref) == 32:
+            return ref
+        return self._claim(ref, field).claim_id
+
+    def _claim(self, ref: bytes | str | ClaimAdded, field: str) -> ClaimAdded:
+        try:
+            return self._mat.state().claim(ref, field=field)
+        except ClaimLookupError as e:
+            raise UnknownClaimError(e.field, e.rule, e.message) from None
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[Replica]:

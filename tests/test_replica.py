@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from registry import PredicateContract, Registry
-from statefuse import ClaimAdded, ClaimRetracted, materialize
+from statefuse import ClaimAdded, ClaimLookupError, ClaimRetracted, materialize
 from statefuse.store import StoreError
 from sync.bundle import BundleError, parse_bundle
 from sync.change import UnverifiedChange
@@ -475,3 +475,60 @@ def test_a_reopened_replica_writes_past_every_lamport_in_its_store_and_snapshot(
             assert again.add_claim("ns", "t", "p", load).lamport == _highest_lamport(other) + 1 + (
                 load == "verify"
             )
+
+
+# --- claims named by id, hex or prefix ------------------------------------------------------------
+
+#: Two claims whose ids share 9 hex digits under this key and clock (as in test_cli).
+TWIN_SEED, TWIN_WALL, TWINS = bytes(range(32)), 1_767_225_600_000, ("a15755", "b20195")
+
+
+def _twins() -> tuple[Replica, ClaimAdded, ClaimAdded]:
+    r = Replica.memory(space="team", key=SigningKey.from_seed(TWIN_SEED), clock=lambda: TWIN_WALL)
+    one, two = (r.add_claim("team", "twins", "note", v) for v in TWINS)
+    assert one.claim_id.hex()[:9] == two.claim_id.hex()[:9], "the twins no longer share a prefix"
+    return r, one, two
+
+
+def test_a_claim_is_named_by_itself_its_id_its_hex_or_a_unique_prefix():
+    r, one, _ = _twins()
+    state = r.state()
+    hexed = one.claim_id.hex()
+    for ref in (one, one.claim_id, hexed, hexed.upper(), hexed[:10], f" {hexed[:11]} "):
+        assert state.claim(ref) is state.claims[one.claim_id]
+    cases = [
+        (hexed[:9], "unique-prefix"),  # shared with the twin
+        (hexed[:7], "claim-ref"),  # too short
+        ("zz" + hexed[:8], "claim-ref"),
+        (b"short", "claim-ref"),
+        (12345, "claim-ref"),
+        ("0" * 12 if not hexed.startswith("0" * 12) else "f" * 12, "known-claim"),
+        (bytes(32), "known-claim"),
+    ]
+    for ref, rule in cases:
+        with pytest.raises(ClaimLookupError) as err:
+            state.claim(ref, field="old")  # type: ignore[arg-type]
+        assert (err.value.field, err.value.rule) == ("old", rule)
+
+
+def test_retract_supersede_and_decide_take_a_hex_prefix_or_the_claim_and_refuse_writing_nothing():
+    r, one, two = _twins()
+    before = len(r)
+    with pytest.raises(ClaimLookupError):
+        r.retract(one.claim_id.hex()[:9])  # ambiguous
+    with pytest.raises(ClaimLookupError):
+        r.supersede("ffffffffffff", "x")
+    assert len(r) == before  # nothing written
+    r.retract(one.claim_id.hex()[:12], reason="typo")
+    assert not r.state().is_active(one.claim_id) and r.state().is_active(two.claim_id)
+    new, ret = r.supersede(two.claim_id.hex(), "b20196")
+    assert ret.target_claim_id == two.claim_id and ret.superseded_by == new.claim_id
+    peer = r.fork()
+    peer.add_claim("team", "twins", "note", "other")
+    r.merge(peer)
+    (conflict,) = r.state().conflicts
+    picked = r.state().claims[conflict.candidates[0]]
+    decision = r.decide(conflict, picked)  # the claim object
+    assert decision.selected_claim_id == picked.claim_id
+    again = r.decide(conflict, picked.claim_id.hex()[:12], reason="same, by prefix")
+    assert again.selected_claim_id == picked.claim_id
