@@ -433,11 +433,12 @@ def project(
         return run.view(plan, run.seen(plan, None))
     views = state.derived(_carried_views)
     seen = views.current.get(memo_key)
-    if seen is None:
-        before = views.previous.pop(memo_key, None)
+    if seen is None or seen.now != lens.now:
+        # From this State's View at another time, or from the State before's.
+        before = seen if seen is not None else views.previous.pop(memo_key, None)
         usable = (
             before is not None
-            and before.plan == plan.parent
+            and before.plan in (plan.serial, plan.parent)
             and before.decisions == len(state._ix.decisions)
         )
         if not usable:
@@ -461,8 +462,9 @@ _DEFAULT_RESOLVER = "abstain-all"
 def _memo_key(
     lens: Lens, resolver: Resolver | None, order: tuple[str, ...]
 ) -> tuple[object, ...] | None:
-    """What a View depends on besides the State (``lens.query`` ranks, it does not project);
-    None when the resolver cannot be a dict key (then nothing carries over)."""
+    """What a View depends on besides the State and the time (``lens.query`` ranks, it does
+    not project; ``lens.now`` decides only keys with claims that expire, worked out again when
+    it moves); None when the resolver cannot be a dict key (then nothing carries over)."""
     if resolver is None:
         r: object = _DEFAULT_RESOLVER
     else:
@@ -471,7 +473,7 @@ def _memo_key(
         except TypeError:
             return None
         r = resolver
-    return (lens.roles, lens.task, lens.session, lens.include, lens.now, r, order)
+    return (lens.roles, lens.task, lens.session, lens.include, r, order)
 
 
 class _Views:
@@ -520,21 +522,29 @@ class _Seen:
     to, patched key by key from the plan before (`_Run.seen`)."""
 
     __slots__ = (
+        "changed",
         "decisions",
         "explanations",
         "hidden",
+        "now",
         "outcomes",
         "plan",
         "selected",
         "surfaced",
         "surfaced_keys",
         "tally",
+        "timed",
         "view",
     )
 
-    def __init__(self, plan: int, decisions: int) -> None:
+    def __init__(self, plan: int, decisions: int, now: int | None) -> None:
         self.plan = plan
         self.decisions = decisions
+        self.now = now
+        #: Keys whose item holds a claim that expires: their outcome depends on ``now``.
+        self.timed: set[Key] = set()
+        #: The keys worked out again since the `_Seen` this one was carried from.
+        self.changed: frozenset[Key] = frozenset()
         self.outcomes: dict[Key, _Outcome] = {}
         self.selected: dict[Key, Selection | ClaimAdded] = {}
         self.explanations: dict[Key, str | ClaimAdded] = {}
@@ -544,8 +554,9 @@ class _Seen:
         self.tally = [0, 0, 0, 0]
         self.view: View | None = None
 
-    def carried(self, plan: int) -> _Seen:
-        out = _Seen(plan, self.decisions)
+    def carried(self, plan: int, now: int | None) -> _Seen:
+        out = _Seen(plan, self.decisions, now)
+        out.timed = self.timed.copy()
         out.outcomes = self.outcomes.copy()
         out.selected = Unordered(self.selected)
         out.explanations = Unordered(self.explanations)
@@ -554,8 +565,10 @@ class _Seen:
         out.tally = self.tally.copy()
         return out
 
-    def take(self, key: Key, o: _Outcome) -> None:
+    def take(self, key: Key, o: _Outcome, timed: bool) -> None:
         self.outcomes[key] = o
+        if timed:
+            self.timed.add(key)
         if o.selected is not None:
             self.selected[key] = o.selected
         if o.explanation is not None:
@@ -567,6 +580,7 @@ class _Seen:
         self._count(o, 1)
 
     def drop(self, key: Key) -> None:
+        self.timed.discard(key)
         o = self.outcomes.pop(key, None)
         if o is None:
             return
@@ -585,12 +599,16 @@ class _Seen:
         t[3] += sign * len(o.shadowed)
 
 
-def _parent(before: _Seen | None, plan: _Plan) -> tuple[int, frozenset[Key]]:
-    """The serial of the View ``before`` made (0: none), and the keys ``plan`` placed again
-    since the plan of that View."""
+def _parent(before: _Seen | None, seen: _Seen) -> tuple[int, frozenset[Key]]:
+    """The serial of the View ``before`` made (0: none), and the keys worked out again since."""
     if before is None or before.view is None or before.view._lineage is None:
         return 0, frozenset()
-    return before.view._lineage[0], plan.changed
+    return before.view._lineage[0], seen.changed
+
+
+def _timed(item: _Conflict | tuple[Key, tuple[ClaimAdded, ...]]) -> bool:
+    """Whether a rest item's outcome depends on the time (a claim of it expires)."""
+    return not isinstance(item, _Conflict) and any(c.expires is not None for c in item[1])
 
 
 class _ExcludedIds(Mapping[str, tuple[bytes, ...]]):
@@ -680,20 +698,27 @@ class _Run:
         return out
 
     def seen(self, plan: _Plan, before: _Seen | None) -> _Seen:
-        """The outcomes of ``plan.rest``: from ``before`` (the plan's parent's, same lens) for
-        every item but those of the keys placed again, else all of them."""
+        """The outcomes of ``plan.rest``: from ``before`` (of this plan or its parent, same
+        lens but maybe another time) for every item but those of the keys placed again since
+        and, when the time moved, those with a claim that expires; else all of them."""
+        now = self.lens.now
         if before is None:
-            seen = _Seen(plan.serial, len(self.state._ix.decisions))
+            seen = _Seen(plan.serial, len(self.state._ix.decisions), now)
             for key, item in zip(plan.rest_keys, plan.rest, strict=True):
-                seen.take(key, self.outcome(item))
+                seen.take(key, self.outcome(item), _timed(item))
             return seen
-        seen = before.carried(plan.serial)
+        keys = set(plan.changed) if before.plan != plan.serial else set()
+        if before.now != now:
+            keys |= before.timed
+        seen = before.carried(plan.serial, now)
+        seen.changed = frozenset(keys)
         rest_keys = plan.rest_keys
-        for key in sorted(plan.changed):
+        for key in sorted(keys):
             seen.drop(key)
             i = bisect_left(rest_keys, key)
             if i < len(rest_keys) and rest_keys[i] == key:
-                seen.take(key, self.outcome(plan.rest[i]))
+                item = plan.rest[i]
+                seen.take(key, self.outcome(item), _timed(item))
         return seen
 
     def view(self, plan: _Plan, seen: _Seen, before: _Seen | None = None) -> View:
@@ -722,7 +747,7 @@ class _Run:
             },
             excluded_ids=_ExcludedIds(out, seen.outcomes),
             explanations=ExplanationMap(parts, seen.explanations),
-            _lineage=(next(_serials), *_parent(before, plan)),
+            _lineage=(next(_serials), *_parent(before, seen)),
         )
 
     def _conflict(self, p: _Conflict) -> None:

@@ -299,6 +299,14 @@ class AbstainAll:
     def __repr__(self) -> str:
         return "AbstainAll()"
 
+    # Built-in resolvers are pure, so two with the same settings are interchangeable: equal
+    # and hashed alike, which lets a View projected with one carry over to a call with another.
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
 
 class LatestWins:
     """Selects the candidate with the highest ``(lamport, claim_id)``: the "collapsed" policy.
@@ -318,6 +326,12 @@ class LatestWins:
     def __repr__(self) -> str:
         return "LatestWins()"
 
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
 
 class AuthorityRank:
     """Selects the candidate whose authority label ranks best in ``order`` (highest first).
@@ -335,6 +349,12 @@ class AuthorityRank:
     def __init__(self, order: Sequence[str]) -> None:
         self.order = _check_order("order", order, allow_empty=False)
         self._scores = _authority_scores(self.order)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.order == self.order
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.order))
 
     def resolve(self, inp: ResolverInput) -> Select | Abstain:
         if not inp.candidates:
@@ -442,6 +462,20 @@ class Conservative:
         self.authority_margin = authority_margin
         self._conf_margin = _dec(confidence_margin)
         self._scores = _authority_scores(self.authority_order)
+
+    def _settings(self) -> tuple[object, ...]:
+        return (
+            self.corroboration_margin,
+            self._conf_margin,
+            self.authority_order,
+            self.authority_margin,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._settings() == self._settings()
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._settings()))
 
     def _score(self, group: tuple[ClaimAdded, ...]) -> _GroupScore:
         scores = self._scores
