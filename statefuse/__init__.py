@@ -22,6 +22,7 @@ from registry import (
 )
 from registry.file import load_registry, save_registry
 from statefuse.context import (
+    DEFAULT_BUDGET,
     SYSTEM_PROMPT,
     Context,
     ContextCache,
@@ -32,6 +33,7 @@ from statefuse.context import (
     SectionName,
     assemble_context,
     context_for,
+    default_resolver,
     previous_values,
 )
 from statefuse.error import (
@@ -106,6 +108,7 @@ from statefuse.store import MemoryStore, QuarantineRecord, StoreError, StoreInfo
 
 __all__ = [
     "DEFAULT_AUTHORITY_ORDER",
+    "DEFAULT_BUDGET",
     "DEFAULT_REGISTRY",
     "EXACT_REGISTRY",
     "SYSTEM_PROMPT",
@@ -200,6 +203,7 @@ __all__ = [
     "context_for",
     "decode_op",
     "decode_value",
+    "default_resolver",
     "default_tokenizer",
     "encode_value",
     "group_id_of",

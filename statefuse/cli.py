@@ -1494,6 +1494,7 @@ def _quarantine_arguments(p: argparse.ArgumentParser) -> None:
 
 def _context_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--query", required=True, help="what the planner is asking (ranks the facts)")
+    # statefuse.context.DEFAULT_BUDGET (not imported here: it would slow every command's start)
     p.add_argument("--budget", type=int, default=2000, help="token budget (default 2000)")
     p.add_argument("--role", action="append", default=[], help="a viewer role (repeat)")
     p.add_argument("--task", help="the viewer's task (opens task:TASK claims)")
@@ -1517,9 +1518,9 @@ _RESOLVERS = ("abstain", "authority", "conservative", "latest")
 
 
 def _cmd_context(s: Session) -> int:
-    from statefuse.context import context_for
+    from statefuse.context import context_for, default_resolver
     from statefuse.lens import Lens
-    from statefuse.resolver import AbstainAll, AuthorityRank, Conservative, LatestWins, Resolver
+    from statefuse.resolver import AbstainAll, AuthorityRank, LatestWins, Resolver
 
     a = s.args
     replica = s.replica(readonly=True)
@@ -1535,7 +1536,7 @@ def _cmd_context(s: Session) -> int:
     resolvers: dict[str, Resolver] = {
         "abstain": AbstainAll(),
         "authority": AuthorityRank(order),
-        "conservative": Conservative(authority_order=order),
+        "conservative": default_resolver(order),
         "latest": LatestWins(),
     }
     resolver = resolvers[a.resolver]

@@ -50,7 +50,7 @@ from statefuse.lens import Lens
 from statefuse.op import ClaimAdded, Layer
 from statefuse.projection import project
 from statefuse.ranker import Corpus, LexicalRanker, Ranker
-from statefuse.resolver import Resolver
+from statefuse.resolver import Conservative, Resolver
 from statefuse.state import State
 from statefuse.tokenizer import CachedTokenizer, Tokenizer, default_tokenizer
 from statefuse.view import How, Key, Selection, SurfacedConflict, View, json_value
@@ -1465,11 +1465,24 @@ def previous_values(state: State, lens: Lens, view: View) -> dict[bytes, tuple[C
     return {k: tuple(claims[i] for i in sorted(v)) for k, v in sorted(out.items())}
 
 
+#: The token budget of a context unless the caller names one (here, `Replica.context`, the CLI).
+DEFAULT_BUDGET = 2000
+
+
+def default_resolver(authority_order: Sequence[str] = ()) -> Resolver:
+    """The resolver a context uses unless the caller names one, everywhere (`context_for`,
+    `Replica.context`, ``statefuse context``): `Conservative`, which selects a candidate only
+    when its group clearly dominates every other (more independent sources, higher
+    confidence, higher authority in ``authority_order``) and otherwise leaves the conflict
+    for the planner to see. `project` alone keeps abstaining by default."""
+    return Conservative(authority_order=authority_order)
+
+
 def context_for(
     state: State,
     lens: Lens,
     *,
-    budget: int,
+    budget: int = DEFAULT_BUDGET,
     query: str | None = None,
     resolver: Resolver | None = None,
     authority_order: Sequence[str] | None = None,
@@ -1479,8 +1492,13 @@ def context_for(
     cache: ContextCache | None = None,
 ) -> Context:
     """Project ``state`` through ``lens`` and assemble the context (``query`` defaults to
-    ``lens.query``; ``authority_order`` overrides the projection's default). What a CLI or an
-    agent loop calls. Raises ProjectionError / ContextError."""
+    ``lens.query``; ``authority_order`` overrides the registry's). What a CLI or an agent loop
+    calls, with the defaults of ``statefuse context`` and `Replica.context`: `DEFAULT_BUDGET`
+    tokens, and without a ``resolver`` the `default_resolver` of the authority order. Raises
+    ProjectionError / ContextError."""
+    if resolver is None:
+        order = state.registry.authority_order if authority_order is None else authority_order
+        resolver = default_resolver(order)
     if authority_order is None:
         view = project(state, lens, resolver=resolver)
     else:

@@ -46,7 +46,7 @@ from registry.error import InputError
 from registry.normalizer import Normalizer
 from registry.value import Value
 from statefuse.clitable import plural
-from statefuse.context import Context, ContextCache, context_for
+from statefuse.context import DEFAULT_BUDGET, Context, ContextCache, context_for
 from statefuse.error import ClaimLookupError
 from statefuse.lens import Lens
 from statefuse.materializer import Materializer
@@ -1369,11 +1369,14 @@ class Replica:
         query: str,
         *,
         lens: Lens | None = None,
-        budget: int = 2000,
+        budget: int = DEFAULT_BUDGET,
         resolver: Resolver | None = None,
     ) -> Context:
         """The context an agent's next LLM call reads: the current memory through ``lens``
-        (default: a viewer with no roles), for ``query``, within ``budget`` tokens.
+        (default: a viewer with no roles, at the replica clock's now, so expired claims are
+        left out), for ``query``, within ``budget`` tokens; the defaults are those of
+        ``statefuse context`` (budget, lens, `default_resolver`), so both give the same text
+        for the same store.
 
         The one-call path of an agent loop (write what it learned, then read this): the replica
         keeps the caches (token counts per line, the ranker's postings, the projection carried
@@ -1386,7 +1389,7 @@ class Replica:
             cache = self._context_cache = ContextCache()
         return context_for(
             self.state(),
-            lens if lens is not None else Lens(),
+            lens if lens is not None else Lens(now=self._clock()),
             budget=budget,
             query=query,
             resolver=resolver,

@@ -27,7 +27,7 @@ import blake3
 import pytest
 
 from registry import same_value
-from statefuse import DEFAULT_REGISTRY, Writer
+from statefuse import DEFAULT_REGISTRY, Lens, Writer, context_for
 from statefuse.cli import COMMANDS, main, parser
 from sync.bundle import write_bundle
 from sync.change import sign_change
@@ -1114,3 +1114,25 @@ def test_an_unusable_snapshot_is_one_warning_line_and_the_command_still_answers(
     assert len(lines) == 1, got.err
     assert lines[0].startswith("Warning: snapshot ignored") and "(snapshot-checksum)" in lines[0]
     assert "replica.py" not in got.err
+
+
+def test_the_context_command_and_the_library_give_the_same_text_by_default(store, cli):
+    """One default everywhere: `statefuse context --query Q`, `Replica.context(Q)` and
+    `context_for(state, Lens(), query=Q)` use the same budget and resolver, so a conflict the
+    default resolver settles (two sources, more confidence and more authority against one) is
+    settled alike."""
+    with opened(store) as r:
+        r.add_claim("vendor", "acme", "price", 100, provenance="invoice", authority="user")
+        second, third = r.fork(), r.fork()
+        second.add_claim("vendor", "acme", "price", 100, provenance="quote", authority="user")
+        third.add_claim(
+            "vendor", "acme", "price", 120, confidence=0.5, provenance="rumour", authority="agent"
+        )
+        r.merge(second)
+        r.merge(third)
+        assert len(r.state().conflicts) == 1
+        library = r.context("price of acme").text
+        pure = context_for(r.state(), Lens(), query="price of acme").text
+    assert "acme/price: 100" in library and "UNRESOLVED" not in library
+    assert pure == library
+    assert cli("context", "--query", "price of acme") == Run(0, library + "\n", "")
