@@ -49,6 +49,7 @@ from statefuse.error import (
     ValueTypeError,
 )
 from statefuse.judge import CallableResolver, judge_payload
+from statefuse.keytext import KeyTextError, format_key, parse_key
 from statefuse.lens import Include, Lens, LensError
 from statefuse.materializer import Materializer, materialize
 from statefuse.op import (
@@ -142,6 +143,7 @@ __all__ = [
     "How",
     "Include",
     "InputError",
+    "KeyTextError",
     "LatestWins",
     "Layer",
     "Lens",
@@ -206,11 +208,13 @@ __all__ = [
     "default_resolver",
     "default_tokenizer",
     "encode_value",
+    "format_key",
     "group_id_of",
     "judge_payload",
     "load_registry",
     "locus_of",
     "materialize",
+    "parse_key",
     "plain_value",
     "previous_values",
     "project",

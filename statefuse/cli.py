@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from registry import PredicateContract, Registry
 from registry.value import Value
@@ -56,6 +56,7 @@ from statefuse.clitable import (
     value_cell,
 )
 from statefuse.error import InputError, StateFuseError
+from statefuse.keytext import KeyTextError, format_key, key_parts
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, Layer
 from statefuse.state import ConflictSet, State, locus_of
 from statefuse.store import QuarantineRecord, StoreError
@@ -82,24 +83,11 @@ class CliError(InputError, ValueError):
 # --- argument syntax ------------------------------------------------------------------------------
 
 
-def format_key(key: Sequence[str]) -> str:
-    """A key as the command line spells it (the inverse of `parse_key`)."""
-    text = "/".join(key)
-    if "%" not in text and text.count("/") == len(key) - 1:
-        return text  # no part holds a "/" or a "%": nothing to escape
-    return "/".join([part.replace("%", "%25").replace("/", "%2F") for part in key])
-
-
 def _key_parts(text: str, counts: range, spelled: str) -> tuple[str, ...]:
-    parts = text.split("/")
-    if len(parts) not in counts or not all(parts):
-        raise CliError("KEY", "key-syntax", f"{text!r} is not a key: write {spelled}")
     try:
-        return tuple(unquote(p, errors="strict") for p in parts)
-    except UnicodeDecodeError:
-        raise CliError(
-            "KEY", "key-syntax", f"{text!r} is not a key: a %-escape is not UTF-8"
-        ) from None
+        return key_parts(text, counts, spelled, field="KEY")
+    except KeyTextError as e:
+        raise CliError(e.field, e.rule, e.message) from None
 
 
 def parse_key(text: str) -> Key:

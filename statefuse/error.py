@@ -17,6 +17,8 @@
     │   │   └── RegistryError               a registry file / declaration that cannot be used
     │   │                                   (registry.checker; not pure, so not re-exported here)
     │   ├── OpRuleError (ValueError)        an op field breaks the op schema
+    │   ├── KeyTextError (ValueError)       a string that is not ``namespace/subject/predicate``
+    │   │                                   (`statefuse.keytext`)
     │   ├── ClaimLookupError (LookupError)  a claim id, hex id or id prefix that names no claim
     │   │                                   of the state, or several (`State.claim`)
     │   ├── ContextError (ValueError)       assemble_context given a bad argument, or

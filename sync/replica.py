@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from registry import DEFAULT_REGISTRY, EXACT_CONTRACT, EXACT_REGISTRY, Registry
 from registry.error import InputError
@@ -48,6 +48,7 @@ from registry.value import Value
 from statefuse.clitable import plural
 from statefuse.context import DEFAULT_BUDGET, Context, ContextCache, context_for
 from statefuse.error import ClaimLookupError
+from statefuse.keytext import parse_key
 from statefuse.lens import Lens
 from statefuse.materializer import Materializer
 from statefuse.op import (
@@ -944,13 +945,21 @@ class Replica:
         op: EvidenceAdded = self._emit(self.writer.evidence(source, content))
         return op
 
+    @overload
+    def add_claim(self, key: str, value: Value, /, **meta: Any) -> ClaimAdded: ...
+    @overload
     def add_claim(
-        self, namespace: str, subject: str, predicate: str, value: Value, **meta: Any
-    ) -> ClaimAdded:
-        """Assert a value; ``meta`` takes the claim metadata `Writer.claim` takes (scope,
-        confidence, evidence, provenance, authority, layer, visibility, constraint, depends_on,
-        expires, kind)."""
+        self, namespace: str, subject: str, predicate: str, value: Value, /, **meta: Any
+    ) -> ClaimAdded: ...
+    def add_claim(self, /, *key_and_value: Any, **meta: Any) -> ClaimAdded:
+        """Assert a value at a key given as three parts (``namespace, subject, predicate,
+        value``) or as one ``"namespace/subject/predicate"`` string (``key, value``; parts
+        holding ``/`` or ``%`` written ``%2F`` / ``%25``, as on the command line). ``meta``
+        takes the claim metadata `Writer.claim` takes (scope, confidence, evidence,
+        provenance, authority, layer, visibility, constraint, depends_on, expires, kind).
+        Raises ReplicaError / KeyTextError for a key it cannot read."""
         self._check_open()
+        namespace, subject, predicate, value = _key_and_value(key_and_value, meta)
         op: ClaimAdded = self._emit(self.writer.claim(namespace, subject, predicate, value, **meta))
         return op
 
@@ -1008,10 +1017,15 @@ class Replica:
         )
         return op
 
+    @overload
+    def update(self, key: str, value: Value, /, **meta: Any) -> ClaimAdded: ...
+    @overload
     def update(
-        self, namespace: str, subject: str, predicate: str, value: Value, **meta: Any
-    ) -> ClaimAdded:
-        """Make ``value`` this replica's current value at a key and scope: one change holding
+        self, namespace: str, subject: str, predicate: str, value: Value, /, **meta: Any
+    ) -> ClaimAdded: ...
+    def update(self, /, *key_and_value: Any, **meta: Any) -> ClaimAdded:
+        """Make ``value`` this replica's current value at a key (three parts or one string,
+        as `add_claim` takes it) and scope: one change holding
         the new claim and an exact retraction (``superseded_by`` the new claim) of each of this
         replica's own active claims there. Other authors' claims are untouched, so a real
         disagreement still surfaces as a conflict; two replicas updating one key concurrently
@@ -1021,6 +1035,7 @@ class Replica:
         `add_claim` for a new, independent assertion that should stand beside your earlier ones
         (a second source, an observation at another time)."""
         self._check_writable()
+        namespace, subject, predicate, value = _key_and_value(key_and_value, meta)
         scope = meta.get("scope", "global")
         mine = [
             c
@@ -1576,6 +1591,36 @@ def _chunks(written: list[tuple[Op, bytes]]) -> Iterator[tuple[list[Op], list[by
         size += n
     if ops:
         yield ops, datas
+
+
+_KEY_WORDS = ("namespace", "subject", "predicate", "value")
+_KEY_PARTS = frozenset(_KEY_WORDS[:3])
+
+
+def _key_and_value(args: tuple[Any, ...], meta: dict[str, Any]) -> tuple[str, str, str, Value]:
+    """(namespace, subject, predicate, value) from ``key, value`` or the four of them, by
+    position or by name (names are taken out of ``meta``). Raises ReplicaError (rule
+    ``key-parts``) for another shape, KeyTextError for a key string it cannot read."""
+    named = {w: meta.pop(w) for w in ("key", *_KEY_WORDS) if w in meta}
+    one_string = "key" in named or (0 < len(args) <= 2 and not _KEY_PARTS & named.keys())
+    words = ("key", "value") if one_string else _KEY_WORDS
+    given = dict(zip(words, args, strict=False))
+    if len(args) > len(words) or given.keys() & named.keys():
+        raise ReplicaError("key", "key-parts", "the key and value are given twice")
+    given.update(named)
+    if set(given) != set(words):
+        raise ReplicaError(
+            "key",
+            "key-parts",
+            "give namespace, subject, predicate and value, or 'namespace/subject/predicate'"
+            " and value",
+        )
+    if not one_string:
+        return given["namespace"], given["subject"], given["predicate"], given["value"]
+    key = given["key"]
+    if not isinstance(key, str):
+        raise ReplicaError("key", "key-type", f"a key is a str, got {type(key).__name__}")
+    return (*parse_key(key), given["value"])
 
 
 def _caller_level() -> int:

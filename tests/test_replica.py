@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from registry import PredicateContract, Registry
-from statefuse import ClaimAdded, ClaimLookupError, ClaimRetracted, materialize
+from statefuse import (
+    ClaimAdded,
+    ClaimLookupError,
+    ClaimRetracted,
+    InputError,
+    format_key,
+    materialize,
+)
 from statefuse.store import StoreError
 from sync.bundle import BundleError, parse_bundle
 from sync.change import UnverifiedChange
@@ -532,3 +539,31 @@ def test_retract_supersede_and_decide_take_a_hex_prefix_or_the_claim_and_refuse_
     assert decision.selected_claim_id == picked.claim_id
     again = r.decide(conflict, picked.claim_id.hex()[:12], reason="same, by prefix")
     assert again.selected_claim_id == picked.claim_id
+
+
+def test_a_key_is_three_parts_or_one_string_with_the_command_lines_escapes():
+    r = Replica.memory(space="team")
+    a = r.add_claim("vendor/acme/price", 100, provenance="invoice")
+    b = r.add_claim("vendor", "acme", "price", 100)
+    c = r.add_claim(namespace="vendor", subject="acme", predicate="price", value=100)
+    d = r.add_claim("vendor", "acme", "price", value=100)
+    e = r.add_claim(key="vendor/acme/price", value=100)
+    assert {x.key for x in (a, b, c, d, e)} == {("vendor", "acme", "price")}
+    assert a.provenance == "invoice"
+    odd = r.add_claim("docs/a%2Fb%25c/size", 3)  # a part holding "/" and "%"
+    assert odd.key == ("docs", "a/b%c", "size") and format_key(odd.key) == "docs/a%2Fb%25c/size"
+    updated = r.update("vendor/acme/price", 120)
+    assert r.state().is_active(updated.claim_id) and not r.state().is_active(a.claim_id)
+    before = len(r)
+    for args, kwargs, rule in [
+        (("vendor/acme", 1), {}, "key-syntax"),  # two parts
+        (("vendor//price", 1), {}, "key-syntax"),  # an empty part
+        (("vendor/acme/price",), {}, "key-parts"),  # no value
+        (("vendor", "acme", 1), {}, "key-parts"),  # three positionals
+        ((b"vendor/acme/price", 1), {}, "key-type"),
+        (("vendor", "acme", "price", 1), {"value": 2}, "key-parts"),  # value twice
+    ]:
+        with pytest.raises(InputError) as err:
+            r.add_claim(*args, **kwargs)
+        assert (err.value.field, err.value.rule) == ("key", rule), args
+    assert len(r) == before  # nothing written
