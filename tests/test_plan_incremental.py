@@ -49,17 +49,20 @@ def _plan_shape(plan: object) -> object:
     return buckets, plan.rest, plan.rest_keys  # type: ignore[attr-defined]
 
 
-@settings(max_examples=300, deadline=None)
-@given(batches)
-def test_a_plan_carried_over_equals_the_plan_made_from_scratch(program):
-    writers = [Writer(n, registry=REG, clock=lambda: 0) for n in ("w1", "w2")]
-    m = Materializer(registry=REG)
-    claims: list = []
-    ops: list = []
-    lenses = [Lens(roles=("planner",), task="t1"), Lens(session="s1", now=10)]
-    for i, batch in enumerate(program):
+class _Run:
+    """Applies a program's batches to one materializer, alternating two writers, as the
+    property tests here generate them (decisions only on a current conflict's candidates)."""
+
+    def __init__(self) -> None:
+        self.writers = [Writer(n, registry=REG, clock=lambda: 0) for n in ("w1", "w2")]
+        self.m = Materializer(registry=REG)
+        self.claims: list = []
+        self.ops: list = []
+
+    def batch(self, i: int, batch: list) -> tuple[Materializer, list]:
+        claims = self.claims
         for j, (kind, arg) in enumerate(batch):
-            w = writers[(i + j) % 2]
+            w = self.writers[(i + j) % 2]
             if kind == "claim":
                 op = w.claim(
                     "ns",
@@ -78,7 +81,7 @@ def test_a_plan_carried_over_equals_the_plan_made_from_scratch(program):
             elif kind == "retract-ref":
                 op = w.retract(claim_ref=claims[arg % len(claims)].claim_ref)
             else:
-                state = m.state()
+                state = self.m.state()
                 target = claims[arg % len(claims)]
                 conflict = state.conflict_of(
                     target.namespace, target.subject, target.predicate, target.scope
@@ -86,8 +89,18 @@ def test_a_plan_carried_over_equals_the_plan_made_from_scratch(program):
                 if conflict is None or target.claim_id not in conflict.candidates:
                     continue
                 op = w.decide_on(conflict, target.claim_id, state=state)
-            ops.append(op)
-            m.apply(op)
+            self.ops.append(op)
+            self.m.apply(op)
+        return self.m, self.ops
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches)
+def test_a_plan_carried_over_equals_the_plan_made_from_scratch(program):
+    run = _Run()
+    lenses = [Lens(roles=("planner",), task="t1"), Lens(session="s1", now=10)]
+    for i, batch in enumerate(program):
+        m, ops = run.batch(i, batch)
         state = m.state()
         carried = state.derived(_plan)
         assert _plan_shape(carried) == _plan_shape(_plan_full(state))
@@ -132,45 +145,10 @@ def test_a_view_carried_from_the_state_before_equals_one_made_from_scratch(progr
     """A View is projected after every batch (so each one carries over from the one before:
     same lens and resolver, rest items of untouched keys reused) and equals, in JSON, the View
     of a fresh materialize of the same ops; the same State and lens give the very same View."""
-    writers = [Writer(n, registry=REG, clock=lambda: 0) for n in ("w1", "w2")]
-    m = Materializer(registry=REG)
-    claims: list = []
-    ops: list = []
+    run = _Run()
     lenses = [Lens(), Lens(roles=("planner",), task="t1"), Lens(session="s1", now=10)]
     for i, batch in enumerate(program):
-        for j, (kind, arg) in enumerate(batch):
-            w = writers[(i + j) % 2]
-            if kind == "claim":
-                op = w.claim(
-                    "ns",
-                    arg["subject"],
-                    arg["predicate"],
-                    arg["value"],
-                    scope=arg["scope"],
-                    visibility=arg["visibility"],
-                    expires=arg["expires"],
-                )
-                claims.append(op)
-            elif not claims:
-                continue
-            elif kind in ("retract", "retract-ref"):
-                target = claims[arg % len(claims)]
-                op = (
-                    w.retract(claim_id=target.claim_id)
-                    if kind == "retract"
-                    else w.retract(claim_ref=target.claim_ref)
-                )
-            else:
-                state = m.state()
-                target = claims[arg % len(claims)]
-                conflict = state.conflict_of(
-                    target.namespace, target.subject, target.predicate, target.scope
-                )
-                if conflict is None or target.claim_id not in conflict.candidates:
-                    continue
-                op = w.decide_on(conflict, target.claim_id, state=state)
-            ops.append(op)
-            m.apply(op)
+        m, ops = run.batch(i, batch)
         state = m.state()
         fresh = materialize(ops, registry=REG)
         assert _views(state, lenses) == _views(fresh, lenses)
