@@ -76,8 +76,9 @@ value that no longer holds. `key = value` lines are the same facts in brief.
 Do not use it as it stands; recompute it from the current value just above it.
 - NEEDS REVIEW: conclusions whose basis was withdrawn and whose correction is not shown. \
 Do not rely on them.
-- UNRESOLVED CONFLICTS: sources disagree and nobody has decided. Do not assume any \
-candidate; say that it is unresolved, or ask.
+- UNRESOLVED CONFLICTS: sources disagree and nobody has decided. Each value says who \
+asserted it (`by`) and where it came from (`from`). Do not assume any candidate; say that \
+it is unresolved, or ask.
 - WORKING SET: the recent conversation and scratch items, newest last.
 - ENVIRONMENT: current signals (time, prices, system state), freshest first.
 - KNOWN UNKNOWNS: questions asked and never answered. Say that the answer is unknown \
@@ -1093,8 +1094,31 @@ def _conflict_unit(meter: _Meter, sc: SurfacedConflict) -> _Unit:
         bits.append(f"{len(g)} claim{'s' if len(g) > 1 else ''} agree" if len(g) > 1 else "1 claim")
         if any(c.kind == "constraint" or c.constraint for c in g):
             bits.append("constraint")
+        bits.append("by " + _some(sorted({_author(c.author) for c in g})))
+        sources = sorted({_clip(c.provenance) for c in g if c.provenance})
+        if sources:
+            bits.append("from " + _some([json.dumps(s, ensure_ascii=False) for s in sources]))
         lines.append(f"    • {render_value(rep.value)} ({'; '.join(bits)})")
     return _Unit(lines, list(sc.candidates), meter.lines(lines))
+
+
+#: Longest provenance a conflict candidate shows, and most authors or sources listed per value.
+PROVENANCE_CHARS = 40
+_MOST_LISTED = 3
+
+
+def _author(author: bytes | str) -> str:
+    """An author as a planner reads it: a key by its first 8 hex digits, a name as it is."""
+    return author[:4].hex() if isinstance(author, bytes) else _part(author)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= PROVENANCE_CHARS else text[: PROVENANCE_CHARS - 1] + "…"
+
+
+def _some(items: Sequence[str]) -> str:
+    shown = ", ".join(items[:_MOST_LISTED])
+    return shown if len(items) <= _MOST_LISTED else f"{shown} and {len(items) - _MOST_LISTED} more"
 
 
 def _question_unit(meter: _Meter, claims: tuple[ClaimAdded, ...]) -> _Unit:

@@ -273,10 +273,29 @@ def test_an_unresolved_conflict_lists_every_candidate_with_authority_confidence_
     conflicts = ctx_of(ops).section(SectionName.CONFLICTS)
     assert conflicts.lines == (
         "- vendor/acme/price: UNRESOLVED — 2 candidate values:",
-        "    • 1150 (authority=finance; confidence=0.8; 1 claim)",
-        "    • 1200 (authority=ops,sales; confidence=1; 2 claims agree)",
+        "    • 1150 (authority=finance; confidence=0.8; 1 claim; by a)",
+        "    • 1200 (authority=ops,sales; confidence=1; 2 claims agree; by b, c)",
     )
     assert sorted(conflicts.claim_ids) == sorted(c.claim_id for c in ops)
+
+
+def test_a_conflict_candidate_says_who_asserted_it_and_from_where_in_bounded_length():
+    """Provenance reaches the planner so it can arbitrate: each value's authors (a key by its
+    first 8 hex digits) and sources, at most three of each, a source cut to 40 characters."""
+    long = "minutes of the pricing meeting of 2026-03-02, item 7, as typed by the assistant"
+    ops = [
+        w("a").claim("vendor", "acme", "price", 1150, provenance=long),
+        *(
+            w(name).claim("vendor", "acme", "price", 1200, provenance=f"quote {name}")
+            for name in ("b", "c", "d", "e")
+        ),
+    ]
+    lines = ctx_of(ops).section(SectionName.CONFLICTS).lines
+    assert lines[1] == (f'    • 1150 (confidence=1; 1 claim; by a; from "{long[:39]}…")')
+    assert lines[2] == (
+        "    • 1200 (confidence=1; 4 claims agree; by b, c, d and 1 more;"
+        ' from "quote b", "quote c", "quote d" and 1 more)'
+    )
 
 
 def test_working_set_turns_are_shown_oldest_first_and_the_oldest_are_dropped_first():
@@ -434,8 +453,8 @@ def test_conflicting_answers_close_the_questions_and_stay_an_unresolved_conflict
     (line, *candidates) = ctx.section(SectionName.CONFLICTS).lines
     assert line == "- vendor/acme/price: UNRESOLVED — 2 candidate values:"
     assert sorted(candidates) == [
-        "    • 1150 (confidence=1; 1 claim)",
-        "    • 1200 (confidence=1; 1 claim)",
+        "    • 1150 (confidence=1; 1 claim; by sales)",
+        "    • 1200 (confidence=1; 1 claim; by ops)",
     ]
     assert ctx.excluded["answered-question"] == 2
 
