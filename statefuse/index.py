@@ -25,8 +25,11 @@ from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdde
 
 LocusKey = tuple[str, str, str, str]
 
-#: CPython's reference counts (None elsewhere): whether an index may be written in place.
+#: CPython's reference counts (None elsewhere, and on a free-threaded build, whose counts are
+#: split between threads): whether an index may be written in place.
 _REFS: Callable[[object], int] | None = getattr(sys, "getrefcount", None)
+if not getattr(sys, "_is_gil_enabled", lambda: True)():
+    _REFS = None
 
 
 class _Probe:
