@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import sys
 import time
 from collections import Counter
@@ -24,7 +23,7 @@ from benchmarks.materialize import (
     bench_incremental,
     bench_memory,
 )
-from benchmarks.report import format_table, load_average, machine_info
+from benchmarks.report import format_table, load_average, machine_info, write_document
 from benchmarks.workload import WorkloadGenerator, bench_registry, ops_digest
 from statefuse import ClaimAdded, ClaimRetracted, Op, OpSet, State
 
@@ -203,9 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         path = RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {"machine": machine, **info, "rows": [r.to_json() for r in rows]}
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nJSON: {path}")
-    return 0
+    return write_document(path, document)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ import gc
 import hashlib
 import heapq
 import itertools
-import json
 import os
 import random
 import statistics
@@ -63,7 +62,7 @@ from typing import Any
 
 from benchmarks.materialize import Target
 from benchmarks.measure import GcTimer, sectioned
-from benchmarks.report import ROOT, load_average, machine_info
+from benchmarks.report import ROOT, load_average, machine_info, seconds, write_document
 from registry import Value
 from statefuse import ClaimAdded, Context, ContextCache, Lens, context_for
 from statefuse.op import Layer
@@ -579,15 +578,15 @@ def _step_row(
     context = [r.context_s for r in results]
     state = [r.state_s for r in results] if with_state else None
     write = statistics.median(r.seconds - r.context_s for r in results)
-    parts = [f"write {_seconds(write)}"]
+    parts = [f"write {seconds(write)}"]
     if state is not None:
-        parts.append(f"state() {_seconds(statistics.median(state))}")
+        parts.append(f"state() {seconds(statistics.median(state))}")
         parts.append(
-            f"context_for {_seconds(statistics.median(r.context_s - r.state_s for r in results))}"
+            f"context_for {seconds(statistics.median(r.context_s - r.state_s for r in results))}"
         )
     else:
-        parts.append(f"context {_seconds(statistics.median(context))}")
-    parts.append(f"in the garbage collector {_seconds(statistics.median(r.gc_s for r in results))}")
+        parts.append(f"context {seconds(statistics.median(context))}")
+    parts.append(f"in the garbage collector {seconds(statistics.median(r.gc_s for r in results))}")
     note = "medians: " + ", ".join(parts)
     if done.few:
         note += (
@@ -890,21 +889,13 @@ def bench_cli(
 # --- the report -----------------------------------------------------------------------------------
 
 
-def _seconds(s: float) -> str:
-    if s < 1e-3:
-        return f"{s * 1e6:.0f} us"
-    if s < 1:
-        return f"{s * 1e3:.1f} ms"
-    return f"{s:.2f} s"
-
-
 def _bytes(b: float) -> str:
     return f"{b / 1e6:,.1f} MB" if b >= 1e6 else f"{b / 1e3:,.0f} kB"
 
 
 def _value(row: Row, v: float) -> str:
     if row.unit is Unit.SECONDS:
-        return _seconds(v)
+        return seconds(v)
     if row.unit is Unit.BYTES_PER_OP:
         return f"{v:,.0f} B/op"
     return f"{v:.1f}x"
@@ -923,7 +914,7 @@ def format_table(rows: list[Row], title: str) -> str:
     def line(row: Row) -> str:
         steps = str(len(row.samples)) if row.unit is Unit.SECONDS else ""
         low = _value(row, min(row.samples)) if len(row.samples) > 1 else ""
-        ctx = _seconds(statistics.median(row.context)) if row.context else ""
+        ctx = seconds(statistics.median(row.context)) if row.context else ""
         met = row.met
         verdict = "" if met is None else ("ok" if met else "MISS")
         if row.few_steps and verdict:
@@ -1038,9 +1029,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_end": load_average(),
         "rows": [r.to_json() for r in rows],
     }
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nJSON: {path}")
-    return 0
+    return write_document(path, document)
 
 
 if __name__ == "__main__":

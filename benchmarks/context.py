@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.materialize import Row, Target, Unit
-from benchmarks.report import format_table, load_average, machine_info
+from benchmarks.report import format_table, load_average, machine_info, write_document
 from statefuse import Lens, Op, View, Writer, materialize, project
 from statefuse.context import ContextCache, SectionName, assemble_context
 from statefuse.ranker import LexicalRanker
@@ -188,9 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_end": load_average(),
         "rows": [r.to_json() for r in rows],
     }
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nJSON: {path}")
-    return 0
+    return write_document(path, document)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.materialize import Row, Unit
-from benchmarks.report import format_table, load_average, machine_info
+from benchmarks.report import format_table, load_average, machine_info, write_document
 from registry import DEFAULT_REGISTRY
 from statefuse import Writer
 from sync import Reconciler, SigningKey, reconcile_in_memory, sign_change
@@ -273,9 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": records,
         "rows": [r.to_json() for r in rows],
     }
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nJSON: {path}")
-    return 0
+    return write_document(path, document)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ input cannot pass for a fast one.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -33,7 +32,7 @@ import msgpack
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from benchmarks.materialize import Row, Target, Unit
-from benchmarks.report import format_table, load_average, machine_info, timed
+from benchmarks.report import format_table, load_average, machine_info, timed, write_document
 from registry import DEFAULT_REGISTRY
 from statefuse import Writer
 from sync import ChangeLog, Receipt, SigningKey, Status, sign_change
@@ -199,6 +198,4 @@ def main(args: argparse.Namespace) -> int:
         "load_average_at_end": load_average(),
         "rows": [r.to_json() for r in rows],
     }
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nJSON: {path}")
-    return 0
+    return write_document(path, document)

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import random
 import statistics
 import sys
@@ -53,7 +52,7 @@ from langgraph.store.base import BaseStore, PutOp
 from langgraph.store.memory import InMemoryStore
 
 from benchmarks.measure import sectioned
-from benchmarks.report import load_average, machine_info
+from benchmarks.report import load_average, machine_info, write_document
 from statefuse.langgraph import StateFuseStore
 from sync.key import SigningKey
 from sync.replica import Replica
@@ -295,9 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_end": load_average(),
         "rows": [r.to_json() for r in rows],
     }
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nJSON: {path}")
-    return 0
+    return write_document(path, document)
 
 
 if __name__ == "__main__":

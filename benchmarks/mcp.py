@@ -32,7 +32,6 @@ Progress goes to stderr, the table to stdout, the JSON (every sample) to ``--jso
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -49,7 +48,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from benchmarks.agent_loop import Plan, build_store, key_of, value_of
 from benchmarks.measure import sectioned
-from benchmarks.report import ROOT, load_average, machine_info
+from benchmarks.report import ROOT, load_average, machine_info, seconds, write_document
 from statefuse.cli import format_key
 from statefuse.lens import Lens
 from statefuse.resolver import Conservative
@@ -234,14 +233,6 @@ def _version_floor(runs: int) -> list[float]:
     return times
 
 
-def _seconds(s: float) -> str:
-    if s < 1e-3:
-        return f"{s * 1e6:.0f} us"
-    if s < 1:
-        return f"{s * 1e3:.1f} ms"
-    return f"{s:.2f} s"
-
-
 _NAME = 58
 _HEADER = f"{'measurement':<{_NAME}} {'samples':>7} {'median':>10} {'min':>10} {'max':>10}"
 
@@ -249,8 +240,8 @@ _HEADER = f"{'measurement':<{_NAME}} {'samples':>7} {'median':>10} {'min':>10} {
 def format_table(rows: list[Row], title: str) -> str:
     def line(row: Row) -> str:
         return (
-            f"{'  ' + row.name:<{_NAME}} {len(row.samples):>7} {_seconds(row.median):>10}"
-            f" {_seconds(min(row.samples)):>10} {_seconds(max(row.samples)):>10}"
+            f"{'  ' + row.name:<{_NAME}} {len(row.samples):>7} {seconds(row.median):>10}"
+            f" {seconds(min(row.samples)):>10} {seconds(max(row.samples)):>10}"
         )
 
     return sectioned(title, _HEADER, rows, line)
@@ -317,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {machine['cpu_count']} CPUs ({machine['cpu_model']}); seed {args.seed}"
     )
     print(format_table(rows, title))
-    print(f"\nMCP adds {_seconds(overhead)} per remember + recall (median against median).")
+    print(f"\nMCP adds {seconds(overhead)} per remember + recall (median against median).")
     name = "mcp-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = args.json if args.json is not None else RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -339,9 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_end": load_average(),
         "rows": [r.to_json() for r in rows],
     }
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nJSON: {path}")
-    return 0
+    return write_document(path, document)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import json
 import random
 import sys
 import time
@@ -38,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.materialize import Row, Target, Unit
-from benchmarks.report import format_table, load_average, machine_info, timed
+from benchmarks.report import format_table, load_average, machine_info, timed, write_document
 from registry import DEFAULT_AUTHORITY_ORDER, Cardinality, Policy, PredicateContract, Registry
 from statefuse import (
     AbstainAll,
@@ -383,9 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_end": load_average(),
         "rows": [r.to_json() for r in rows],
     }
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nJSON: {path}")
-    return 0
+    return write_document(path, document)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import statistics
 import sys
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 import blake3
 
 from benchmarks.materialize import Row, Target, Unit
-from benchmarks.report import format_table, load_average, machine_info
+from benchmarks.report import format_table, load_average, machine_info, write_document
 from sync.reconcile import ReconcileConfig, Reconciler
 
 Progress = Callable[[str], None]
@@ -192,6 +191,4 @@ def main(args: argparse.Namespace) -> int:
         "exchanges": records,
         "rows": [r.to_json() for r in rows],
     }
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nJSON: {path}")
-    return 0
+    return write_document(path, document)

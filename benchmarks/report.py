@@ -6,6 +6,7 @@ options, the workload statistics and enough about the machine and checkout to co
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -74,12 +75,20 @@ def machine_info() -> dict[str, object]:
     }
 
 
-def _seconds(s: float) -> str:
+def seconds(s: float) -> str:
+    """A duration for a table cell: us below a millisecond, ms below a second, else s."""
     if s < 1e-3:
         return f"{s * 1e6:.1f} us"
     if s < 1:
         return f"{s * 1e3:.1f} ms"
     return f"{s:.2f} s"
+
+
+def write_document(path: Path, document: dict[str, object]) -> int:
+    """Write a run's JSON document to ``path``, say where, and return the exit code 0."""
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    print(f"\nJSON: {path}")
+    return 0
 
 
 def _bytes(b: float) -> str:
@@ -93,8 +102,8 @@ def _bytes(b: float) -> str:
 def _cells(row: Row) -> tuple[str, str, str]:
     if row.unit is Unit.BYTES:
         return _bytes(row.median), "", f"{row.per_op:.0f} B"
-    per_op = f"{row.per_op * 1e6:.2f} us" if row.per_op < 1e-3 else _seconds(row.per_op)
-    return _seconds(row.median), _seconds(row.min), per_op
+    per_op = f"{row.per_op * 1e6:.2f} us" if row.per_op < 1e-3 else seconds(row.per_op)
+    return seconds(row.median), seconds(row.min), per_op
 
 
 _NAME_WIDTH = 60
