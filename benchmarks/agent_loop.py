@@ -63,12 +63,12 @@ from typing import Any
 from benchmarks.materialize import Target
 from benchmarks.measure import GcTimer, sectioned
 from benchmarks.report import ROOT, load_average, machine_info, seconds, write_document
-from registry import Value
 from statefuse import ClaimAdded, Context, ContextCache, Lens, context_for
 from statefuse.op import Layer
 from statefuse.ranker import Corpus, LexicalRanker
-from sync.key import SigningKey
-from sync.replica import Replica
+from statefuse.registry import Value
+from statefuse.sync.key import SigningKey
+from statefuse.sync.replica import Replica
 
 Progress = Callable[[str], None]
 

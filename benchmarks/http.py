@@ -32,11 +32,11 @@ from pathlib import Path
 
 from benchmarks.materialize import Row, Unit
 from benchmarks.report import format_table, load_average, machine_info, write_document
-from registry import DEFAULT_REGISTRY
 from statefuse import Writer
-from sync import Reconciler, SigningKey, reconcile_in_memory, sign_change
-from sync.http import SyncReport, serve, sync_with
-from sync.replica import Replica
+from statefuse.registry import DEFAULT_REGISTRY
+from statefuse.sync import Reconciler, SigningKey, reconcile_in_memory, sign_change
+from statefuse.sync.http import SyncReport, serve, sync_with
+from statefuse.sync.replica import Replica
 
 SPACE = "bench-http"
 SHARED = 100_000

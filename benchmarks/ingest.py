@@ -33,11 +33,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from benchmarks.materialize import Row, Target, Unit
 from benchmarks.report import format_table, load_average, machine_info, timed, write_document
-from registry import DEFAULT_REGISTRY
 from statefuse import Writer
-from sync import ChangeLog, Receipt, SigningKey, Status, sign_change
-from sync.change import UnverifiedChange, change_id_of, signed_message
-from sync.verify import verify_change_reference
+from statefuse.registry import DEFAULT_REGISTRY
+from statefuse.sync import ChangeLog, Receipt, SigningKey, Status, sign_change
+from statefuse.sync.change import UnverifiedChange, change_id_of, signed_message
+from statefuse.sync.verify import verify_change_reference
 
 SPACE = "bench"
 CHANGE_SIZES = (1, 10, 100)

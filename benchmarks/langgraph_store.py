@@ -54,8 +54,8 @@ from langgraph.store.memory import InMemoryStore
 from benchmarks.measure import sectioned
 from benchmarks.report import load_average, machine_info, write_document
 from statefuse.langgraph import StateFuseStore
-from sync.key import SigningKey
-from sync.replica import Replica
+from statefuse.sync.key import SigningKey
+from statefuse.sync.replica import Replica
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ITEMS = 10_000

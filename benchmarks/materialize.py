@@ -20,7 +20,6 @@ from types import BuiltinFunctionType, FunctionType, ModuleType
 
 from benchmarks.measure import GcTimer
 from benchmarks.workload import HOT_KEY_CLAIMS, WorkloadGenerator
-from registry import Registry
 from statefuse import (
     ClaimAdded,
     Materializer,
@@ -31,6 +30,7 @@ from statefuse import (
     decode_op,
     materialize,
 )
+from statefuse.registry import Registry
 
 Progress = Callable[[str], None]
 

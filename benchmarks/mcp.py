@@ -52,7 +52,7 @@ from benchmarks.report import ROOT, load_average, machine_info, seconds, write_d
 from statefuse.cli import format_key
 from statefuse.lens import Lens
 from statefuse.resolver import Conservative
-from sync.replica import Replica
+from statefuse.sync.replica import Replica
 
 SPACE = "agent-loop"
 CLAIMS = 10_000

@@ -38,7 +38,6 @@ from pathlib import Path
 
 from benchmarks.materialize import Row, Target, Unit
 from benchmarks.report import format_table, load_average, machine_info, timed, write_document
-from registry import DEFAULT_AUTHORITY_ORDER, Cardinality, Policy, PredicateContract, Registry
 from statefuse import (
     AbstainAll,
     AuthorityRank,
@@ -52,6 +51,13 @@ from statefuse import (
     Writer,
     materialize,
     project,
+)
+from statefuse.registry import (
+    DEFAULT_AUTHORITY_ORDER,
+    Cardinality,
+    Policy,
+    PredicateContract,
+    Registry,
 )
 
 SIZES = (10_000, 100_000)

@@ -24,7 +24,7 @@ import blake3
 
 from benchmarks.materialize import Row, Target, Unit
 from benchmarks.report import format_table, load_average, machine_info, write_document
-from sync.reconcile import ReconcileConfig, Reconciler
+from statefuse.sync.reconcile import ReconcileConfig, Reconciler
 
 Progress = Callable[[str], None]
 

@@ -52,11 +52,11 @@ from typing import Any
 
 from benchmarks.measure import sectioned
 from benchmarks.report import load_average, machine_info
-from registry import DEFAULT_REGISTRY
 from statefuse import Writer
-from sync.change import sign_change
-from sync.key import SigningKey
-from sync.replica import Replica
+from statefuse.registry import DEFAULT_REGISTRY
+from statefuse.sync.change import sign_change
+from statefuse.sync.key import SigningKey
+from statefuse.sync.replica import Replica
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SPACE = "bench"

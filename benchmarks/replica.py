@@ -38,7 +38,7 @@ from pathlib import Path
 from benchmarks.report import load_average, machine_info
 from statefuse.sqlitestore import SQLiteStore
 from statefuse.store import StoreInfo, StoreWrite
-from sync.replica import Replica
+from statefuse.sync.replica import Replica
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The issue's target for batched durable appends.

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import blake3
 
-from registry import ContractError, PredicateContract, Registry, Value
 from statefuse import ClaimAdded, ClaimRetracted, Op, Writer
+from statefuse.registry import ContractError, PredicateContract, Registry, Value
 
 #: Share of ops that are retractions.
 RETRACTION_SHARE = 0.10

@@ -1,15 +1,21 @@
 """Predicate contracts for StateFuse: cardinality, normalizers, claim_ref derivation and the
 registry fingerprint. The bottom layer: it imports nothing else of the project."""
 
-from registry.catalog import register_normalizer, registered_normalizers
-from registry.contract import (
+# This folder installs as ``statefuse.registry``; imported as ``registry`` (from the repository
+# root) it would be a second copy of every module, whose classes are not ours.
+if __name__ != "statefuse.registry":
+    raise ImportError(f"import statefuse.registry, not {__name__}")
+
+
+from statefuse.registry.catalog import register_normalizer, registered_normalizers
+from statefuse.registry.contract import (
     DEFAULT_CONTRACT,
     EXACT_CONTRACT,
     Cardinality,
     Policy,
     PredicateContract,
 )
-from registry.error import (
+from statefuse.registry.error import (
     ContractError,
     EncodingError,
     InputError,
@@ -19,14 +25,14 @@ from registry.error import (
     ValueRuleError,
     ValueTypeError,
 )
-from registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
-from registry.registry import (
+from statefuse.registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
+from statefuse.registry.registry import (
     DEFAULT_AUTHORITY_ORDER,
     DEFAULT_REGISTRY,
     EXACT_REGISTRY,
     Registry,
 )
-from registry.value import (
+from statefuse.registry.value import (
     MAX_CONTAINER_ITEMS,
     MAX_DEPTH,
     MAX_ENCODED_BYTES,

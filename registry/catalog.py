@@ -26,8 +26,8 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from registry.error import ContractError, RegistryError
-from registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
+from statefuse.registry.error import ContractError, RegistryError
+from statefuse.registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
 
 #: What a normalizer name may look like: letters, digits, ``.``, ``_`` and ``-``, starting with a
 #: letter. ``@`` separates a name from its version in a declaration (``"acme.sku@2"``).

@@ -16,10 +16,11 @@ the same everywhere. Set and dict iteration order of str and bytes depends on th
 I/O: check (b) starts ``sys.executable -c`` once per seed in HASH_SEEDS, each bounded by
 CHILD_TIMEOUT_SECONDS. It is the only I/O in the ``registry`` package; every other module of it
 is pure. That is also why ``registry/__init__.py`` does not re-export this module: the pure core
-does ``from registry import ...`` and must not reach ``subprocess``; import it as
-``registry.checker``. The child imports the normalizer by ``__module__`` and ``__qualname__`` (so
-it must be defined at module level), reads the samples as canonical msgpack on stdin and writes
-each result's canonical bytes as msgpack on stdout. ``across_interpreters=False`` skips it.
+does ``from statefuse.registry import ...`` and must not reach ``subprocess``; import it as
+``statefuse.registry.checker``. The child imports the normalizer by ``__module__`` and
+``__qualname__`` (so it must be defined at module level), reads the samples as canonical msgpack on
+stdin and writes each result's canonical bytes as msgpack on stdout. ``across_interpreters=False``
+skips it.
 
 Malformed arguments raise ContractError. A broken check raises NormalizerContractError (a
 ContractError, so also a ValueError) whose ``field`` names the sample (``samples[3]``) or ``fn``,
@@ -39,11 +40,17 @@ from dataclasses import dataclass
 
 import msgpack
 
-from registry.document import parse_normalizer
-from registry.error import ContractError, InputError, NormalizationError
-from registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
-from registry.registry import Registry
-from registry.value import Value, canonical_value, decode_value, encode_canonical, frozen_value
+from statefuse.registry.document import parse_normalizer
+from statefuse.registry.error import ContractError, InputError, NormalizationError
+from statefuse.registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
+from statefuse.registry.registry import Registry
+from statefuse.registry.value import (
+    Value,
+    canonical_value,
+    decode_value,
+    encode_canonical,
+    frozen_value,
+)
 
 #: Hash seeds of the fresh interpreters in check (b). Two fixed seeds, so that a seed-dependent
 #: normalizer is caught whatever seed the checking process itself happens to run with.
@@ -64,8 +71,8 @@ import importlib, json, sys
 sys.path[:] = json.loads(sys.argv[1])
 reply, sys.stdout = sys.stdout.buffer, sys.stderr
 import msgpack
-from registry.error import NormalizationError
-from registry.value import canonical_value, decode_value, encode_canonical, frozen_value
+from statefuse.registry.error import NormalizationError
+from statefuse.registry.value import canonical_value, decode_value, encode_canonical, frozen_value
 results = []
 for module, qualname, samples in msgpack.unpackb(sys.stdin.buffer.read(), raw=False):
     fn = importlib.import_module(module)

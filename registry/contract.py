@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from registry.error import ContractError
-from registry.value import INT_MAX, INT_MIN, Value
+from statefuse.registry.error import ContractError
+from statefuse.registry.value import INT_MAX, INT_MIN, Value
 
 #: A normalizer parameter's value: a scalar, so that contracts stay hashable.
 Param = str | int | float | bool

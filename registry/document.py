@@ -47,10 +47,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from registry.catalog import check_name, check_version
-from registry.contract import Cardinality, Param, Policy, PredicateContract
-from registry.error import ContractError, RegistryError
-from registry.value import Value
+from statefuse.registry.catalog import check_name, check_version
+from statefuse.registry.contract import Cardinality, Param, Policy, PredicateContract
+from statefuse.registry.error import ContractError, RegistryError
+from statefuse.registry.value import Value
 
 try:
     import tomllib  # type: ignore[import-not-found,unused-ignore]

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from registry.document import from_text
-from registry.error import RegistryError
-from registry.normalizer import Normalizer
-from registry.registry import Registry
+from statefuse.registry.document import from_text
+from statefuse.registry.error import RegistryError
+from statefuse.registry.normalizer import Normalizer
+from statefuse.registry.registry import Registry
 
 #: Largest registry file `read_registry_file` accepts.
 MAX_FILE_BYTES = 4 * 1024 * 1024

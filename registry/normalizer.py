@@ -46,8 +46,8 @@ from datetime import datetime as _datetime
 from datetime import timedelta
 from types import MappingProxyType
 
-from registry.error import NormalizationError
-from registry.value import INT_MAX, INT_MIN, FrozenMap, Value
+from statefuse.registry.error import NormalizationError
+from statefuse.registry.value import INT_MAX, INT_MIN, FrozenMap, Value
 
 Normalizer = Callable[[Value], Value]
 

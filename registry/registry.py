@@ -14,11 +14,11 @@ from types import MappingProxyType
 
 import blake3
 
-from registry.catalog import find_normalizer
-from registry.contract import DEFAULT_CONTRACT, EXACT_CONTRACT, Param, PredicateContract
-from registry.error import ContractError, InputError, NormalizationError, RegistryError
-from registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
-from registry.value import Value, canonical_value, encode_canonical, encode_value
+from statefuse.registry.catalog import find_normalizer
+from statefuse.registry.contract import DEFAULT_CONTRACT, EXACT_CONTRACT, Param, PredicateContract
+from statefuse.registry.error import ContractError, InputError, NormalizationError, RegistryError
+from statefuse.registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
+from statefuse.registry.value import Value, canonical_value, encode_canonical, encode_value
 
 FINGERPRINT_DOMAIN = b"statefuse/registry/v1"
 
@@ -210,7 +210,7 @@ class Registry:
 
     def to_document(self) -> dict[str, Value]:
         """The registry as data: what a registry file holds and a space declares."""
-        from registry.document import render
+        from statefuse.registry.document import render
 
         return render(self)
 
@@ -229,7 +229,7 @@ class Registry:
         registered in this process. Raises RegistryError naming the field path
         (``registry.contracts[2].policy``) and the rule for a malformed document, and rule
         ``unknown-normalizer`` for a normalizer this process does not have."""
-        from registry.document import parse
+        from statefuse.registry.document import parse
 
         contracts, default, order, extra = parse(document, field=field)
         default = default or DEFAULT_CONTRACT
@@ -257,7 +257,7 @@ class Registry:
         cls, text: str, *, normalizers: Mapping[str, Normalizer] | None = None
     ) -> Registry:
         """The registry a TOML registry file's text describes (see `from_document`)."""
-        from registry.document import from_text
+        from statefuse.registry.document import from_text
 
         return cls.from_document(from_text(text, json_format=False), normalizers=normalizers)
 
@@ -266,19 +266,19 @@ class Registry:
         cls, text: str, *, normalizers: Mapping[str, Normalizer] | None = None
     ) -> Registry:
         """The registry a JSON registry file's text describes (see `from_document`)."""
-        from registry.document import from_text
+        from statefuse.registry.document import from_text
 
         return cls.from_document(from_text(text, json_format=True), normalizers=normalizers)
 
     def to_json(self) -> str:
         """The registry file in JSON."""
-        from registry.document import to_json
+        from statefuse.registry.document import to_json
 
         return to_json(self.to_document())
 
     def to_toml(self) -> str:
         """The registry file in TOML."""
-        from registry.document import to_toml
+        from statefuse.registry.document import to_toml
 
         return to_toml(self.to_document())
 

@@ -31,7 +31,7 @@ from typing import Any, NoReturn, Union, cast
 
 import msgpack
 
-from registry.error import EncodingError, InputError, ValueRuleError, ValueTypeError
+from statefuse.registry.error import EncodingError, InputError, ValueRuleError, ValueTypeError
 
 Value = Union[
     None, bool, int, float, str, bytes, list["Value"], dict[str, "Value"], "FrozenList", "FrozenMap"

@@ -4,23 +4,6 @@ The core: ops and their canonical encoding, the grow-only op-set, the pure mater
 writer helper. See the README for a tour.
 """
 
-from registry import (
-    DEFAULT_REGISTRY,
-    EXACT_REGISTRY,
-    Cardinality,
-    FrozenList,
-    FrozenMap,
-    Policy,
-    PredicateContract,
-    Registry,
-    RegistryError,
-    Value,
-    decode_value,
-    encode_value,
-    plain_value,
-    register_normalizer,
-)
-from registry.file import load_registry, save_registry
 from statefuse.context import (
     DEFAULT_BUDGET,
     SYSTEM_PROMPT,
@@ -66,6 +49,23 @@ from statefuse.op import (
 from statefuse.opset import OpSet
 from statefuse.projection import DEFAULT_AUTHORITY_ORDER, ProjectionError, project
 from statefuse.ranker import LexicalRanker, Ranker
+from statefuse.registry import (
+    DEFAULT_REGISTRY,
+    EXACT_REGISTRY,
+    Cardinality,
+    FrozenList,
+    FrozenMap,
+    Policy,
+    PredicateContract,
+    Registry,
+    RegistryError,
+    Value,
+    decode_value,
+    encode_value,
+    plain_value,
+    register_normalizer,
+)
+from statefuse.registry.file import load_registry, save_registry
 from statefuse.resolver import (
     Abstain,
     AbstainAll,
@@ -227,16 +227,16 @@ __all__ = [
 #: with the merge boundary, and is imported only when first used (``statefuse`` itself never
 #: imports ``sync`` at import time, keeping the layering one-way).
 _FROM_SYNC = {
-    "Replica": "sync.replica",
-    "MergeReport": "sync.replica",
-    "ReplicaError": "sync.replica",
-    "UnknownClaimError": "sync.replica",
-    "ReadOnlyError": "sync.replica",
-    "StoreDamagedError": "sync.replica",
-    "OwnFeedWarning": "sync.replica",
-    "Damage": "sync.replica",
-    "RepairReport": "sync.replica",
-    "BundleError": "sync.bundle",
+    "Replica": "statefuse.sync.replica",
+    "MergeReport": "statefuse.sync.replica",
+    "ReplicaError": "statefuse.sync.replica",
+    "UnknownClaimError": "statefuse.sync.replica",
+    "ReadOnlyError": "statefuse.sync.replica",
+    "StoreDamagedError": "statefuse.sync.replica",
+    "OwnFeedWarning": "statefuse.sync.replica",
+    "Damage": "statefuse.sync.replica",
+    "RepairReport": "statefuse.sync.replica",
+    "BundleError": "statefuse.sync.bundle",
 }
 
 

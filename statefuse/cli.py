@@ -43,8 +43,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import urlsplit
 
-from registry import PredicateContract, Registry
-from registry.value import Value
 from statefuse.clitable import (
     author_text,
     byte_size,
@@ -58,12 +56,14 @@ from statefuse.clitable import (
 from statefuse.error import InputError, StateFuseError
 from statefuse.keytext import KeyTextError, format_key, key_parts
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, Layer
+from statefuse.registry import PredicateContract, Registry
+from statefuse.registry.value import Value
 from statefuse.state import ConflictSet, State, locus_of
 from statefuse.store import QuarantineRecord, StoreError
 from statefuse.view import json_value
 
 if TYPE_CHECKING:
-    from sync.replica import MergeReport, Replica
+    from statefuse.sync.replica import MergeReport, Replica
 
 Key = tuple[str, str, str]
 
@@ -229,7 +229,7 @@ class Session:
         locked by another process are user errors with a hint. Opened read-only, a damaged
         store says so in one ``Warning:`` line, unless ``quiet`` (the command reports the
         damage itself)."""
-        from sync.replica import Replica
+        from statefuse.sync.replica import Replica
 
         create = options.pop("create", False)
         if not create and not self.path.exists():
@@ -358,8 +358,8 @@ def _report_text(report: MergeReport) -> str:
 
 
 def _cmd_init(s: Session) -> int:
-    from sync.key import PublicKey, SigningKey
-    from sync.replica import key_path
+    from statefuse.sync.key import PublicKey, SigningKey
+    from statefuse.sync.replica import key_path
 
     a = s.args
     if s.path.exists():
@@ -402,7 +402,7 @@ def _cmd_init(s: Session) -> int:
 
 
 def _init_json(rep: Replica, path: Path, *, created: bool) -> dict[str, Any]:
-    from sync.replica import key_path
+    from statefuse.sync.replica import key_path
 
     return {
         "created": created,
@@ -786,7 +786,7 @@ def _stop_on_sigterm(signum: int, frame: object) -> NoReturn:
 
 
 def _cmd_serve(s: Session) -> int:
-    from sync.http import serve
+    from statefuse.sync.http import serve
 
     rep = s.replica()
     s.warn_damage()  # served read-only: pushes are refused until `statefuse repair`
@@ -808,7 +808,7 @@ def _cmd_serve(s: Session) -> int:
 
 
 def _cmd_sync(s: Session) -> int:
-    from sync.http import SyncError, sync_all
+    from statefuse.sync.http import SyncError, sync_all
 
     rep = s.replica()
     bar = s.progress("sync")
@@ -890,7 +890,7 @@ def _known_author(rep: Replica, text: str) -> bytes:
 
 
 def _registry_file(path: str) -> Registry:
-    from registry.file import load_registry
+    from statefuse.registry.file import load_registry
 
     return load_registry(path)
 
@@ -1052,7 +1052,7 @@ def _keys_show(s: Session) -> int:
 
 
 def _keys_admit(s: Session) -> int:
-    from sync.key import PublicKey
+    from statefuse.sync.key import PublicKey
 
     rep = s.replica()
     author = PublicKey(_known_author(rep, s.args.author)).author
@@ -1148,8 +1148,8 @@ def _quarantine_json(r: QuarantineRecord) -> dict[str, Any]:
 
 def _cmd_verify(s: Session) -> int:
     from statefuse.materializer import materialize
-    from sync.change import UnverifiedChange
-    from sync.verify import VerificationError, verify_change
+    from statefuse.sync.change import UnverifiedChange
+    from statefuse.sync.verify import VerificationError, verify_change
 
     # every stored change is verified again into a fresh change log: the snapshot is not used
     rep = s.open(load="verify", readonly=True, quiet=True)
@@ -1268,7 +1268,7 @@ def _cmd_repair(s: Session) -> int:
         lines.append(f"Nothing to repair: every change in {s.path} verifies")
     merged = []
     if s.args.peers:
-        from sync.http import SyncError, sync_all
+        from statefuse.sync.http import SyncError, sync_all
 
         for url, outcome in zip(
             s.args.peers, sync_all(rep, s.args.peers, timeout=s.args.timeout), strict=True
@@ -1632,8 +1632,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _describe(exc: BaseException) -> str:
-    from sync.bundle import BundleError
-    from sync.replica import ReplicaError
+    from statefuse.sync.bundle import BundleError
+    from statefuse.sync.replica import ReplicaError
 
     if isinstance(exc, (CliError, StoreError, BundleError, ReplicaError)):
         return exc.message  # their fields name internals, not what the user typed

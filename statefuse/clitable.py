@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from itertools import accumulate, repeat
 
-from registry.value import Value
+from statefuse.registry.value import Value
 from statefuse.view import json_value
 
 #: Hex digits of an id shown in a table cell (full ids are in ``--json`` output).

@@ -43,13 +43,13 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar, Union
 
-from registry.error import InputError
-from registry.value import Value
 from statefuse.index import held_once
 from statefuse.lens import Lens
 from statefuse.op import ClaimAdded, Layer
 from statefuse.projection import project
 from statefuse.ranker import Corpus, LexicalRanker, Ranker
+from statefuse.registry.error import InputError
+from statefuse.registry.value import Value
 from statefuse.resolver import Conservative, Resolver
 from statefuse.state import State
 from statefuse.tokenizer import CachedTokenizer, Tokenizer, default_tokenizer

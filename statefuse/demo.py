@@ -34,12 +34,12 @@ def _value(c: ClaimAdded) -> str:
 
 def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) -> State:
     """Run the story, printing each step through ``out``; return the planner's merged State."""
-    from registry.file import load_registry
+    from statefuse.registry.file import load_registry
+    from statefuse.sync.bundle import BundleError  # noqa: F401  (imported here: the demo is an entry point)
+    from statefuse.sync.change import change_body, change_id_of, signed_message, wire
+    from statefuse.sync.key import SigningKey
+    from statefuse.sync.replica import Replica
     from statefuse.writer import Writer
-    from sync.bundle import BundleError  # noqa: F401  (imported here: the demo is an entry point)
-    from sync.change import change_body, change_id_of, signed_message, wire
-    from sync.key import SigningKey
-    from sync.replica import Replica
 
     with tempfile.TemporaryDirectory(prefix="statefuse-demo-") as tmp:
         home = Path(workdir or tmp)
@@ -142,7 +142,7 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
 
         out("")
         out("7. The branches sync:")
-        from sync.http import serve, sync_with
+        from statefuse.sync.http import serve, sync_with
 
         with serve(planner, port=0) as server:
             for agent in (scout, analyst):

@@ -77,7 +77,7 @@ nothing of ours); this module re-exports it so users import every error from ``s
 
 from __future__ import annotations
 
-from registry.error import (
+from statefuse.registry.error import (
     ContractError,
     EncodingError,
     InputError,

@@ -20,8 +20,8 @@ import sys
 from collections.abc import Callable, Iterable
 from operator import attrgetter
 
-from registry import Registry
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Op
+from statefuse.registry import Registry
 
 LocusKey = tuple[str, str, str, str]
 

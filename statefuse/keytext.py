@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import unquote
 
-from registry.error import InputError
+from statefuse.registry.error import InputError
 
 Key = tuple[str, str, str]
 

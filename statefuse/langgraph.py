@@ -96,16 +96,16 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-from registry.error import InputError
-from registry.value import Value, frozen_value, plain_value
 from statefuse.lens import Lens
 from statefuse.op import MAX_NAME_CHARS, ClaimAdded
 from statefuse.projection import project
 from statefuse.ranker import LexicalRanker
+from statefuse.registry.error import InputError
+from statefuse.registry.value import Value, frozen_value, plain_value
 from statefuse.resolver import Resolver
 from statefuse.state import State
+from statefuse.sync.replica import Replica
 from statefuse.view import Key, SurfacedConflict, View
-from sync.replica import Replica
 
 __all__ = [
     "CLAIM_PREFIX",

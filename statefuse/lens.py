@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
-from registry.error import InputError
+from statefuse.registry.error import InputError
 
 
 class LensError(InputError, ValueError):

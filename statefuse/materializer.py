@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from operator import attrgetter
 
-from registry import DEFAULT_REGISTRY, Registry
 from statefuse.error import OpRuleError
 from statefuse.index import Index, build, held_once
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Op
 from statefuse.opset import OpSet
+from statefuse.registry import DEFAULT_REGISTRY, Registry
 from statefuse.state import State
 
 

@@ -69,7 +69,7 @@ from statefuse.state import ConflictSet, State
 from statefuse.view import json_value
 
 if TYPE_CHECKING:
-    from sync.replica import Replica
+    from statefuse.sync.replica import Replica
 
 __all__ = [
     "CONTEXT_URI",
@@ -771,7 +771,7 @@ class _Tools:
         """Exchange changes with the peers this server was started with (``--peer`` URLs of
         ``statefuse serve``): fetch what they have, push what they lack. Reports what moved;
         an unreachable peer is reported and the others still sync."""
-        from sync.http import SyncError, sync_all
+        from statefuse.sync.http import SyncError, sync_all
 
         if not self.peers:
             raise ToolArgumentError(

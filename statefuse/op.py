@@ -37,9 +37,10 @@ from typing import Any, ClassVar, Union, cast
 import blake3
 import msgpack
 
-from registry import Registry
-from registry.error import ValueRuleError, ValueTypeError
-from registry.value import (
+from statefuse.error import EncodingError, OpRuleError, StateFuseError
+from statefuse.registry import Registry
+from statefuse.registry.error import ValueRuleError, ValueTypeError
+from statefuse.registry.value import (
     INT_MAX,
     INT_MIN,
     MAX_ENCODED_BYTES,
@@ -57,7 +58,6 @@ from registry.value import (
     plain_value,
     unpack_strict,
 )
-from statefuse.error import EncodingError, OpRuleError, StateFuseError
 
 #: Version of the op encoding; stored in every op as ``"v"``.
 OP_FORMAT_VERSION = 1

@@ -40,12 +40,12 @@ from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from registry.contract import Policy, PredicateContract
-from registry.error import InputError
-from registry.registry import DEFAULT_AUTHORITY_ORDER
 from statefuse.index import LocusKey
 from statefuse.lens import Lens, scope_rank
 from statefuse.op import ClaimAdded, DecisionAdded
+from statefuse.registry.contract import Policy, PredicateContract
+from statefuse.registry.error import InputError
+from statefuse.registry.registry import DEFAULT_AUTHORITY_ORDER
 from statefuse.resolver import (
     Abstain,
     AbstainAll,

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Protocol, overload, runtime_checkable
 
-from registry.value import Value
 from statefuse.op import ClaimAdded
+from statefuse.registry.value import Value
 from statefuse.view import json_value
 
 K1 = 1.2

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import NamedTuple, Protocol
 
-from registry.error import InputError
-from registry.registry import check_authority_order
 from statefuse.op import ClaimAdded
+from statefuse.registry.error import InputError
+from statefuse.registry.registry import check_authority_order
 from statefuse.state import ConflictSet
 
 #: Longest error text kept from a failing resolver (a hostile one may raise a huge message).

@@ -21,11 +21,11 @@ from typing import TypeVar, cast
 
 import blake3
 
-from registry import Registry
-from registry.value import encode_canonical, encode_value
 from statefuse.error import ClaimLookupError
 from statefuse.index import Index, LocusKey
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded
+from statefuse.registry import Registry
+from statefuse.registry.value import encode_canonical, encode_value
 
 LOCUS_DOMAIN = b"statefuse/locus/v1"
 CONFLICT_DOMAIN = b"statefuse/conflict/v1"

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from registry.error import InputError
+from statefuse.registry.error import InputError
 
 #: Current layout version of durable stores; older stores are migrated forward on open.
 #: Version 2 marks the file as StateFuse's (SQLite ``application_id``) and gives every store a

@@ -15,7 +15,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from registry import (
+from statefuse.materializer import materialize
+from statefuse.op import ClaimAdded, Op
+from statefuse.registry import (
     DEFAULT_REGISTRY,
     Cardinality,
     NormalizationError,
@@ -23,8 +25,6 @@ from registry import (
     Registry,
     Value,
 )
-from statefuse.materializer import materialize
-from statefuse.op import ClaimAdded, Op
 from statefuse.state import State
 from statefuse.writer import Writer
 

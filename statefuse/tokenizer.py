@@ -35,7 +35,7 @@ import warnings
 from collections.abc import Callable
 from typing import Protocol, cast, runtime_checkable
 
-from registry.error import InputError
+from statefuse.registry.error import InputError
 
 #: The encoding `default_tokenizer` uses: the one of current OpenAI chat models.
 DEFAULT_ENCODING = "o200k_base"

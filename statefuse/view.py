@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar, Union
 
-from registry.value import FrozenList, FrozenMap, Value
 from statefuse.op import ClaimAdded
+from statefuse.registry.value import FrozenList, FrozenMap, Value
 
 Key = tuple[str, str, str]
 _V = TypeVar("_V")

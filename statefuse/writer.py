@@ -15,8 +15,6 @@ from typing import Any
 
 import blake3
 
-from registry import DEFAULT_REGISTRY, Registry
-from registry.value import Value, frozen_value
 from statefuse.error import OpRuleError
 from statefuse.op import (
     _NO_DEFAULT,
@@ -35,6 +33,8 @@ from statefuse.op import (
     _scope,
     as_ops,
 )
+from statefuse.registry import DEFAULT_REGISTRY, Registry
+from statefuse.registry.value import Value, frozen_value
 from statefuse.state import ConflictSet, State, group_id_of
 from statefuse.view import SurfacedConflict
 

@@ -5,9 +5,15 @@ Only `verify_change` turns outside bytes into a `VerifiedChange`; a `ChangeLog` 
 (pending a missing predecessor) or quarantines every change it receives, and never drops one.
 """
 
+# This folder installs as ``statefuse.sync``; imported as ``sync`` (from the repository
+# root) it would be a second copy of every module, whose classes are not ours.
+if __name__ != "statefuse.sync":
+    raise ImportError(f"import statefuse.sync, not {__name__}")
+
+
 from typing import TYPE_CHECKING
 
-from sync.change import (
+from statefuse.sync.change import (
     CHANGE_FORMAT_VERSION,
     MAX_CHANGE_BYTES,
     MAX_OPS_PER_CHANGE,
@@ -16,7 +22,7 @@ from sync.change import (
     VerifiedChange,
     sign_change,
 )
-from sync.changelog import (
+from statefuse.sync.changelog import (
     Area,
     AreaFullError,
     Bounds,
@@ -29,7 +35,7 @@ from sync.changelog import (
     Status,
     TrustConfigError,
 )
-from sync.key import (
+from statefuse.sync.key import (
     KeyFileError,
     PublicKey,
     PublicKeyError,
@@ -38,8 +44,8 @@ from sync.key import (
     SigningKeyError,
     verify_signature,
 )
-from sync.quarantine import Quarantine, QuarantineEntry
-from sync.reconcile import (
+from statefuse.sync.quarantine import Quarantine, QuarantineEntry
+from statefuse.sync.reconcile import (
     MAX_EXCHANGE_MESSAGES,
     MAX_LIST_IDS,
     MAX_MESSAGE_BYTES,
@@ -51,7 +57,7 @@ from sync.reconcile import (
     Reply,
     reconcile_in_memory,
 )
-from sync.trust import (
+from statefuse.sync.trust import (
     AuthorAdmitted,
     AuthorCutOff,
     AuthorRevoked,
@@ -62,10 +68,10 @@ from sync.trust import (
     TrustWriter,
     trust_state,
 )
-from sync.verify import QuarantineReason, VerificationError, verify_change, verify_changes
+from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change, verify_changes
 
 if TYPE_CHECKING:
-    from sync.http import SyncError, SyncReport, SyncServer, serve, sync_all, sync_with
+    from statefuse.sync.http import SyncError, SyncReport, SyncServer, serve, sync_all, sync_with
 
 __all__ = [
     "CHANGE_FORMAT_VERSION",
@@ -135,4 +141,4 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'sync' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module("sync.http"), name)
+    return getattr(importlib.import_module("statefuse.sync.http"), name)

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import blake3
 
-from registry.error import EncodingError, InputError
-from registry.value import decode_value, encode_value
-from sync.change import MAX_CHANGE_BYTES
-from sync.key import PublicKeyError, SigningKey, verify_signature
+from statefuse.registry.error import EncodingError, InputError
+from statefuse.registry.value import decode_value, encode_value
+from statefuse.sync.change import MAX_CHANGE_BYTES
+from statefuse.sync.key import PublicKeyError, SigningKey, verify_signature
 
 MAGIC = b"SFBUNDLE\x01"
 BUNDLE_DOMAIN = b"statefuse/bundle-signature/v1:"

@@ -27,16 +27,16 @@ from dataclasses import dataclass, field
 
 import blake3
 
-from registry.error import InputError
-from registry.value import (
+from statefuse.op import Op
+from statefuse.registry.error import InputError
+from statefuse.registry.value import (
     MAX_STRING_BYTES,
     Value,
     canonical_value,
     encode_canonical,
     encode_value,
 )
-from statefuse.op import Op
-from sync.key import SigningKey
+from statefuse.sync.key import SigningKey
 
 #: Version of the change and signed-change encodings.
 CHANGE_FORMAT_VERSION = 1
@@ -170,7 +170,7 @@ def sign_change(
     Raises VerificationError (with the reason) if the result would not verify, e.g. an op by
     another author, a broken seq/prev pair or too many ops — the same rules peers apply.
     """
-    from sync.verify import QuarantineReason, VerificationError, verify_change
+    from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change
 
     if len(ops) > MAX_OPS_PER_CHANGE:
         raise VerificationError(

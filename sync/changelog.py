@@ -34,16 +34,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
-from registry import DEFAULT_REGISTRY, Registry
-from registry.error import InputError, StateFuseError
 from statefuse.materializer import materialize
 from statefuse.opset import OpSet
+from statefuse.registry import DEFAULT_REGISTRY, Registry
+from statefuse.registry.error import InputError, StateFuseError
 from statefuse.state import State
-from sync.change import ChangeInputError, UnverifiedChange, VerifiedChange
-from sync.declaration import SPACE_OP_TYPES, RegistryDeclared
-from sync.quarantine import Quarantine, QuarantineEntry
-from sync.trust import TRUST_OP_TYPES, TrustMode, TrustState, trust_state
-from sync.verify import QuarantineReason, VerificationError, verify_change, verify_changes
+from statefuse.sync.change import ChangeInputError, UnverifiedChange, VerifiedChange
+from statefuse.sync.declaration import SPACE_OP_TYPES, RegistryDeclared
+from statefuse.sync.quarantine import Quarantine, QuarantineEntry
+from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustState, trust_state
+from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change, verify_changes
 
 
 class TrustConfigError(InputError, ValueError):

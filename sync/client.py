@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
-from sync.protocol import (
+from statefuse.sync.protocol import (
     CONTENT_TYPE,
     MAX_BODY_BYTES,
     MAX_CHANGE_FRAME_BYTES,
@@ -47,8 +47,8 @@ from sync.protocol import (
     decode_frames,
     encode_frames,
 )
-from sync.reconcile import ReconcileError, Reconciler
-from sync.replica import MergeReport, Replica
+from statefuse.sync.reconcile import ReconcileError, Reconciler
+from statefuse.sync.replica import MergeReport, Replica
 
 __all__ = ["DEFAULT_TIMEOUT", "Progress", "SyncReport", "sync_all", "sync_with"]
 

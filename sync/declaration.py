@@ -29,15 +29,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from registry import Registry
-from registry.document import parse
-from registry.error import ContractError
-from registry.normalizer import Normalizer
-from registry.registry import check_authority_order
-from registry.value import Value
 from statefuse.error import OpRuleError
 from statefuse.op import _author, _lamport, _ms, _OpBase, _value, register_op_type
-from sync.trust import TRUST_OP_TYPES, TrustMode
+from statefuse.registry import Registry
+from statefuse.registry.document import parse
+from statefuse.registry.error import ContractError
+from statefuse.registry.normalizer import Normalizer
+from statefuse.registry.registry import check_authority_order
+from statefuse.registry.value import Value
+from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode
 
 
 def _document(name: str, v: object) -> Value:

@@ -5,8 +5,8 @@ The pieces live in `sync.protocol` (endpoints, framing, limits, errors), `sync.s
 app over one replica, served by waitress) and `sync.client` (stdlib ``http.client``).
 """
 
-from sync.client import DEFAULT_TIMEOUT, Progress, SyncReport, sync_all, sync_with
-from sync.protocol import (
+from statefuse.sync.client import DEFAULT_TIMEOUT, Progress, SyncReport, sync_all, sync_with
+from statefuse.sync.protocol import (
     MAX_BODY_BYTES,
     MAX_PAGE_CHANGES,
     PAGE_BYTES,
@@ -17,7 +17,7 @@ from sync.protocol import (
     PeerUnreachableError,
     SyncError,
 )
-from sync.server import SyncApp, SyncServer, serve
+from statefuse.sync.server import SyncApp, SyncServer, serve
 
 __all__ = [
     "DEFAULT_TIMEOUT",

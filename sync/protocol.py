@@ -46,9 +46,9 @@ import struct
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from registry.error import InputError
-from sync.change import MAX_CHANGE_BYTES, MAX_SPACE_CHARS
-from sync.reconcile import ID_BYTES, MAX_EXCHANGE_MESSAGES, MAX_MESSAGE_BYTES
+from statefuse.registry.error import InputError
+from statefuse.sync.change import MAX_CHANGE_BYTES, MAX_SPACE_CHARS
+from statefuse.sync.reconcile import ID_BYTES, MAX_EXCHANGE_MESSAGES, MAX_MESSAGE_BYTES
 
 __all__ = [
     "CONTENT_TYPE",

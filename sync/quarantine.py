@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import blake3
 
-from sync.verify import QuarantineReason
+from statefuse.sync.verify import QuarantineReason
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,7 +87,7 @@ from enum import IntEnum
 
 import blake3
 
-from registry.error import InputError
+from statefuse.registry.error import InputError
 
 __all__ = [
     "FINGERPRINT_BYTES",

@@ -41,10 +41,6 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, overload
 
-from registry import DEFAULT_REGISTRY, EXACT_CONTRACT, EXACT_REGISTRY, Registry
-from registry.error import InputError
-from registry.normalizer import Normalizer
-from registry.value import Value
 from statefuse.clitable import plural
 from statefuse.context import DEFAULT_BUDGET, Context, ContextCache, context_for
 from statefuse.error import ClaimLookupError
@@ -60,6 +56,10 @@ from statefuse.op import (
     sealed_encoding,
 )
 from statefuse.opset import OpSet
+from statefuse.registry import DEFAULT_REGISTRY, EXACT_CONTRACT, EXACT_REGISTRY, Registry
+from statefuse.registry.error import InputError
+from statefuse.registry.normalizer import Normalizer
+from statefuse.registry.value import Value
 from statefuse.resolver import Resolver
 from statefuse.state import ConflictSet, State
 from statefuse.store import (
@@ -71,9 +71,7 @@ from statefuse.store import (
     StoreInfo,
     StoreWrite,
 )
-from statefuse.view import SurfacedConflict
-from statefuse.writer import Writer
-from sync.change import (
+from statefuse.sync.change import (
     MAX_CHANGE_BYTES,
     MAX_OPS_PER_CHANGE,
     ChangeInputError,
@@ -84,17 +82,17 @@ from sync.change import (
     signed_message,
     wire,
 )
-from sync.changelog import ChangeLog, Fork, Ignored, Receipt, Status, verdict
-from sync.declaration import (
+from statefuse.sync.changelog import ChangeLog, Fork, Ignored, Receipt, Status, verdict
+from statefuse.sync.declaration import (
     SPACE_OP_TYPES,
     RegistryDeclared,
     creator,
     declaration_in_force,
 )
-from sync.key import KeyFileError, SigningKey
-from sync.quarantine import QuarantineEntry
-from sync.reconcile import Reconciler
-from sync.snapshot import (
+from statefuse.sync.key import KeyFileError, SigningKey
+from statefuse.sync.quarantine import QuarantineEntry
+from statefuse.sync.reconcile import Reconciler
+from statefuse.sync.snapshot import (
     Identity,
     Load,
     Restored,
@@ -103,8 +101,10 @@ from sync.snapshot import (
     encode_snapshot,
     open_snapshot,
 )
-from sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
-from sync.verify import QuarantineReason
+from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
+from statefuse.sync.verify import QuarantineReason
+from statefuse.view import SurfacedConflict
+from statefuse.writer import Writer
 
 Observer = Callable[[tuple[Op, ...]], object]
 
@@ -1354,7 +1354,7 @@ class Replica:
 
     def export(self, path: str | os.PathLike[str]) -> int:
         """Write every accepted and pending change to a bundle file; returns how many."""
-        from sync.bundle import write_bundle
+        from statefuse.sync.bundle import write_bundle
 
         self._check_open()
         changes = self.all_change_bytes()
@@ -1371,7 +1371,7 @@ class Replica:
         """Verify and take in the changes of a bundle file (see `sync.bundle`), all or nothing:
         the file is read and checked whole before anything is taken in, and one store
         transaction keeps what it brought."""
-        from sync.bundle import read_bundle
+        from statefuse.sync.bundle import read_bundle
 
         self._check_writable()
         changes = read_bundle(path, space=self.space)

@@ -36,9 +36,9 @@ from waitress import trigger, wasyncore
 from waitress.channel import HTTPChannel
 from waitress.server import BaseWSGIServer, create_server
 
-from registry.error import RegistryError
-from sync.changelog import AreaFullError
-from sync.protocol import (
+from statefuse.registry.error import RegistryError
+from statefuse.sync.changelog import AreaFullError
+from statefuse.sync.protocol import (
     CONTENT_TYPE,
     MAX_BODY_BYTES,
     MAX_CHANGE_FRAME_BYTES,
@@ -54,8 +54,8 @@ from sync.protocol import (
     encode_frames,
     limits,
 )
-from sync.reconcile import ID_BYTES, MAX_MESSAGE_BYTES, ReconcileError, Reconciler
-from sync.replica import ReadOnlyError, Replica
+from statefuse.sync.reconcile import ID_BYTES, MAX_MESSAGE_BYTES, ReconcileError, Reconciler
+from statefuse.sync.replica import ReadOnlyError, Replica
 
 __all__ = ["DEFAULT_TIMEOUT", "SyncApp", "SyncServer", "serve"]
 

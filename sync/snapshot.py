@@ -50,8 +50,6 @@ from typing import Any
 
 import blake3
 
-from registry.error import StateFuseError
-from registry.value import FrozenList, FrozenMap, frozen_canonical, plain_value
 from statefuse.op import (
     ClaimAdded,
     ClaimRetracted,
@@ -62,8 +60,10 @@ from statefuse.op import (
     _value,
     decode_op,
 )
-from sync.change import VerifiedChange
-from sync.key import SigningKey
+from statefuse.registry.error import StateFuseError
+from statefuse.registry.value import FrozenList, FrozenMap, frozen_canonical, plain_value
+from statefuse.sync.change import VerifiedChange
+from statefuse.sync.key import SigningKey
 
 #: Version of the snapshot format; a snapshot of another version is ignored (and rewritten).
 SNAPSHOT_VERSION = 1

@@ -40,7 +40,7 @@ from statefuse.op import (
     _text,
     register_op_type,
 )
-from sync.key import PublicKey, PublicKeyError
+from statefuse.sync.key import PublicKey, PublicKeyError
 
 
 class TrustMode(Enum):

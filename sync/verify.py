@@ -25,10 +25,10 @@ from operator import attrgetter
 
 import msgpack
 
-from registry.error import InputError, StateFuseError
-from registry.value import INT_MAX, INT_MIN, decode_value
 from statefuse.op import ID_BYTES, Op, decode_op, decode_ops_fast
-from sync.change import (
+from statefuse.registry.error import InputError, StateFuseError
+from statefuse.registry.value import INT_MAX, INT_MIN, decode_value
+from statefuse.sync.change import (
     CHANGE_FORMAT_VERSION,
     MAX_CHANGE_BYTES,
     MAX_OPS_PER_CHANGE,
@@ -38,7 +38,7 @@ from sync.change import (
     change_id_of,
     signed_message,
 )
-from sync.key import SIGNATURE_BYTES, PublicKeyError, verify_signature
+from statefuse.sync.key import SIGNATURE_BYTES, PublicKeyError, verify_signature
 
 
 class QuarantineReason(Enum):

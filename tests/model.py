@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from registry import Registry, encode_value
 from statefuse import ClaimAdded, ClaimRetracted, Op
+from statefuse.registry import Registry, encode_value
 
 
 @dataclass

@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 import time
 
-from registry.error import NormalizationError
-from registry.value import Value
+from statefuse.registry.error import NormalizationError
+from statefuse.registry.value import Value
 
 _calls = 0
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry import Cardinality, PredicateContract, Registry
 from statefuse import Lens, context_for, materialize
-from sync.key import SigningKey
-from sync.replica import Replica
+from statefuse.registry import Cardinality, PredicateContract, Registry
+from statefuse.sync.key import SigningKey
+from statefuse.sync.replica import Replica
 
 REGISTRY = Registry([PredicateContract("tags", cardinality=Cardinality.MANY)])
 

@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import agent_loop as al  # noqa: E402
 from statefuse import ContextCache, Lens, context_for  # noqa: E402
-from sync.replica import Replica  # noqa: E402
+from statefuse.sync.replica import Replica  # noqa: E402
 
 SEED = 7
 

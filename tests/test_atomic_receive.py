@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry import DEFAULT_REGISTRY
+from statefuse.registry import DEFAULT_REGISTRY
 from statefuse.store import MemoryStore, StoreInfo, StoreWrite
-from sync.change import ChangeInputError
-from sync.changelog import AreaFullError, Bounds
-from sync.key import SigningKey
-from sync.replica import Replica
+from statefuse.sync.change import ChangeInputError
+from statefuse.sync.changelog import AreaFullError, Bounds
+from statefuse.sync.key import SigningKey
+from statefuse.sync.replica import Replica
 
 SPACE = "team"
 

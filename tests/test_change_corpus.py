@@ -35,10 +35,10 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 import statefuse.op
-from registry import DEFAULT_REGISTRY
-from registry.value import MAX_DEPTH, decode_value
 from statefuse import Op, OpSet, Writer, materialize
-from sync.change import (
+from statefuse.registry import DEFAULT_REGISTRY
+from statefuse.registry.value import MAX_DEPTH, decode_value
+from statefuse.sync.change import (
     MAX_CHANGE_BYTES,
     MAX_OPS_PER_CHANGE,
     MAX_SPACE_CHARS,
@@ -49,10 +49,10 @@ from sync.change import (
     sign_change,
     signed_message,
 )
-from sync.changelog import ChangeLog, Equivocation, Ignored, Status
-from sync.key import PublicKey, PublicKeyError, SigningKey
-from sync.trust import TRUST_OP_TYPES, TrustMode, TrustWriter
-from sync.verify import (
+from statefuse.sync.changelog import ChangeLog, Equivocation, Ignored, Status
+from statefuse.sync.key import PublicKey, PublicKeyError, SigningKey
+from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustWriter
+from statefuse.sync.verify import (
     QuarantineReason,
     VerificationError,
     verify_change,

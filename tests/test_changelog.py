@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sync.changelog as changelog_module
-from registry import DEFAULT_REGISTRY, StateFuseError, encode_value
+import statefuse.sync.changelog as changelog_module
 from statefuse import Writer
-from sync.change import (
+from statefuse.registry import DEFAULT_REGISTRY, StateFuseError, encode_value
+from statefuse.sync.change import (
     ChangeInputError,
     UnverifiedChange,
     change_body,
@@ -18,9 +18,16 @@ from sync.change import (
     signed_message,
     wire,
 )
-from sync.changelog import Area, AreaFullError, Bounds, BoundsConfigError, ChangeLog, Status
-from sync.key import SigningKey
-from sync.verify import QuarantineReason, VerificationError, verify_change
+from statefuse.sync.changelog import (
+    Area,
+    AreaFullError,
+    Bounds,
+    BoundsConfigError,
+    ChangeLog,
+    Status,
+)
+from statefuse.sync.key import SigningKey
+from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change
 
 SPACE = "team-memory"
 FP = DEFAULT_REGISTRY.fingerprint

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import normalizers_for_tests as bad
 import pytest
 
-from registry import (
+from statefuse.registry import (
     BUILTIN_NORMALIZERS,
     DEFAULT_REGISTRY,
     ContractError,
@@ -19,7 +19,7 @@ from registry import (
     Value,
     checker,
 )
-from registry.checker import NormalizerContractError, check_normalizer, check_registry
+from statefuse.registry.checker import NormalizerContractError, check_normalizer, check_registry
 
 #: Samples every builtin is checked on: some it accepts, some it declines.
 BUILTIN_SAMPLES: dict[str, list[Value]] = {
@@ -261,7 +261,7 @@ def test_registry_check_passes_a_registry_of_well_behaved_normalizers() -> None:
 
 
 def test_check_registry_wants_samples_for_a_custom_normalizer_used_only_by_the_default() -> None:
-    from registry import PredicateContract
+    from statefuse.registry import PredicateContract
 
     reg = Registry(
         normalizers={"sku": bad.strip_lower},

@@ -26,13 +26,13 @@ from typing import NamedTuple
 import blake3
 import pytest
 
-from registry import same_value
 from statefuse import DEFAULT_REGISTRY, Lens, Writer, context_for
 from statefuse.cli import COMMANDS, main, parser
-from sync.bundle import write_bundle
-from sync.change import sign_change
-from sync.key import SigningKey
-from sync.replica import Replica
+from statefuse.registry import same_value
+from statefuse.sync.bundle import write_bundle
+from statefuse.sync.change import sign_change
+from statefuse.sync.key import SigningKey
+from statefuse.sync.replica import Replica
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = bytes(range(32))

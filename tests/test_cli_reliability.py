@@ -23,7 +23,7 @@ from typing import NamedTuple
 import pytest
 
 from statefuse.cli import main
-from sync.replica import key_path
+from statefuse.sync.replica import key_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -222,7 +222,7 @@ def test_ctrl_c_while_close_saves_its_snapshot_exits_130_and_keeps_the_write(
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("sync.replica.encode_snapshot", interrupted)
+    monkeypatch.setattr("statefuse.sync.replica.encode_snapshot", interrupted)
     run = cli("--store", str(path), "claim", "a/b/c", "kept")
     assert run.code == 130 and run.out.startswith("Added claim") and run.err == "Interrupted\n"
     monkeypatch.undo()

@@ -28,9 +28,9 @@ from test_value import values
 from statefuse import tokenizer as tokenizer_module
 from statefuse.cli import format_key
 from statefuse.clitable import clip, display_width, table, value_json
+from statefuse.sync.replica import Replica
 from statefuse.tokenizer import BpeTokenizer
 from statefuse.view import json_value
-from sync.replica import Replica
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Any code point, lone surrogates included (``st.characters()`` leaves them out by default).

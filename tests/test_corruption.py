@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statefuse.cli import main
-from sync.replica import Replica, key_path
+from statefuse.sync.replica import Replica, key_path
 
 SPACE = "team"
 #: How many corruptions the campaign runs (the issue asks for at least 200).

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from statefuse import materialize
-from sync.replica import Replica
+from statefuse.sync.replica import Replica
 
 TRIALS = 50
 TRIALS_PER_STORE = 10

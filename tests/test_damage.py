@@ -17,7 +17,7 @@ import pytest
 
 from statefuse.error import InputError
 from statefuse.store import StoreError
-from sync.replica import ReadOnlyError, Replica, StoreDamagedError, key_path
+from statefuse.sync.replica import ReadOnlyError, Replica, StoreDamagedError, key_path
 
 SPACE = "team"
 
@@ -159,7 +159,7 @@ def test_opening_a_missing_path_without_create_names_it_and_creates_nothing(tmp_
 _WRITER = textwrap.dedent(
     """
     import sys
-    from sync.replica import Replica
+    from statefuse.sync.replica import Replica
     r = Replica.open(sys.argv[1])
     print("ready", flush=True)
     for i in range(int(sys.argv[2])):

@@ -25,8 +25,8 @@ from statefuse.lens import Lens
 from statefuse.op import decode_ops
 from statefuse.projection import project
 from statefuse.state import group_id_of
+from statefuse.sync.replica import Replica
 from statefuse.view import How
-from sync.replica import Replica
 
 REG = Registry([PredicateContract("price", normalizer="number")])
 KEY = ("p", "launch", "deadline")
@@ -219,7 +219,7 @@ def test_an_old_version_tag_on_a_group_decision_is_refused():
     _, d = decided("2026-04-08", "2026-04-10")
     raw = d.to_value()
     assert raw["v"] == 2
-    from registry.value import encode_value
+    from statefuse.registry.value import encode_value
 
     with pytest.raises(EncodingError):
         decode_op(encode_value({**raw, "v": 1}))

@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry import DEFAULT_REGISTRY
 from statefuse import Writer
+from statefuse.registry import DEFAULT_REGISTRY
 from statefuse.store import StoreError
-from sync.change import sign_change
-from sync.changelog import ChangeLog, Ignored
-from sync.key import SigningKey
-from sync.replica import OwnFeedWarning, Replica, ReplicaError, key_path
-from sync.trust import TrustMode, TrustWriter
+from statefuse.sync.change import sign_change
+from statefuse.sync.changelog import ChangeLog, Ignored
+from statefuse.sync.key import SigningKey
+from statefuse.sync.replica import OwnFeedWarning, Replica, ReplicaError, key_path
+from statefuse.sync.trust import TrustMode, TrustWriter
 
 SPACE = "team"
 

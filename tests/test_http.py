@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sync.http import (
+from statefuse.sync.http import (
     MAX_BODY_BYTES,
     MalformedResponseError,
     PeerRejectedError,
@@ -37,15 +37,15 @@ from sync.http import (
     sync_all,
     sync_with,
 )
-from sync.protocol import (
+from statefuse.sync.protocol import (
     MAGIC,
     MAX_CHANGE_FRAME_BYTES,
     decode_frames,
     decode_space,
     encode_frames,
 )
-from sync.reconcile import Reconciler
-from sync.replica import MergeReport, Replica
+from statefuse.sync.reconcile import Reconciler
+from statefuse.sync.replica import MergeReport, Replica
 
 SPACE = "team"
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Any]
@@ -714,8 +714,8 @@ def _default_sigint() -> None:
 
 def test_ctrl_c_ends_serve_forever_cleanly_and_it_returns():
     script = (
-        "from sync.http import serve\n"
-        "from sync.replica import Replica\n"
+        "from statefuse.sync.http import serve\n"
+        "from statefuse.sync.replica import Replica\n"
         "server = serve(Replica.memory(space='team'))\n"
         "print(server.url, flush=True)\n"
         "server.serve_forever()\n"
@@ -746,8 +746,8 @@ def test_ctrl_c_ends_serve_forever_cleanly_and_it_returns():
 
 
 def test_a_sync_that_reveals_a_fork_reports_it_on_both_sides_and_keeps_both_branches():
-    from sync.key import SigningKey
-    from sync.replica import OwnFeedWarning
+    from statefuse.sync.key import SigningKey
+    from statefuse.sync.replica import OwnFeedWarning
 
     key = SigningKey.generate()
     served_side, ours = Replica.memory(space=SPACE), Replica.memory(space=SPACE)

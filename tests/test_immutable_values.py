@@ -23,16 +23,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from registry import (
-    FrozenList,
-    FrozenMap,
-    ValueRuleError,
-    ValueTypeError,
-    canonical_value,
-    encode_value,
-    plain_value,
-)
-from registry.value import frozen_value
 from statefuse import (
     Lens,
     PredicateContract,
@@ -44,9 +34,19 @@ from statefuse import (
     project,
 )
 from statefuse.op import ClaimAdded, EvidenceAdded, decode_op, decode_ops
+from statefuse.registry import (
+    FrozenList,
+    FrozenMap,
+    ValueRuleError,
+    ValueTypeError,
+    canonical_value,
+    encode_value,
+    plain_value,
+)
+from statefuse.registry.value import frozen_value
 from statefuse.resolver import Abstain, ResolverInput, Select
+from statefuse.sync.replica import Replica
 from statefuse.view import json_value
-from sync.replica import Replica
 from tests.test_value import values
 
 HOSTILE = (TypeError, AttributeError)

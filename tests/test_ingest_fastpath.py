@@ -32,14 +32,14 @@ from hypothesis import strategies as st
 from test_op import ops as op_strategy
 
 import statefuse.op
-from registry import DEFAULT_REGISTRY, EncodingError, StateFuseError
 from statefuse import ClaimAdded, ClaimRetracted, EvidenceAdded, Layer, OpSet, Writer, decode_op
 from statefuse.op import OP_TYPES, decode_ops, decode_ops_fast
-from sync import verify as verify_module
-from sync.change import UnverifiedChange, change_id_of, signed_message
-from sync.key import SigningKey
-from sync.trust import TrustWriter
-from sync.verify import (
+from statefuse.registry import DEFAULT_REGISTRY, EncodingError, StateFuseError
+from statefuse.sync import verify as verify_module
+from statefuse.sync.change import UnverifiedChange, change_id_of, signed_message
+from statefuse.sync.key import SigningKey
+from statefuse.sync.trust import TrustWriter
+from statefuse.sync.verify import (
     QuarantineReason,
     VerificationError,
     verify_change,

@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
-import sync.key
+import statefuse.sync.key as key_module
 from statefuse.error import InputError, StateFuseError
-from sync.key import (
+from statefuse.sync.key import (
     KEY_FILE_MAGIC,
     KEY_FILE_VERSION,
     KeyFileError,
@@ -624,8 +624,8 @@ def test_loading_a_missing_file_or_a_directory_is_a_key_file_error(tmp_path):
 
 def test_refused_authors_are_refused_every_time_and_never_cached():
     identity = bytes.fromhex(SMALL_ORDER[0]["encoding"])
-    before = sync.key._accepted_author.cache_info().currsize
+    before = key_module._accepted_author.cache_info().currsize
     for _ in range(3):
         with pytest.raises(PublicKeyError):
             verify_signature(identity, bytes(64), b"")
-    assert sync.key._accepted_author.cache_info().currsize == before
+    assert key_module._accepted_author.cache_info().currsize == before

@@ -53,8 +53,8 @@ from statefuse.langgraph import (
     claim_namespace,
     item_namespace,
 )
-from sync.key import SigningKey
-from sync.replica import Replica
+from statefuse.sync.key import SigningKey
+from statefuse.sync.replica import Replica
 
 
 def _key(name: str) -> SigningKey:

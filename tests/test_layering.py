@@ -1,5 +1,9 @@
-"""STYLE practice 2: imports flow ``registry <- statefuse <- sync``, and the pure core does no I/O,
-reads no clock and uses no randomness.
+"""STYLE practice 2: imports flow ``statefuse.registry <- statefuse <- statefuse.sync``, and the
+pure core does no I/O, reads no clock and uses no randomness.
+
+The three layers live in one installed package (the repository's top-level ``registry/`` and
+``sync/`` folders install as ``statefuse.registry`` and ``statefuse.sync``); `layer_of` names the
+layer of a module.
 
 The checks read the source with `ast` (every import statement, also inside functions and
 ``if TYPE_CHECKING:`` blocks, and every call), so nothing is imported to check it. The pure-core
@@ -10,7 +14,7 @@ What counts as an import of our module: the module an ``import`` or ``from ... i
 ``from pkg import sub`` when ``sub`` is a submodule). Parent packages that Python runs implicitly
 (``statefuse/__init__.py`` when importing ``statefuse.op``) are not followed: they are re-export
 surfaces that may reach the edges (``statefuse`` re-exports `Writer`, which reads the clock).
-``from registry import Registry`` names the ``registry`` package, so its ``__init__`` is followed.
+``from statefuse.registry import Registry`` names that package, so its ``__init__`` is followed.
 """
 
 from __future__ import annotations
@@ -22,7 +26,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("registry", "statefuse", "sync")
+#: Repository folder -> the package it installs as.
+PACKAGES = {"registry": "statefuse.registry", "statefuse": "statefuse", "sync": "statefuse.sync"}
+#: The layers, bottom first.
+LAYERS = ("registry", "statefuse", "sync")
+
+
+def layer_of(module: str) -> str:
+    """``statefuse.sync.replica`` -> ``sync``, ``statefuse.op`` -> ``statefuse``, ``os`` -> ``os``.
+
+    Layers are named by the repository folder a module lives in."""
+    parts = module.split(".")
+    if parts[0] == "statefuse" and len(parts) > 1 and parts[1] in ("registry", "sync"):
+        return parts[1]
+    return parts[0]
+
 
 #: The modules that must stay pure (SEMANTICS §6-§7: materialize and project are functions).
 PURE_CORE = (
@@ -39,11 +57,11 @@ PURE_CORE = (
     "statefuse.context",
     "statefuse.ranker",
     "statefuse.tokenizer",
-    "registry.value",
-    "registry.contract",
-    "registry.normalizer",
-    "registry.registry",
-    "registry.error",
+    "statefuse.registry.value",
+    "statefuse.registry.contract",
+    "statefuse.registry.normalizer",
+    "statefuse.registry.registry",
+    "statefuse.registry.error",
 )
 
 #: Standard modules that do I/O, read clocks or the environment, use randomness or threads, or
@@ -186,9 +204,9 @@ def scan_tree(sources: dict[str, tuple[str, bool]]) -> dict[str, ModuleScan]:
 
 def read_packages(root: Path = ROOT) -> dict[str, tuple[str, bool]]:
     sources = {}
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            parts = path.relative_to(root).with_suffix("").parts
+    for folder, package in PACKAGES.items():
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = (*package.split("."), *path.relative_to(root / folder).with_suffix("").parts)
             is_package = parts[-1] == "__init__"
             name = ".".join(parts[:-1] if is_package else parts)
             sources[name] = (path.read_text(encoding="utf-8"), is_package)
@@ -237,11 +255,11 @@ def layer_violations(
     """Imports from modules of package ``layer`` into any package in ``forbidden``."""
     problems = []
     for module, scan in sorted(scans.items()):
-        if module.split(".")[0] != layer:
+        if layer_of(module) != layer:
             continue
         seen = set()
         for found in scan.imports:
-            top = found.name.split(".")[0]
+            top = layer_of(found.name)
             if top in forbidden and found.line not in seen:
                 seen.add(found.line)
                 problems.append(f"{module} line {found.line} imports {found.name!r}")
@@ -257,7 +275,7 @@ SCANS = scan_tree(read_packages())
 def test_every_pure_core_module_exists_so_the_check_cannot_silently_skip_one():
     missing = [m for m in PURE_CORE if m not in SCANS]
     assert not missing, f"pure-core modules not found (renamed?): {missing}"
-    assert {m.split(".")[0] for m in SCANS} == set(PACKAGES)
+    assert {layer_of(m) for m in SCANS} == set(LAYERS)
 
 
 def test_registry_imports_nothing_from_statefuse_or_sync():
@@ -305,19 +323,21 @@ def test_statefuse_reaches_sync_only_through_the_lazy_names_of_its_package():
     import statefuse
 
     for name, module in statefuse._FROM_SYNC.items():
-        assert module.split(".")[0] == "sync"
+        assert layer_of(module) == "sync"
         assert getattr(importlib.import_module(module), name) is getattr(statefuse, name)
     sources = read_packages()
     dynamic = [
         m
         for m, (src, _) in sources.items()
-        if m.split(".")[0] != "registry" and "import_module(" in src
+        if layer_of(m) != "registry" and "import_module(" in src
     ]
     # package surfaces resolve lazy names, and the CLI imports the modules ``--normalizers``
     # names (an entry point's job); no other module imports by name
-    assert "statefuse" in dynamic and set(dynamic) <= {"statefuse", "sync", "statefuse.cli"}, (
-        dynamic
-    )
+    assert "statefuse" in dynamic and set(dynamic) <= {
+        "statefuse",
+        "statefuse.sync",
+        "statefuse.cli",
+    }, dynamic
 
 
 @pytest.mark.parametrize("module", PURE_CORE)
@@ -437,6 +457,8 @@ def test_checker_resolves_relative_imports(module, source, is_package, expected)
         ("def f():\n    import sync.peer\n", "registry", ("statefuse", "sync")),
         ("import statefuse\n", "registry", ("statefuse", "sync")),
         ("from sync import Peer\n", "statefuse", ("sync",)),
+        ("from statefuse.sync import Peer\n", "statefuse", ("sync",)),
+        ("import statefuse.sync.replica\n", "registry", ("statefuse", "sync")),
     ],
 )
 def test_checker_finds_imports_that_reach_the_wrong_way(source, layer, forbidden):
@@ -450,10 +472,10 @@ def test_the_error_tree_in_statefuse_error_names_every_error_class():
     import pkgutil
 
     import statefuse.error
-    from registry.error import StateFuseError
+    from statefuse.registry.error import StateFuseError
 
     missing = []
-    for package in ("registry", "statefuse", "sync"):
+    for package in PACKAGES.values():
         root = importlib.import_module(package)
         for info in pkgutil.iter_modules(root.__path__, f"{package}."):
             if info.name.endswith("__main__"):
@@ -468,3 +490,18 @@ def test_the_error_tree_in_statefuse_error_names_every_error_class():
                 ):
                     missing.append(f"{module.__name__}.{name}")
     assert not missing, f"not in the error tree of statefuse/error.py: {missing}"
+
+
+def test_no_file_imports_the_bare_folder_names_registry_or_sync():
+    # the folders install as statefuse.registry and statefuse.sync; a bare ``import sync`` would
+    # import a second copy of the module from the repository root (or a user's own sync.py)
+    problems = []
+    for folder in ("registry", "statefuse", "sync", "tests", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            scan = scan_source(path.read_text(encoding="utf-8"), "x.y")
+            problems += [
+                f"{path.relative_to(ROOT)} line {f.line} imports {f.name!r}"
+                for f in scan.imports
+                if f.name.split(".")[0] in ("registry", "sync")
+            ]
+    assert not problems, "\n".join(problems)

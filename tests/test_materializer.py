@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from registry import EXACT_CONTRACT
 from statefuse import (
     Cardinality,
     Materializer,
@@ -18,6 +17,7 @@ from statefuse import (
     locus_of,
     materialize,
 )
+from statefuse.registry import EXACT_CONTRACT
 
 REG = Registry(
     [

@@ -35,9 +35,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import CallToolResult
 
 from statefuse.mcp import CONTEXT_URI, build_server
-from sync.http import serve
-from sync.key import SigningKey
-from sync.replica import Replica
+from statefuse.sync.http import serve
+from statefuse.sync.key import SigningKey
+from statefuse.sync.replica import Replica
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = "team"

@@ -17,9 +17,14 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from registry import BUILTIN_NORMALIZERS, DEFAULT_REGISTRY, NormalizationError, PredicateContract
-from registry.normalizer import boolean, date, datetime, money, number, text
-from registry.value import INT_MAX, INT_MIN, Value, canonical_value, encode_value
+from statefuse.registry import (
+    BUILTIN_NORMALIZERS,
+    DEFAULT_REGISTRY,
+    NormalizationError,
+    PredicateContract,
+)
+from statefuse.registry.normalizer import boolean, date, datetime, money, number, text
+from statefuse.registry.value import INT_MAX, INT_MIN, Value, canonical_value, encode_value
 
 # --- strategies -----------------------------------------------------------------------------
 # Each ``*_cases`` strategy draws one underlying value from ``pool``, writes it in one of the ways
@@ -360,7 +365,8 @@ def test_builtin_normal_forms_do_not_depend_on_the_hash_seed() -> None:
     samples = [(name, sample) for name in sorted(BUILTIN_NORMALIZERS) for sample in SEED_SAMPLES]
     script = (
         "import json, sys\n"
-        "from registry import BUILTIN_NORMALIZERS, NormalizationError, decode_value, encode_value\n"
+        "from statefuse.registry import BUILTIN_NORMALIZERS, NormalizationError\n"
+        "from statefuse.registry import decode_value, encode_value\n"
         "out = []\n"
         "for name, data in json.load(sys.stdin):\n"
         "    value = decode_value(bytes.fromhex(data))\n"

@@ -17,7 +17,19 @@ from hypothesis import strategies as st
 from test_value import INT64_MAX, readme_limits, reference_encode, values
 
 import statefuse.op
-from registry import (
+from statefuse import (
+    ClaimAdded,
+    ClaimRetracted,
+    DecisionAdded,
+    EvidenceAdded,
+    InputError,
+    Layer,
+    OpRuleError,
+    Writer,
+    compute_claim_ref,
+    decode_op,
+)
+from statefuse.registry import (
     BUILTIN_NORMALIZERS,
     DEFAULT_REGISTRY,
     EXACT_CONTRACT,
@@ -32,18 +44,6 @@ from registry import (
     ValueRuleError,
     ValueTypeError,
     decode_value,
-)
-from statefuse import (
-    ClaimAdded,
-    ClaimRetracted,
-    DecisionAdded,
-    EvidenceAdded,
-    InputError,
-    Layer,
-    OpRuleError,
-    Writer,
-    compute_claim_ref,
-    decode_op,
 )
 
 CLAIM_REF_DOMAIN = b"statefuse/claim_ref/v1"

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import registry.value
+import statefuse.registry.value as value_module
 from statefuse import (
     ClaimAdded,
     OpIdMismatch,
@@ -191,7 +191,7 @@ def _mutated_in_place(op: ClaimAdded) -> ClaimAdded:
     # slot has no name on the class). The op, its value and the map stay the objects they
     # were, so only re-encoding the content can notice.
     inner = op.value[2]  # type: ignore[index]
-    registry.value._set_entries(inner, {"k": "smuggled"})
+    value_module._set_entries(inner, {"k": "smuggled"})
     return op
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry import Cardinality, PredicateContract, Registry
 from statefuse import Lens, materialize, project
 from statefuse.materializer import Materializer
 from statefuse.projection import _plan, _plan_full
+from statefuse.registry import Cardinality, PredicateContract, Registry
 from statefuse.resolver import Conservative
 from statefuse.view import Layered, _in_order
 from statefuse.writer import Writer

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from registry.error import InputError, StateFuseError
-from sync.reconcile import (
+from statefuse.registry.error import InputError, StateFuseError
+from statefuse.sync.reconcile import (
     FINGERPRINT_BYTES,
     MAX_EXCHANGE_MESSAGES,
     MAX_LIST_IDS,
@@ -672,7 +672,7 @@ def test_a_grown_reconciler_is_the_one_built_from_the_whole_set_message_for_mess
 
 
 def test_a_few_ids_added_to_many_hash_only_the_new_ids(monkeypatch):
-    import sync.reconcile as reconcile_module
+    import statefuse.sync.reconcile as reconcile_module
 
     base = _ids("base", 2000)
     original = Reconciler(base)

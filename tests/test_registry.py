@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from registry import (
+from statefuse.registry import (
     DEFAULT_AUTHORITY_ORDER,
     DEFAULT_CONTRACT,
     DEFAULT_REGISTRY,
@@ -25,7 +25,7 @@ from registry import (
     ValueTypeError,
     encode_value,
 )
-from registry.value import INT_MAX, INT_MIN
+from statefuse.registry.value import INT_MAX, INT_MIN
 
 AMOUNT = PredicateContract("amount", normalizer="number")
 NAME = PredicateContract("name", normalizer="text", cardinality=Cardinality.MANY)

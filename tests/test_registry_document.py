@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_registry import values  # StateFuse values
 
-from registry import (
+from statefuse.registry import (
     BUILTIN_NORMALIZERS,
     DEFAULT_AUTHORITY_ORDER,
     DEFAULT_REGISTRY,
@@ -37,12 +37,12 @@ from registry import (
     register_normalizer,
     registered_normalizers,
 )
-from registry.catalog import MAX_VERSION
-from registry.checker import check_registry
-from registry.contract import Param
-from registry.file import load_registry, read_registry_file, save_registry
-from registry.normalizer import natural
-from registry.value import INT_MAX, INT_MIN
+from statefuse.registry.catalog import MAX_VERSION
+from statefuse.registry.checker import check_registry
+from statefuse.registry.contract import Param
+from statefuse.registry.file import load_registry, read_registry_file, save_registry
+from statefuse.registry.normalizer import natural
+from statefuse.registry.value import INT_MAX, INT_MIN
 
 try:
     import tomllib  # type: ignore[import-not-found,unused-ignore]

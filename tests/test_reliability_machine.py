@@ -38,10 +38,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from statefuse import materialize
 from statefuse.store import StoreError
-from sync.changelog import Ignored
-from sync.key import SigningKey
-from sync.replica import OwnFeedWarning, Replica, StoreDamagedError, key_path
-from sync.snapshot import SnapshotWarning
+from statefuse.sync.changelog import Ignored
+from statefuse.sync.key import SigningKey
+from statefuse.sync.replica import OwnFeedWarning, Replica, StoreDamagedError, key_path
+from statefuse.sync.snapshot import SnapshotWarning
 
 SPACE = "reliability"
 CLOSED = "closed"

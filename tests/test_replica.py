@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry import PredicateContract, Registry
 from statefuse import (
     ClaimAdded,
     ClaimLookupError,
@@ -18,11 +17,12 @@ from statefuse import (
     format_key,
     materialize,
 )
+from statefuse.registry import PredicateContract, Registry
 from statefuse.store import StoreError
-from sync.bundle import BundleError, parse_bundle
-from sync.change import UnverifiedChange
-from sync.key import SigningKey
-from sync.replica import Replica, ReplicaError, key_path
+from statefuse.sync.bundle import BundleError, parse_bundle
+from statefuse.sync.change import UnverifiedChange
+from statefuse.sync.key import SigningKey
+from statefuse.sync.replica import Replica, ReplicaError, key_path
 
 
 def _value_of(replica: Replica, subject: str) -> list[object]:
@@ -365,7 +365,7 @@ def test_replicas_written_from_two_threads_at_once_sign_only_changes_that_verify
     import sys
     import threading
 
-    from sync.verify import verify_change
+    from statefuse.sync.verify import verify_change
 
     replicas = [Replica.memory(space="threads") for _ in range(2)]
 
@@ -397,7 +397,7 @@ def test_replicas_written_from_two_threads_at_once_sign_only_changes_that_verify
 
 
 def test_reconcilers_share_the_built_ids_until_a_change_arrives_and_never_share_what_they_learn():
-    from sync.reconcile import Reconciler
+    from statefuse.sync.reconcile import Reconciler
 
     a, b = Replica.memory(space="rec"), Replica.memory(space="rec")
     for i in range(30):

@@ -19,9 +19,9 @@ from statefuse import ClaimAdded
 from statefuse.cli import main
 from statefuse.sqlitestore import SQLiteStore
 from statefuse.store import MemoryStore, StoreInfo, StoreWrite
-from sync.key import SigningKey, SigningKeyError
-from sync.replica import CLOSE_SNAPSHOT_SHARE, Replica, ReplicaError
-from sync.snapshot import (
+from statefuse.sync.key import SigningKey, SigningKeyError
+from statefuse.sync.replica import CLOSE_SNAPSHOT_SHARE, Replica, ReplicaError
+from statefuse.sync.snapshot import (
     KEY_CONTEXT,
     MAGIC,
     SNAPSHOT_VERSION,
@@ -449,7 +449,7 @@ def test_a_malicious_pickle_is_refused_without_running_anything(saved, tmp_path,
     _check_fallback(saved, "snapshot-format" if signed else "snapshot-key")
     assert not marker.exists()
     with pytest.raises(SnapshotError):  # the payload is live: only the reader stops it
-        from sync.snapshot import _NoGlobals
+        from statefuse.sync.snapshot import _NoGlobals
 
         _NoGlobals(io.BytesIO(payload)).load()
     assert not marker.exists()

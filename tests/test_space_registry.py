@@ -16,7 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry import (
+from statefuse import Lens, StoreError, project
+from statefuse.cli import main
+from statefuse.registry import (
     DEFAULT_REGISTRY,
     EXACT_REGISTRY,
     Cardinality,
@@ -25,16 +27,14 @@ from registry import (
     Registry,
     RegistryError,
 )
-from statefuse import Lens, StoreError, project
-from statefuse.cli import main
 from statefuse.resolver import Conservative
 from statefuse.sqlitestore import SQLiteStore
 from statefuse.store import StoreInfo, StoreWrite
+from statefuse.sync.change import sign_change
+from statefuse.sync.declaration import RegistryDeclared
+from statefuse.sync.key import SigningKey
+from statefuse.sync.replica import Replica, ReplicaError, key_path
 from statefuse.writer import Writer
-from sync.change import sign_change
-from sync.declaration import RegistryDeclared
-from sync.key import SigningKey
-from sync.replica import Replica, ReplicaError, key_path
 
 SPACE = "deals"
 
@@ -313,8 +313,8 @@ def _shout(value: object) -> object:
 
 
 def test_a_peer_without_the_normalizer_code_refuses_a_push_and_keeps_its_memory():
-    from sync.client import PeerRejectedError, sync_with
-    from sync.server import serve
+    from statefuse.sync.client import PeerRejectedError, sync_with
+    from statefuse.sync.server import serve
 
     custom = Registry([PredicateContract("sku", normalizer="shout")], normalizers={"shout": _shout})
     mine = Replica.memory(space=SPACE, registry=custom)

@@ -13,9 +13,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from registry import DEFAULT_REGISTRY
 from statefuse import Writer
-from sync import (
+from statefuse.registry import DEFAULT_REGISTRY
+from statefuse.sync import (
     ChangeLog,
     QuarantineReason,
     SigningKey,

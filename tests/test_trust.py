@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from registry import DEFAULT_REGISTRY
 from statefuse import Writer, decode_op
-from sync.change import sign_change
-from sync.changelog import ChangeLog, Ignored, TrustConfigError
-from sync.key import PublicKeyError, SigningKey
-from sync.trust import AuthorRevoked, TrustMode, TrustWriter
+from statefuse.registry import DEFAULT_REGISTRY
+from statefuse.sync.change import sign_change
+from statefuse.sync.changelog import ChangeLog, Ignored, TrustConfigError
+from statefuse.sync.key import PublicKeyError, SigningKey
+from statefuse.sync.trust import AuthorRevoked, TrustMode, TrustWriter
 
 SPACE = "team"
 FP = DEFAULT_REGISTRY.fingerprint

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from statefuse.cli import main
-from sync.replica import Replica
+from statefuse.sync.replica import Replica
 
 
 def _values(r: Replica, subject: str = "t1") -> list[object]:

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-import registry
-from registry import (
+from statefuse import registry
+from statefuse.registry import (
     MAX_CONTAINER_ITEMS,
     MAX_DEPTH,
     MAX_ENCODED_BYTES,
