@@ -31,6 +31,7 @@ from statefuse.error import (
     ValueRuleError,
     ValueTypeError,
 )
+from statefuse.history import HistoryEvent, key_history
 from statefuse.judge import CallableResolver, judge_payload
 from statefuse.keytext import KeyTextError, format_key, parse_key
 from statefuse.lens import Include, Lens, LensError
@@ -140,6 +141,7 @@ __all__ = [
     "EvidenceAdded",
     "FrozenList",
     "FrozenMap",
+    "HistoryEvent",
     "How",
     "Include",
     "InputError",
@@ -211,6 +213,7 @@ __all__ = [
     "format_key",
     "group_id_of",
     "judge_payload",
+    "key_history",
     "load_registry",
     "locus_of",
     "materialize",

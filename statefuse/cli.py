@@ -54,11 +54,12 @@ from statefuse.clitable import (
     value_cell,
 )
 from statefuse.error import InputError, StateFuseError
+from statefuse.history import HistoryEvent, key_history
 from statefuse.keytext import KeyTextError, format_key, key_parts
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, Layer
 from statefuse.registry import PredicateContract, Registry
 from statefuse.registry.value import Value
-from statefuse.state import ConflictSet, State, locus_of
+from statefuse.state import ConflictSet, State
 from statefuse.store import QuarantineRecord, StoreError
 from statefuse.view import json_value
 
@@ -674,63 +675,18 @@ def _cmd_conflicts(s: Session) -> int:
     return EXIT_OK
 
 
-@dataclass(frozen=True, slots=True)
-class HistoryEvent:
-    """One line of a key's history: an assertion (``claim``), a retraction (``retract`` exact,
-    ``retract-ref`` semantic) or a decision (``decide``) of one of the key's claims."""
-
-    lamport: int
-    op_id: bytes
-    event: str
-    author: bytes | str
-    claim: ClaimAdded
-    why: str
-    superseded_by: bytes | None = None
-
-    def json(self) -> dict[str, Any]:
-        return {
-            "lamport": self.lamport,
-            "op_id": self.op_id.hex(),
-            "event": self.event,
-            "author": _author_json(self.author),
-            "claim_id": self.claim.claim_id.hex(),
-            "scope": self.claim.scope,
-            "value": json_value(self.claim.value),
-            "why": self.why,
-            "superseded_by": _hex(self.superseded_by),
-        }
-
-
-def key_history(state: State, key: Key, scope: str | None) -> list[HistoryEvent]:
-    """Every assertion, retraction and decision of ``key``'s claims, in lamport order."""
-    claims = [c for c in state.all_claims() if _key_of(c) == key and scope in (None, c.scope)]
-    events = [HistoryEvent(c.lamport, c.op_id, "claim", c.author, c, c.provenance) for c in claims]
-    by_id = {c.claim_id: c for c in claims}
-    by_ref: dict[bytes, list[ClaimAdded]] = {}
-    for c in claims:
-        by_ref.setdefault(c.claim_ref, []).append(c)
-    for r in state.retractions.values():
-        targets = []
-        if r.target_claim_id in by_id:
-            targets.append(("retract", by_id[r.target_claim_id]))
-        if r.target_claim_ref is not None:
-            targets += [("retract-ref", c) for c in by_ref.get(r.target_claim_ref, ())]
-        why = r.reason
-        if r.superseded_by is not None:
-            why += ("; " if why else "") + f"superseded by {short_id(r.superseded_by)}"
-        events += [
-            HistoryEvent(r.lamport, r.op_id, kind, r.author, c, why, r.superseded_by)
-            for kind, c in targets
-        ]
-    loci = {locus_of(*key, c.scope) for c in claims}
-    for d in state.decisions:
-        if d.locus in loci and d.selected_claim_id in by_id:
-            stale = state.why_stale(d)
-            why = d.reason if stale is None else f"{d.reason} (no longer applies: {stale.value})"
-            chosen = by_id[d.selected_claim_id]
-            events.append(HistoryEvent(d.lamport, d.op_id, "decide", d.author, chosen, why))
-    events.sort(key=lambda e: (e.lamport, e.op_id, e.claim.claim_id))
-    return events
+def _event_json(e: HistoryEvent) -> dict[str, Any]:
+    return {
+        "lamport": e.lamport,
+        "op_id": e.op_id.hex(),
+        "event": e.event,
+        "author": _author_json(e.author),
+        "claim_id": e.claim.claim_id.hex(),
+        "scope": e.claim.scope,
+        "value": json_value(e.claim.value),
+        "why": e.why,
+        "superseded_by": _hex(e.superseded_by),
+    }
 
 
 def _cmd_history(s: Session) -> int:
@@ -754,7 +710,7 @@ def _cmd_history(s: Session) -> int:
         if rows
         else f"No history for {format_key(key)}."
     )
-    s.emit({"key": list(key), "events": [e.json() for e in events]}, text)
+    s.emit({"key": list(key), "events": [_event_json(e) for e in events]}, text)
     return EXIT_OK
 
 

@@ -51,7 +51,6 @@ from statefuse import __version__
 from statefuse.cli import (
     CliError,
     claim_notes,
-    key_history,
     parse_key,
     parse_key_prefix,
     resolve_id,
@@ -60,6 +59,7 @@ from statefuse.cli import (
 from statefuse.clitable import plural, short_id, value_cell
 from statefuse.context import SYSTEM_PROMPT
 from statefuse.error import InputError
+from statefuse.history import key_history
 from statefuse.keytext import format_key
 from statefuse.lens import Lens
 from statefuse.op import ClaimAdded, claim_ref_for

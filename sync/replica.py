@@ -44,6 +44,7 @@ from typing import Any, overload
 from statefuse.clitable import plural
 from statefuse.context import DEFAULT_BUDGET, Context, ContextCache, context_for
 from statefuse.error import ClaimLookupError
+from statefuse.history import HistoryEvent, key_history
 from statefuse.keytext import parse_key
 from statefuse.lens import Lens
 from statefuse.materializer import Materializer
@@ -967,10 +968,16 @@ class Replica:
         """A claim in the identity layer (who is asking, role, authority): `Writer.identity`."""
         return self._layered(self.writer.identity(subject, predicate, value, **meta))
 
+    @overload
+    def add_constraint(self, key: str, value: Value, /, **meta: Any) -> ClaimAdded: ...
+    @overload
     def add_constraint(
-        self, namespace: str, subject: str, predicate: str, value: Value, **meta: Any
-    ) -> ClaimAdded:
-        """A constraint (budget, deadline, policy, capacity…): `Writer.constraint`."""
+        self, namespace: str, subject: str, predicate: str, value: Value, /, **meta: Any
+    ) -> ClaimAdded: ...
+    def add_constraint(self, /, *key_and_value: Any, **meta: Any) -> ClaimAdded:
+        """A constraint (budget, deadline, policy, capacity…): `Writer.constraint`. The key is
+        three parts or one ``"namespace/subject/predicate"`` string, as `add_claim` takes it."""
+        namespace, subject, predicate, value = _key_and_value(key_and_value, meta)
         return self._layered(self.writer.constraint(namespace, subject, predicate, value, **meta))
 
     def add_turn(self, speaker: str, text: str, *, session: str, **meta: Any) -> ClaimAdded:
@@ -983,10 +990,16 @@ class Replica:
         """An environment signal that expires: `Writer.signal`."""
         return self._layered(self.writer.signal(subject, predicate, value, expires=expires, **meta))
 
+    @overload
+    def add_question(self, key: str, text: str, /, **meta: Any) -> ClaimAdded: ...
+    @overload
     def add_question(
-        self, namespace: str, subject: str, predicate: str, text: str, **meta: Any
-    ) -> ClaimAdded:
-        """An open question about a key (a known unknown until answered): `Writer.question`."""
+        self, namespace: str, subject: str, predicate: str, text: str, /, **meta: Any
+    ) -> ClaimAdded: ...
+    def add_question(self, /, *key_and_text: Any, **meta: Any) -> ClaimAdded:
+        """An open question about a key (a known unknown until answered): `Writer.question`.
+        The key is three parts or one ``"namespace/subject/predicate"`` string."""
+        namespace, subject, predicate, text = _key_and_value(key_and_text, meta, last="text")
         return self._layered(self.writer.question(namespace, subject, predicate, text, **meta))
 
     def _layered(self, op: ClaimAdded) -> ClaimAdded:
@@ -1103,6 +1116,28 @@ class Replica:
             )
         )
         return op
+
+    def history(
+        self,
+        of: str | tuple[str, str, str] | bytes | ClaimAdded,
+        *,
+        scope: str | None = None,
+    ) -> list[HistoryEvent]:
+        """Every assertion, retraction and decision of a key's claims, in lamport order (see
+        `key_history`). ``of`` is the key (one ``"namespace/subject/predicate"`` string, or
+        three parts) or a claim (the claim, its id, hex or a unique hex prefix: a string
+        without ``/``), whose key's history it is; ``scope`` keeps one scope. Raises
+        KeyTextError for a key it cannot read, UnknownClaimError for an id it does not know."""
+        if isinstance(of, tuple):
+            if len(of) != 3 or not all(isinstance(p, str) for p in of):
+                raise ReplicaError("of", "key-parts", "a key is three strings")
+            key = of
+        elif isinstance(of, str) and "/" in of:
+            key = parse_key(of)
+        else:
+            c = self._claim(of, "of")
+            key = (c.namespace, c.subject, c.predicate)
+        return key_history(self.state(), key, scope)
 
     def _claim_id(self, ref: bytes | str | ClaimAdded, field: str) -> bytes:
         """The id ``ref`` names: a claim's own, a 32-byte id as it is, a hex form resolved
@@ -1597,13 +1632,17 @@ _KEY_WORDS = ("namespace", "subject", "predicate", "value")
 _KEY_PARTS = frozenset(_KEY_WORDS[:3])
 
 
-def _key_and_value(args: tuple[Any, ...], meta: dict[str, Any]) -> tuple[str, str, str, Value]:
+def _key_and_value(
+    args: tuple[Any, ...], meta: dict[str, Any], *, last: str = "value"
+) -> tuple[str, str, str, Any]:
     """(namespace, subject, predicate, value) from ``key, value`` or the four of them, by
-    position or by name (names are taken out of ``meta``). Raises ReplicaError (rule
-    ``key-parts``) for another shape, KeyTextError for a key string it cannot read."""
-    named = {w: meta.pop(w) for w in ("key", *_KEY_WORDS) if w in meta}
+    position or by name (names are taken out of ``meta``; ``last`` names the fourth, ``text``
+    for a question). Raises ReplicaError (rule ``key-parts``) for another shape, KeyTextError
+    for a key string it cannot read."""
+    all_words = (*_KEY_WORDS[:3], last)
+    named = {w: meta.pop(w) for w in ("key", *all_words) if w in meta}
     one_string = "key" in named or (0 < len(args) <= 2 and not _KEY_PARTS & named.keys())
-    words = ("key", "value") if one_string else _KEY_WORDS
+    words = ("key", last) if one_string else all_words
     given = dict(zip(words, args, strict=False))
     if len(args) > len(words) or given.keys() & named.keys():
         raise ReplicaError("key", "key-parts", "the key and value are given twice")
@@ -1612,15 +1651,15 @@ def _key_and_value(args: tuple[Any, ...], meta: dict[str, Any]) -> tuple[str, st
         raise ReplicaError(
             "key",
             "key-parts",
-            "give namespace, subject, predicate and value, or 'namespace/subject/predicate'"
-            " and value",
+            f"give namespace, subject, predicate and {last}, or 'namespace/subject/predicate'"
+            f" and {last}",
         )
     if not one_string:
-        return given["namespace"], given["subject"], given["predicate"], given["value"]
+        return given["namespace"], given["subject"], given["predicate"], given[last]
     key = given["key"]
     if not isinstance(key, str):
         raise ReplicaError("key", "key-type", f"a key is a str, got {type(key).__name__}")
-    return (*parse_key(key), given["value"])
+    return (*parse_key(key), given[last])
 
 
 def _caller_level() -> int:

@@ -57,6 +57,7 @@ PURE_CORE = (
     "statefuse.context",
     "statefuse.ranker",
     "statefuse.tokenizer",
+    "statefuse.history",
     "statefuse.registry.value",
     "statefuse.registry.contract",
     "statefuse.registry.normalizer",

@@ -22,7 +22,7 @@ from statefuse.store import StoreError
 from statefuse.sync.bundle import BundleError, parse_bundle
 from statefuse.sync.change import UnverifiedChange
 from statefuse.sync.key import SigningKey
-from statefuse.sync.replica import Replica, ReplicaError, key_path
+from statefuse.sync.replica import Replica, ReplicaError, UnknownClaimError, key_path
 
 
 def _value_of(replica: Replica, subject: str) -> list[object]:
@@ -567,3 +567,53 @@ def test_a_key_is_three_parts_or_one_string_with_the_command_lines_escapes():
             r.add_claim(*args, **kwargs)
         assert (err.value.field, err.value.rule) == ("key", rule), args
     assert len(r) == before  # nothing written
+
+
+def test_constraints_and_questions_take_a_key_string_too():
+    r = Replica.memory(space="team")
+    budget = r.add_constraint("project/apollo/budget", 40_000, provenance="kickoff")
+    same = r.add_constraint("project", "apollo", "budget", 40_000)
+    assert budget.key == same.key == ("project", "apollo", "budget")
+    assert budget.constraint and budget.provenance == "kickoff"
+    q1 = r.add_question("project/apollo/deadline", "when is the launch?")
+    q2 = r.add_question("project", "apollo", "deadline", text="when is the launch?")
+    assert q1.key == q2.key and q1.key[:2] == ("project", "apollo")
+    assert q1.value == q2.value == "when is the launch?"
+    before = len(r)
+    with pytest.raises(InputError) as err:
+        r.add_question("project/apollo/deadline")
+    assert (err.value.field, err.value.rule) == ("key", "key-parts")
+    assert "and text" in err.value.message
+    assert len(r) == before
+
+
+def test_history_of_a_key_string_parts_or_any_name_of_one_of_its_claims():
+    r = Replica.memory(space="team")
+    first = r.add_claim("vendor/acme/price", 100, provenance="invoice")
+    r.add_claim("vendor/acme/price", 7, scope="task:eu")
+    second = r.update("vendor/acme/price", 120)
+    r.add_claim("vendor/other/price", 1)  # another key: never in its history
+    whole = r.history("vendor/acme/price")
+    assert [(e.event, e.claim.value) for e in whole] == [
+        ("claim", 100),
+        ("claim", 7),
+        ("claim", 120),
+        ("retract", 100),
+    ]
+    assert whole[0].why == "invoice" and whole[-1].superseded_by == second.claim_id
+    assert [e.author for e in whole] == [r.author] * 4
+    for of in (
+        ("vendor", "acme", "price"),
+        first,
+        first.claim_id,
+        first.claim_id.hex(),
+        first.claim_id.hex()[:12],
+    ):
+        assert r.history(of) == whole, of
+    assert [e.claim.value for e in r.history(second, scope="task:eu")] == [7]
+    with pytest.raises(UnknownClaimError) as err:
+        r.history("ffffffffffff" if not first.claim_id.hex().startswith("f" * 12) else "0" * 12)
+    assert err.value.field == "of"
+    with pytest.raises(InputError) as err2:
+        r.history(("vendor", "acme"))  # type: ignore[arg-type]
+    assert (err2.value.field, err2.value.rule) == ("of", "key-parts")
