@@ -2,7 +2,7 @@
 """Developer entry point: the README's two quick-start commands.
 
     python3 dev.py demo     # runs the StateFuse demo
-    python3 dev.py test     # runs the whole test suite (then ruff and mypy with --lint)
+    python3 dev.py test     # runs the whole test suite, on every core
 
 Each command makes ``.venv`` next to this file on first use and installs the project into it in
 editable mode, so a fresh machine needs nothing but Python >= 3.10. It only uses the standard
@@ -66,7 +66,9 @@ def main(argv: list[str]) -> int:
     if cmd == "demo":
         return subprocess.call([py, "-m", "statefuse", "demo", *rest], cwd=ROOT)
     if cmd == "test":
-        return subprocess.call([py, "-m", "pytest", *rest], cwd=ROOT)
+        # the whole suite runs on every core (pytest-xdist); a chosen test runs in one process
+        spread = [] if rest else ["-n", "auto"]
+        return subprocess.call([py, "-m", "pytest", *spread, *rest], cwd=ROOT)
     if cmd == "bench":
         return subprocess.call([py, "-m", "benchmarks", *rest], cwd=ROOT)
     rc = subprocess.call(
