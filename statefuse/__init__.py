@@ -1,7 +1,7 @@
 """StateFuse: replicated, conflict-preserving memory for teams of AI agents.
 
 The core: ops and their canonical encoding, the grow-only op-set, the pure materializer and the
-writer helper. See the README for a tour.
+writer helper. See the README for a tour, and docs/ for the rest.
 """
 
 from statefuse.context import (

@@ -3,7 +3,7 @@
 Each command opens the store (``--store``, else ``$STATEFUSE_STORE``, else ``./statefuse.db``),
 calls one library function and shows the result: an aligned table for people, or with ``--json``
 one JSON document with stable keys (ids and other bytes in hex, values spelled as in
-`statefuse.view.json_value`). The README section "Command line" documents every command, and a
+`statefuse.view.json_value`). docs/reference/cli.md documents every command and option, and a
 test checks that it does.
 
 Syntax of the arguments:

@@ -6,8 +6,8 @@ conflict-preserving memory as eight tools — ``remember``, ``recall``, ``search
 stdio or streamable HTTP. The server is built on the official SDK (``pip install
 "statefuse[mcp]"``); its arguments and structured results are JSON-schema'd from the type hints
 below (results are TypedDicts: the SDK 2.3 derives no output schema from a slotted dataclass,
-whose slot descriptors it takes for defaults). The README section "MCP server" documents
-every tool.
+whose slot descriptors it takes for defaults). docs/guides/mcp.md documents every tool and
+argument, and a test checks that it does.
 
 Invariants:
 

@@ -138,7 +138,7 @@ _FROM_HTTP = frozenset({"SyncError", "SyncReport", "SyncServer", "serve", "sync_
 
 def __getattr__(name: str) -> object:
     if name not in _FROM_HTTP:
-        raise AttributeError(f"module 'sync' has no attribute {name!r}")
+        raise AttributeError(f"module 'statefuse.sync' has no attribute {name!r}")
     import importlib
 
     return getattr(importlib.import_module("statefuse.sync.http"), name)

@@ -29,7 +29,8 @@ class QuarantineEntry:
 
 
 class Quarantine:
-    """An append-only, in-memory quarantine (the store keeps it durable in a later layer)."""
+    """An append-only, in-memory quarantine of one change log (the store keeps the durable copy:
+    `Replica.quarantine` reads it back)."""
 
     __slots__ = ("_entries", "_nbytes")
 

@@ -1,5 +1,5 @@
 """The command line: exact output and exit status of every command, for success and for each
-user error, and a README that documents every command and option.
+user error, and a reference (docs/reference/cli.md) that documents every command and option.
 
 Expected texts are written out by hand from the documented formats (columns two spaces apart,
 ids shortened to 12 hex digits, values spelled as JSON); the ids in them are read through the
@@ -1021,13 +1021,11 @@ def test_the_demo_runs_in_a_fresh_process():
     assert "Traceback" not in proc.stderr and "deadline" in proc.stdout
 
 
-# --- the README -----------------------------------------------------------------------------------
+# --- the reference --------------------------------------------------------------------------------
 
 
-def _readme_cli_section() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "\n## Command line\n" in text, "the README has no 'Command line' section"
-    return text.split("\n## Command line\n", 1)[1].split("\n## ", 1)[0]
+def _cli_reference() -> str:
+    return (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
 
 
 def _subcommands(p) -> dict[str, object]:
@@ -1039,8 +1037,8 @@ def _subcommands(p) -> dict[str, object]:
     return {}
 
 
-def test_every_command_and_option_is_documented_in_the_readme():
-    section = _readme_cli_section()
+def test_every_command_and_option_is_documented_in_the_cli_reference():
+    section = _cli_reference()
     missing = []
     top = parser()
     commands = _subcommands(top)
@@ -1057,11 +1055,11 @@ def test_every_command_and_option_is_documented_in_the_readme():
                 for option in action.option_strings:
                     if option not in ("-h", "--help") and option not in section:
                         missing.append(f"{full} {option}")
-    assert not missing, f"undocumented in README 'Command line': {missing}"
+    assert not missing, f"undocumented in docs/reference/cli.md: {missing}"
 
 
-def test_the_readme_documents_the_exit_statuses_and_the_key_and_value_syntax():
-    section = _readme_cli_section()
+def test_the_cli_reference_documents_the_exit_statuses_and_the_key_and_value_syntax():
+    section = _cli_reference()
     for needle in ("namespace/subject/predicate", "%2F", "JSON", "$bytes", "130", "--json"):
         assert needle in section, needle
 

@@ -14,7 +14,7 @@ import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_value import INT64_MAX, readme_limits, reference_encode, values
+from test_value import INT64_MAX, documented_limits, reference_encode, values
 
 import statefuse.op
 from statefuse import (
@@ -53,7 +53,7 @@ MAX_LIST_ITEMS = 1024
 
 
 def test_op_limits_are_the_documented_ones():
-    documented = readme_limits()
+    documented = documented_limits()
     for name, value in [
         ("MAX_NAME_CHARS", MAX_NAME_CHARS),
         ("MAX_TEXT_CHARS", MAX_TEXT_CHARS),

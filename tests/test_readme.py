@@ -1,33 +1,58 @@
-"""The README's Python examples run, top to bottom, in one namespace (so they never drift)."""
+"""The README: a newcomer's first page. Its examples run (as tests/docblocks.py says), it stays
+short, its links resolve, and its quick start is the two commands CI runs."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from docblocks import blocks, run_page
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+MAX_LINES = 250
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```", README.read_text(encoding="utf-8"), re.S | re.M)
+def _section(title: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    assert f"\n## {title}\n" in text, f"the README has no '{title}' section"
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
-def test_the_readme_has_python_examples():
-    assert len(python_blocks()) >= 5
+def test_the_readme_is_short_enough_to_read():
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= MAX_LINES, f"README.md has {lines} lines: move detail to docs/"
 
 
-def test_every_readme_example_runs_and_its_assertions_hold():
-    namespace: dict[str, object] = {"__name__": "readme"}
-    for i, block in enumerate(python_blocks()):
-        code = compile(block, f"README.md block {i + 1}", "exec")
-        exec(code, namespace)
+def test_the_readme_has_examples_of_python_and_a_session_that_runs():
+    found = blocks(README.read_text(encoding="utf-8"))
+    assert sum(b.lang == "python" for b in found) >= 3
+    assert any(b.marker == "run" for b in found)
+
+
+def test_every_readme_example_runs_and_prints_what_it_shows(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("STATEFUSE_STORE", raising=False)
+    run_page(README)
 
 
 def test_the_quick_start_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
-    text = README.read_text(encoding="utf-8")
-    quick = text.split("## Quick start", 1)[1].split("##", 1)[0]
-    (block,) = re.findall(r"```sh\n(.*?)```", quick, re.S)
+    (block,) = re.findall(r"```sh\n(.*?)```", _section("Quick start"), re.S)
     commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
     assert commands == ["python3 dev.py demo", "python3 dev.py test"]
-    ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "\npython3 dev.py test\n" in ci
+
+
+def test_the_readme_says_how_to_install_into_a_project_with_each_extra():
+    install = _section("Install")
+    for command in ("pip install statefuse", 'pip install "statefuse[mcp]"'):
+        assert command in install
+    assert 'pip install "statefuse[langgraph]"' in install
+
+
+def test_every_relative_link_of_the_readme_names_a_file_of_the_repository():
+    text = README.read_text(encoding="utf-8")
+    links = [t for t in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text) if "://" not in t]
+    assert len(links) >= 10
+    assert [t for t in links if not (ROOT / t).is_file()] == []

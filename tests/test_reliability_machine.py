@@ -1,5 +1,5 @@
 """Replicas on real files living through the everyday accidents, beside a model of what was
-acknowledged (SEMANTICS §8, README "Reliability").
+acknowledged (SEMANTICS §8, docs/operations.md).
 
 One closed-mode space: a root replica in memory that admits and revokes, two SQLite replicas and
 one more in memory, and up to two extra stores that reuse an author's key. Rules write, sync

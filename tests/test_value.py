@@ -211,18 +211,19 @@ def test_limits_are_named_constants_exported_from_registry():
     assert MAX_STRING_BYTES < MAX_ENCODED_BYTES
 
 
-def readme_limits() -> dict[str, int]:
-    """The limits table of README.md, as ``{constant name: value}``."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+def documented_limits() -> dict[str, int]:
+    """The limits table of the data model reference, as ``{constant name: value}``."""
+    page = Path(__file__).resolve().parents[1] / "docs" / "reference" / "data-model.md"
+    text = page.read_text(encoding="utf-8")
     limits = {}
-    for name, shown in re.findall(r"^\| `(MAX_[A-Z_]+)` \| ([^|]+?) \|", readme, re.M):
+    for name, shown in re.findall(r"^\| `(MAX_[A-Z_]+)` \| ([^|]+?) \|", text, re.M):
         number, _, unit = shown.replace(",", "").partition(" ")
         limits[name] = int(number) << {"": 0, "KiB": 10, "MiB": 20}[unit]
     return limits
 
 
-def test_readme_documents_every_value_limit_with_its_value():
-    documented = readme_limits()
+def test_the_data_model_reference_documents_every_value_limit_with_its_value():
+    documented = documented_limits()
     for name in ("MAX_DEPTH", "MAX_CONTAINER_ITEMS", "MAX_STRING_BYTES", "MAX_ENCODED_BYTES"):
         assert documented.get(name) == getattr(registry, name), name
 
