@@ -4,6 +4,7 @@ The core: ops and their canonical encoding, the grow-only op-set, the pure mater
 writer helper. See the README for a tour, and docs/ for the rest.
 """
 
+from statefuse.authorname import SHORT_AUTHOR_CHARS, AuthorNames, AuthorNamesError
 from statefuse.context import (
     DEFAULT_BUDGET,
     SYSTEM_PROMPT,
@@ -113,9 +114,13 @@ __all__ = [
     "DEFAULT_BUDGET",
     "DEFAULT_REGISTRY",
     "EXACT_REGISTRY",
+    "SHORT_AUTHOR_CHARS",
     "SYSTEM_PROMPT",
     "Abstain",
     "AbstainAll",
+    "AuthorNamed",
+    "AuthorNames",
+    "AuthorNamesError",
     "AuthorityRank",
     "BpeTokenizer",
     "BundleError",
@@ -240,6 +245,7 @@ _FROM_SYNC = {
     "Damage": "statefuse.sync.replica",
     "RepairReport": "statefuse.sync.replica",
     "BundleError": "statefuse.sync.bundle",
+    "AuthorNamed": "statefuse.sync.author",
 }
 
 

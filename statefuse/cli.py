@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import urlsplit
 
+from statefuse.authorname import AuthorNames
 from statefuse.clitable import (
-    author_text,
     byte_size,
     fields,
     plural,
@@ -182,6 +182,18 @@ def parse_author(text: str) -> bytes:
     return bytes.fromhex(text.strip())
 
 
+def parse_name(text: str, *, field: str = "--name") -> str:
+    """An author name (`statefuse.sync.author.check_author_name`); raises CliError naming
+    ``field`` and the rule it breaks."""
+    from statefuse.error import OpRuleError
+    from statefuse.sync.author import check_author_name
+
+    try:
+        return check_author_name(field, text)
+    except OpRuleError as exc:
+        raise CliError(field, exc.rule, f"{field}: {exc.message}") from None
+
+
 # --- one run of a command -------------------------------------------------------------------------
 
 
@@ -302,14 +314,20 @@ def _author_json(author: bytes | str) -> str:
     return author.hex() if isinstance(author, bytes) else author
 
 
-def _claim_json(c: ClaimAdded, state: State) -> dict[str, Any]:
+def _authored(author: bytes | str, names: AuthorNames) -> dict[str, Any]:
+    """``author`` (its id in hex) and ``author_name`` (the name it declared, or null)."""
+    name = names.get(author) if isinstance(author, bytes) else None
+    return {"author": _author_json(author), "author_name": name}
+
+
+def _claim_json(c: ClaimAdded, state: State, names: AuthorNames) -> dict[str, Any]:
     return {
         "claim_id": c.claim_id.hex(),
         "claim_ref": c.claim_ref.hex(),
         "key": [c.namespace, c.subject, c.predicate],
         "scope": c.scope,
         "value": json_value(c.value),
-        "author": _author_json(c.author),
+        **_authored(c.author, names),
         "lamport": c.lamport,
         "wall_ms": c.wall_ms,
         "confidence": c.confidence,
@@ -363,15 +381,17 @@ def _cmd_init(s: Session) -> int:
     from statefuse.sync.replica import key_path
 
     a = s.args
+    name = parse_name(a.name) if a.name is not None else None
     if s.path.exists():
         # with --registry, a store of the same space whose registry differs is refused
         # (registry-mismatch), so a re-run init never hides a contract it did not declare
         known = _registry_file(a.registry) if a.registry is not None else None
         rep = s.open(space=a.space, registry=known)
+        named = name is not None and rep.declare_name(name) is not None
+        done = f"its author is now called {name!r}" if named else "nothing changed"
         s.emit(
             _init_json(rep, s.path, created=False),
-            f"Store {s.path} already holds space {rep.space!r} ({rep.mode.value} mode);"
-            " nothing changed",
+            f"Store {s.path} already holds space {rep.space!r} ({rep.mode.value} mode); {done}",
         )
         return EXIT_OK
     if a.key is not None and key_path(s.path).exists():
@@ -384,11 +404,13 @@ def _cmd_init(s: Session) -> int:
     root = PublicKey(parse_author(a.root)).author if a.root is not None else None
     registry = _registry_file(a.registry) if a.registry is not None else None
     # a refused init (a bad space name, a key bound elsewhere) leaves nothing behind
-    rep = s.open(create=True, space=a.space, key=key, mode=a.mode, root=root, registry=registry)
-    lines = [
-        ("author", rep.author.hex()),
-        ("key file", f"{key_path(s.path)} (private: never share it)"),
-    ]
+    rep = s.open(
+        create=True, space=a.space, key=key, mode=a.mode, root=root, registry=registry, name=name
+    )
+    lines = [("author", rep.author.hex())]
+    if name is not None:
+        lines.append(("name", name))
+    lines.append(("key file", f"{key_path(s.path)} (private: never share it)"))
     if rep.root is not None:
         lines.append(("root", rep.root.hex() + (" (you)" if rep.root == rep.author else "")))
     if rep.declaration is not None:
@@ -412,13 +434,41 @@ def _init_json(rep: Replica, path: Path, *, created: bool) -> dict[str, Any]:
         "mode": rep.mode.value,
         "root": _hex(rep.root),
         "author": rep.author.hex(),
+        "name": rep.author_name(rep.author),
         "key_file": str(key_path(path)),
     }
 
 
+def _cmd_name(s: Session) -> int:
+    a = s.args
+    if a.name is None:
+        rep = s.replica(readonly=True)
+        name = rep.author_name(rep.author)
+        text = (
+            f"You are {name!r} (author {rep.author.hex()})"
+            if name is not None
+            else f"No name declared for author {rep.author.hex()} (set one: statefuse name NAME)"
+        )
+        s.emit({"author": rep.author.hex(), "name": name, "changed": False}, text)
+        return EXIT_OK
+    name = parse_name(a.name, field="NAME")
+    rep = s.replica()
+    changed = rep.declare_name(name) is not None
+    text = (
+        f"You are now {name!r} (author {rep.author.hex()})"
+        if changed
+        else f"You are {name!r} already; nothing changed"
+    )
+    s.emit({"author": rep.author.hex(), "name": name, "changed": changed}, text)
+    return EXIT_OK
+
+
 def _cmd_claim(s: Session) -> int:
     rep, c = _assert(s, update=False)
-    s.emit(_claim_json(c, rep.state()), f"Added claim {c.claim_id.hex()}: {_where(c)}")
+    s.emit(
+        _claim_json(c, rep.state(), rep.author_names()),
+        f"Added claim {c.claim_id.hex()}: {_where(c)}",
+    )
     return EXIT_OK
 
 
@@ -430,7 +480,10 @@ def _cmd_update(s: Session) -> int:
         for cid, rets in state.retracted.items()
         if any(r.superseded_by == c.claim_id for r in rets)
     )
-    data = {**_claim_json(c, state), "replaced": [cid.hex() for cid in replaced]}
+    data = {
+        **_claim_json(c, state, rep.author_names()),
+        "replaced": [cid.hex() for cid in replaced],
+    }
     text = f"Updated {_where(c)}: claim {c.claim_id.hex()}"
     if replaced:
         text += f" replaces {', '.join(short_id(cid) for cid in replaced)}"
@@ -464,11 +517,11 @@ def _assert(s: Session, *, update: bool) -> tuple[Replica, ClaimAdded]:
     return rep, c
 
 
-def _retraction_json(r: ClaimRetracted, state: State) -> dict[str, Any]:
+def _retraction_json(r: ClaimRetracted, state: State, names: AuthorNames) -> dict[str, Any]:
     hit = sorted(cid for cid, rets in state.retracted.items() if r in rets)
     return {
         "op_id": r.op_id.hex(),
-        "author": _author_json(r.author),
+        **_authored(r.author, names),
         "lamport": r.lamport,
         "target_claim_id": _hex(r.target_claim_id),
         "target_claim_ref": _hex(r.target_claim_ref),
@@ -484,14 +537,14 @@ def _cmd_retract(s: Session) -> int:
     claim = resolve_claim(rep.state(), a.claim)
     if a.semantic:
         r = rep.retract(claim_ref=claim.claim_ref, reason=a.reason)
-        data = _retraction_json(r, rep.state())
+        data = _retraction_json(r, rep.state(), rep.author_names())
         text = (
             f"Retracted every claim like {claim.claim_id.hex()}"
             f" ({plural(len(data['retracted']), 'claim')} now): {_where(claim)}"
         )
     else:
         r = rep.retract(claim, reason=a.reason)
-        data = _retraction_json(r, rep.state())
+        data = _retraction_json(r, rep.state(), rep.author_names())
         text = f"Retracted claim {claim.claim_id.hex()}: {_where(claim)}"
     s.emit(data, text)
     return EXIT_OK
@@ -503,9 +556,9 @@ def _cmd_supersede(s: Session) -> int:
     rep = s.replica()
     old = resolve_claim(rep.state(), a.claim)
     new, r = rep.supersede(old, value, a.reason)
-    state = rep.state()
+    state, names = rep.state(), rep.author_names()
     s.emit(
-        {"claim": _claim_json(new, state), "retraction": _retraction_json(r, state)},
+        {"claim": _claim_json(new, state, names), "retraction": _retraction_json(r, state, names)},
         f"Superseded claim {old.claim_id.hex()} with {new.claim_id.hex()}: {_where(new)}",
     )
     return EXIT_OK
@@ -526,17 +579,17 @@ def _cmd_decide(s: Session) -> int:
         )
     d = rep.decide(conflict, claim.claim_id, scope=a.scope, reason=a.reason)
     s.emit(
-        _decision_json(d),
+        _decision_json(d, rep.author_names()),
         f"Decided {format_key(conflict.key)} [{conflict.scope}] for claim"
         f" {claim.claim_id.hex()}: {value_cell(claim.value)}",
     )
     return EXIT_OK
 
 
-def _decision_json(d: DecisionAdded) -> dict[str, Any]:
+def _decision_json(d: DecisionAdded, names: AuthorNames) -> dict[str, Any]:
     return {
         "op_id": d.op_id.hex(),
-        "author": _author_json(d.author),
+        **_authored(d.author, names),
         "lamport": d.lamport,
         "locus": d.locus.hex(),
         "conflict_id": d.conflict_id.hex(),
@@ -578,7 +631,8 @@ _SHOW_ORDER = attrgetter("namespace", "subject", "predicate", "scope", "op_id")
 def _cmd_show(s: Session) -> int:
     a = s.args
     prefix = parse_key_prefix(a.prefix) if a.prefix is not None else ()
-    state = s.replica(readonly=True).state()
+    rep = s.replica(readonly=True)
+    state, names = rep.state(), rep.author_names()
     claims = state.active_claims()
     if prefix or a.scope is not None:
         claims = [
@@ -587,7 +641,8 @@ def _cmd_show(s: Session) -> int:
     claims = sorted(claims, key=_SHOW_ORDER)
     notes = {c.op_id: claim_notes(c, state) for c in claims}
     if s.json:  # build only the form asked for: a memory may hold many claims
-        s.emit({"claims": [{**_claim_json(c, state), "notes": notes[c.op_id]} for c in claims]}, "")
+        claims_json = [{**_claim_json(c, state, names), "notes": notes[c.op_id]} for c in claims]
+        s.emit({"claims": claims_json}, "")
         return EXIT_OK
     cell = _memo_cell()
     authors: dict[bytes | str, str] = {}
@@ -597,7 +652,7 @@ def _cmd_show(s: Session) -> int:
             format_key(_key_of(c)),
             c.scope,
             cell(c.value),
-            authors.get(c.author) or authors.setdefault(c.author, author_text(c.author)),
+            authors.get(c.author) or authors.setdefault(c.author, names.label(c.author)),
             ", ".join(notes[c.op_id]),
         ]
         for c in claims
@@ -625,7 +680,7 @@ def _memo_cell() -> Callable[[Value], str]:
     return cell
 
 
-def _conflict_text(conflict: ConflictSet, state: State) -> str:
+def _conflict_text(conflict: ConflictSet, state: State, names: AuthorNames) -> str:
     decision = state.decision_for(conflict)
     if decision is None:
         status = "undecided"
@@ -641,7 +696,7 @@ def _conflict_text(conflict: ConflictSet, state: State) -> str:
                 str(group_of[cid]),
                 short_id(cid),
                 value_cell(c.value),
-                author_text(c.author),
+                names.label(c.author),
                 c.provenance,
             ]
         )
@@ -654,7 +709,7 @@ def _conflict_text(conflict: ConflictSet, state: State) -> str:
     return head + "\n" + body
 
 
-def _conflict_json(conflict: ConflictSet, state: State) -> dict[str, Any]:
+def _conflict_json(conflict: ConflictSet, state: State, names: AuthorNames) -> dict[str, Any]:
     decision = state.decision_for(conflict)
     return {
         "key": list(conflict.key),
@@ -662,25 +717,26 @@ def _conflict_json(conflict: ConflictSet, state: State) -> dict[str, Any]:
         "locus": conflict.locus.hex(),
         "conflict_id": conflict.conflict_id.hex(),
         "groups": [[cid.hex() for cid in g.claim_ids] for g in conflict.groups],
-        "candidates": [_claim_json(state.claims[cid], state) for cid in conflict.candidates],
-        "decision": None if decision is None else _decision_json(decision),
+        "candidates": [_claim_json(state.claims[cid], state, names) for cid in conflict.candidates],
+        "decision": None if decision is None else _decision_json(decision, names),
     }
 
 
 def _cmd_conflicts(s: Session) -> int:
-    state = s.replica(readonly=True).state()
+    rep = s.replica(readonly=True)
+    state, names = rep.state(), rep.author_names()
     conflicts = sorted(state.conflicts, key=lambda c: (c.key, c.scope))
-    text = "\n\n".join(_conflict_text(c, state) for c in conflicts) or "No conflicts."
-    s.emit({"conflicts": [_conflict_json(c, state) for c in conflicts]}, text)
+    text = "\n\n".join(_conflict_text(c, state, names) for c in conflicts) or "No conflicts."
+    s.emit({"conflicts": [_conflict_json(c, state, names) for c in conflicts]}, text)
     return EXIT_OK
 
 
-def _event_json(e: HistoryEvent) -> dict[str, Any]:
+def _event_json(e: HistoryEvent, names: AuthorNames) -> dict[str, Any]:
     return {
         "lamport": e.lamport,
         "op_id": e.op_id.hex(),
         "event": e.event,
-        "author": _author_json(e.author),
+        **_authored(e.author, names),
         "claim_id": e.claim.claim_id.hex(),
         "scope": e.claim.scope,
         "value": json_value(e.claim.value),
@@ -692,7 +748,9 @@ def _event_json(e: HistoryEvent) -> dict[str, Any]:
 def _cmd_history(s: Session) -> int:
     a = s.args
     key = parse_key(a.key)
-    events = key_history(s.replica(readonly=True).state(), key, a.scope)
+    rep = s.replica(readonly=True)
+    names = rep.author_names()
+    events = key_history(rep.state(), key, a.scope)
     rows = [
         [
             str(e.lamport),
@@ -700,7 +758,7 @@ def _cmd_history(s: Session) -> int:
             short_id(e.claim.claim_id),
             e.claim.scope,
             value_cell(e.claim.value),
-            author_text(e.author),
+            names.label(e.author),
             e.why.strip(),
         ]
         for e in events
@@ -710,7 +768,7 @@ def _cmd_history(s: Session) -> int:
         if rows
         else f"No history for {format_key(key)}."
     )
-    s.emit({"key": list(key), "events": [_event_json(e) for e in events]}, text)
+    s.emit({"key": list(key), "events": [_event_json(e, names) for e in events]}, text)
     return EXIT_OK
 
 
@@ -821,7 +879,7 @@ def _cmd_mcp(s: Session) -> int:
             raise CliError(
                 "--peer", "http-url", f"--peer {url!r} is not a `statefuse serve` URL (http://…)"
             )
-    rep = s.replica()
+    rep = s.open(name=parse_name(a.name)) if a.name is not None else s.replica()
     s.warn_damage()  # served read-only: writes answer with the damage until `statefuse repair`
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if main_thread else None
@@ -958,6 +1016,7 @@ def _keys_show(s: Session) -> int:
         forked.setdefault(f.author, []).append(f.seq)
     authors = set(changes) | set(trust.admitted) | set(trust.cutoffs) | set(trust.roles)
     authors |= {rep.author} | ({rep.root} if rep.root is not None else set())
+    names = rep.author_names()
     entries, rows = [], []
     for author in sorted(authors):
         status = []
@@ -982,6 +1041,7 @@ def _keys_show(s: Session) -> int:
         entries.append(
             {
                 "author": author.hex(),
+                "name": names.get(author),
                 "changes": len(seqs),
                 "last_seq": max(seqs, default=0),
                 "status": status,
@@ -989,11 +1049,20 @@ def _keys_show(s: Session) -> int:
                 "forks": forked.get(author, []),
             }
         )
-        rows.append([author.hex(), str(len(seqs)), ", ".join(status), ", ".join(roles)])
+        rows.append(
+            [
+                author.hex(),
+                names.get(author, ""),
+                str(len(seqs)),
+                ", ".join(status),
+                ", ".join(roles),
+            ]
+        )
+    me = names.get(rep.author)
     head = [
         ("space", f"{rep.space} ({rep.mode.value} mode)"),
         ("store", str(s.path)),
-        ("you", rep.author.hex()),
+        ("you", rep.author.hex() + (f" ({me})" if me is not None else "")),
         ("root", rep.root.hex() if rep.root is not None else "none"),
     ]
     data = {
@@ -1003,7 +1072,8 @@ def _keys_show(s: Session) -> int:
         "root": _hex(rep.root),
         "authors": entries,
     }
-    s.emit(data, fields(head) + "\n\n" + table(["AUTHOR", "CHANGES", "STATUS", "ROLES"], rows))
+    header = ["AUTHOR", "NAME", "CHANGES", "STATUS", "ROLES"]
+    s.emit(data, fields(head) + "\n\n" + table(header, rows))
     return EXIT_OK
 
 
@@ -1310,6 +1380,13 @@ def _init_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="declare this registry file (TOML, or JSON by suffix) as the space's contract",
     )
+    p.add_argument("--name", metavar="NAME", help="the name your author key goes by (e.g. scout)")
+
+
+def _name_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "name", metavar="NAME", nargs="?", help="the name to go by (leave out to show yours)"
+    )
 
 
 def _claim_arguments(p: argparse.ArgumentParser) -> None:
@@ -1393,6 +1470,7 @@ def _mcp_arguments(p: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="a `statefuse serve` URL the sync tool syncs with (repeatable)",
     )
+    p.add_argument("--name", metavar="NAME", help="the name the server's author key goes by")
 
 
 def _repair_arguments(p: argparse.ArgumentParser) -> None:
@@ -1486,7 +1564,9 @@ def _cmd_context(s: Session) -> int:
     resolver = resolvers[a.resolver]
     if a.budget < 1:
         raise CliError("--budget", "positive", "the budget is a positive number of tokens")
-    context = context_for(replica.state(), lens, budget=a.budget, resolver=resolver)
+    context = context_for(
+        replica.state(), lens, budget=a.budget, resolver=resolver, authors=replica.author_names()
+    )
     s.emit(json.loads(context.to_json()) if s.json else None, context.text)
     return EXIT_OK
 
@@ -1506,6 +1586,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("serve", "serve this store to peers over HTTP", _serve_arguments, _cmd_serve),
     Command("sync", "sync with peers over HTTP", _sync_arguments, _cmd_sync),
     Command("keys", "show, admit or revoke author keys", _keys_arguments, _cmd_keys),
+    Command("name", "show or set the name your author key goes by", _name_arguments, _cmd_name),
     Command(
         "registry",
         "show or declare the space's predicate registry",

@@ -88,11 +88,6 @@ def short_id(ident: bytes) -> str:
     return ident[: SHORT_ID_CHARS // 2].hex()  # SHORT_ID_CHARS is even: whole bytes
 
 
-def author_text(author: bytes | str) -> str:
-    """An author in a cell: a public key by its first hex digits, a plain name as it is."""
-    return short_id(author) if isinstance(author, bytes) else author
-
-
 def value_json(v: Value) -> str:
     """A value spelled as JSON (the spelling the command line reads back); bytes become
     ``{"$bytes": "<hex>"}``."""

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar, Union
 
+from statefuse.authorname import AuthorNames, AuthorNamesError
 from statefuse.index import held_once
 from statefuse.lens import Lens
 from statefuse.op import ClaimAdded, Layer
@@ -56,6 +57,9 @@ from statefuse.tokenizer import CachedTokenizer, Tokenizer, default_tokenizer
 from statefuse.view import How, Key, Selection, SurfacedConflict, View, json_value
 
 _T = TypeVar("_T")
+
+#: The names of a context given none: every author by its key's first hex digits.
+_NO_NAMES = AuthorNames()
 
 #: Version of `Context.to_json`'s document.
 CONTEXT_FORMAT_VERSION = 1
@@ -438,8 +442,10 @@ class _Prepared:
         self.view = view
         self.kept = kept  # by a `ContextCache`, for the calls to come
         self.serial = next(_serials)
-        #: Conflict units made so far, by key (with the conflict and tokenizer they are for).
+        #: Conflict units made so far, by key (with the conflict and tokenizer they are for),
+        #: and the author names they were rendered with (their ``by``: see `_units`).
         self.units: dict[Key, tuple[SurfacedConflict, Tokenizer, _Unit]] = {}
+        self.names = _NO_NAMES
         self.sorted_ids: list[bytes] | None = None
         if before is None:
             self._fill()
@@ -508,6 +514,7 @@ class _Prepared:
         self.units = (
             {k: u for k, u in before.units.items() if k not in keys} if keys else before.units
         )
+        self.names = before.names
         for key in keys:
             self._unfile(old, key)
         for key in sorted(keys):
@@ -1082,7 +1089,7 @@ def _constraint_tag(c: ClaimAdded) -> str:
     return f"[{kind}{authority}] "
 
 
-def _conflict_unit(meter: _Meter, sc: SurfacedConflict) -> _Unit:
+def _conflict_unit(meter: _Meter, sc: SurfacedConflict, names: AuthorNames) -> _Unit:
     lines = [f"- {render_key(sc.key)}: UNRESOLVED — {len(sc.groups)} candidate values:"]
     if sc.scope != "global":
         lines[0] = lines[0][:-1] + f" (scope={_part(sc.scope)}):"
@@ -1094,7 +1101,7 @@ def _conflict_unit(meter: _Meter, sc: SurfacedConflict) -> _Unit:
         bits.append(f"{len(g)} claim{'s' if len(g) > 1 else ''} agree" if len(g) > 1 else "1 claim")
         if any(c.kind == "constraint" or c.constraint for c in g):
             bits.append("constraint")
-        bits.append("by " + _some(sorted({_author(c.author) for c in g})))
+        bits.append("by " + _some(sorted({_part(names.label(c.author)) for c in g})))
         sources = sorted({_clip(c.provenance) for c in g if c.provenance})
         if sources:
             bits.append("from " + _some([json.dumps(s, ensure_ascii=False) for s in sources]))
@@ -1105,11 +1112,6 @@ def _conflict_unit(meter: _Meter, sc: SurfacedConflict) -> _Unit:
 #: Longest provenance a conflict candidate shows, and most authors or sources listed per value.
 PROVENANCE_CHARS = 40
 _MOST_LISTED = 3
-
-
-def _author(author: bytes | str) -> str:
-    """An author as a planner reads it: a key by its first 8 hex digits, a name as it is."""
-    return author[:4].hex() if isinstance(author, bytes) else _part(author)
 
 
 def _clip(text: str) -> str:
@@ -1222,6 +1224,21 @@ def _check(view: object, query: object, budget: object, policy: object) -> None:
         raise ContextError("policy", "policy-type", "policy must be a ContextPolicy")
 
 
+def _names(authors: object) -> AuthorNames:
+    if authors is None:
+        return _NO_NAMES
+    if isinstance(authors, AuthorNames):
+        return authors
+    if not isinstance(authors, Mapping):
+        raise ContextError(
+            "authors", "mapping", f"authors must map author ids to names, got {authors!r}"
+        )
+    try:
+        return AuthorNames(authors)
+    except AuthorNamesError as exc:
+        raise ContextError(exc.field, exc.rule, exc.message) from None
+
+
 def assemble_context(
     view: View,
     *,
@@ -1233,6 +1250,7 @@ def assemble_context(
     viewer: Lens | None = None,
     previous: Mapping[bytes, Sequence[ClaimAdded]] | None = None,
     cache: ContextCache | None = None,
+    authors: Mapping[bytes, str] | None = None,
 ) -> Context:
     """The context an LLM reads for ``query``, at most ``budget`` tokens by ``tokenizer``.
 
@@ -1241,10 +1259,13 @@ def assemble_context(
     calls (its tokenizer and ranker serve when none is given). ``viewer``: the lens the View
     was made with, named in the identity section (roles, task, session). ``previous``:
     retracted claims by the claim that replaced them (see `previous_values`), shown only under
-    ``PreviousValues.SHOW``. Pure and deterministic.
+    ``PreviousValues.SHOW``. ``authors``: author id -> declared name (`Replica.names`), so a
+    conflict candidate reads ``by scout`` rather than ``by 5b503a6b`` (labels as
+    `AuthorNames.label` makes them). Pure and deterministic.
     Raises ContextError naming a bad argument.
     """
     _check(view, query, budget, policy)
+    names = _names(authors)
     if cache is not None and not isinstance(cache, ContextCache):
         raise ContextError("cache", "cache-type", "cache must be a ContextCache or None")
     if tokenizer is None:
@@ -1261,7 +1282,7 @@ def assemble_context(
     prep = cache.prepared(view) if cache is not None else _Prepared(view)
     prev = previous if previous is not None and policy.previous is PreviousValues.SHOW else {}
     facts = _Facts(prep, query=query, ranker=ranker, meter=meter, policy=policy, previous=prev)
-    units = _units(view, prep, meter, prev, viewer)
+    units = _units(view, prep, meter, prev, viewer, names)
     excluded = dict(view.excluded)
     excluded["answered-question"] = prep.answered
 
@@ -1319,8 +1340,13 @@ def _units(
     meter: _Meter,
     previous: Mapping[bytes, Sequence[ClaimAdded]],
     viewer: Lens | None,
+    names: AuthorNames,
 ) -> _Units:
     """Every section but the facts, in priority order, each unit made when first laid out."""
+    if prep.names is not names and prep.names != names:
+        # Conflict units name their authors: none made under other names may serve.
+        prep.units = {}
+        prep.names = names
 
     def plain(line: Callable[[ClaimAdded], str]) -> Callable[[ClaimAdded], _Unit]:
         return lambda c: _plain_unit(meter, c, line(c))
@@ -1330,7 +1356,7 @@ def _units(
         made = prep.units.get(key)
         if made is not None and made[0] is sc and made[1] is meter.tokenizer:
             return made[2]
-        unit = _conflict_unit(meter, sc)
+        unit = _conflict_unit(meter, sc, names)
         prep.units[key] = (sc, meter.tokenizer, unit)
         return unit
 
@@ -1514,9 +1540,11 @@ def context_for(
     ranker: Ranker | None = None,
     policy: ContextPolicy = DEFAULT_POLICY,
     cache: ContextCache | None = None,
+    authors: Mapping[bytes, str] | None = None,
 ) -> Context:
     """Project ``state`` through ``lens`` and assemble the context (``query`` defaults to
-    ``lens.query``; ``authority_order`` overrides the registry's). What a CLI or an agent loop
+    ``lens.query``; ``authority_order`` overrides the registry's; ``authors`` names authors as
+    in `assemble_context`). What a CLI or an agent loop
     calls, with the defaults of ``statefuse context`` and `Replica.context`: `DEFAULT_BUDGET`
     tokens, and without a ``resolver`` the `default_resolver` of the authority order. Raises
     ProjectionError / ContextError."""
@@ -1540,4 +1568,5 @@ def context_for(
         viewer=lens,
         previous=previous,
         cache=cache,
+        authors=authors,
     )

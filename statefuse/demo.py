@@ -43,10 +43,9 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
 
     with tempfile.TemporaryDirectory(prefix="statefuse-demo-") as tmp:
         home = Path(workdir or tmp)
-        names: dict[bytes, str] = {}
 
-        def who(author: object) -> str:
-            return names.get(author, "?") if isinstance(author, bytes) else str(author)
+        def who(author: bytes | str) -> str:
+            return planner.author_label(author)  # the names the agents declared in the space
 
         def show(state: State, indent: str = "     ") -> None:
             for c in sorted(state.active_claims(), key=lambda c: (c.subject, c.predicate)):
@@ -64,14 +63,17 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
         contract = home / "launch-plan.registry.toml"
         contract.write_text(DEMO_REGISTRY_TOML, encoding="utf-8")
         planner = Replica.open(
-            home / "planner.db", create=True, space=SPACE, registry=load_registry(contract)
+            home / "planner.db",
+            create=True,
+            space=SPACE,
+            registry=load_registry(contract),
+            name="planner",
         )
         out("0. The planner creates the space with its contract (a registry file; declared in")
         out("   the space, so every replica compares values the same way):")
         for line in DEMO_REGISTRY_TOML.splitlines():
             out(f"     {line}")
         out("")
-        names[planner.author] = "planner"
         with planner.batch():
             planner.add_claim("project", "launch", "deadline", "2026-03-25", authority="user")
             planner.add_claim("project", "launch", "owner", "Dana  Smith")
@@ -85,11 +87,10 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
         scout = planner.fork(home / "scout.db")
         analyst = planner.fork(home / "analyst.db")
         archivist = planner.fork(home / "archivist.db")
-        names.update(
-            {scout.author: "scout", analyst.author: "analyst", archivist.author: "archivist"}
-        )
+        for agent, name in ((scout, "scout"), (analyst, "analyst"), (archivist, "archivist")):
+            agent.declare_name(name)  # signed and replicated: every replica shows it
         out("")
-        out("2. It forks three agents (each a new key and a copy of the memory):")
+        out("2. It forks three agents (each a new key, named, and a copy of the memory):")
         out("     scout and analyst go researching; archivist goes offline with this copy")
 
         out("")
@@ -148,7 +149,7 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
             for agent in (scout, analyst):
                 r = sync_with(agent, server.url)
                 out(
-                    f"     {who(agent.author)} <-> planner over HTTP ({server.url}):"
+                    f"     {agent.author_label(agent.author)} <-> planner over HTTP ({server.url}):"
                     f" fetched {r.fetched}, pushed {r.pushed}, {r.round_trips} round trips,"
                     f" {r.bytes_sent + r.bytes_received} bytes"
                 )
@@ -180,7 +181,7 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
         from statefuse.context import assemble_context
 
         query = "When is the launch and what does acme charge?"
-        context = assemble_context(view, query=query, budget=400)
+        context = assemble_context(view, query=query, budget=400, authors=planner.names())
         out("")
         out(f"10. The context a planner's LLM reads ({context.token_count} of 400 tokens):")
         for line in context.text.splitlines():

@@ -23,6 +23,8 @@
     │   │                                   of the state, or several (`State.claim`)
     │   ├── ContextError (ValueError)       assemble_context given a bad argument, or
     │   │                                   Context.expand an unknown handle
+    │   ├── AuthorNamesError (TypeError)    AuthorNames given something other than author
+    │   │                                   ids (bytes) mapped to names (non-empty str)
     │   ├── TokenizerError (ValueError)     a tokenizer asked for with a bad argument, or one
     │   │                                   whose package is not installed
     │   ├── StoreError (RuntimeError)       a store for another space or a newer schema, locked

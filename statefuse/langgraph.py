@@ -24,7 +24,8 @@ earliest and the latest of its candidates'.
 two agents that wrote different values at one key are a conflict (SEMANTICS §5). While the
 projection leaves it unresolved, ``get`` and ``search`` return the item with the value
 ``{"__conflict__": {"conflict_id", "locus", "not_shown", "candidates": [{"value", "author",
-"claim_id", "provenance", "updated_at"}, ...]}}`` (ids and authors in hex, candidates in claim id
+"author_name", "claim_id", "provenance", "updated_at"}, ...]}}`` (ids and authors in hex,
+``author_name`` the name the author declared for itself or None, candidates in claim id
 order). Why this shape and not one candidate's value with a note beside it: with the default
 policy nothing was selected, so any value we put first would be a silent choice, and code that
 reads ``item.value["theme"]`` must fail loudly (KeyError) rather than act on one side; an
@@ -96,6 +97,7 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
+from statefuse.authorname import AuthorNames
 from statefuse.lens import Lens
 from statefuse.op import MAX_NAME_CHARS, ClaimAdded
 from statefuse.projection import project
@@ -452,6 +454,8 @@ class _Found:
     key: str
     selected: ClaimAdded | None
     conflict: SurfacedConflict | None
+    #: The names the space's authors declared (a conflict's candidates carry them).
+    names: AuthorNames
 
     @property
     def claims(self) -> tuple[ClaimAdded, ...]:
@@ -463,11 +467,13 @@ class _Found:
 
 @dataclass(frozen=True, slots=True)
 class _Seen:
-    """One State through the store's lens: its View and the View's conflicts by key."""
+    """One State through the store's lens: its View and the View's conflicts by key, and the
+    names authors declared when it was seen."""
 
     state: State
     view: View
     conflicts: Mapping[Key, SurfacedConflict]
+    names: AuthorNames
 
     def find(self, namespace: Namespace, key: str) -> _Found | None:
         """The item at ``namespace`` (labels already checked) and ``key``, if the lens sees it."""
@@ -477,11 +483,11 @@ class _Seen:
         k = (name, key, PREDICATE)
         conflict = self.conflicts.get(k)
         if conflict is not None:
-            return _Found(namespace, key, None, conflict)
+            return _Found(namespace, key, None, conflict, self.names)
         selection = self.view.selected.get(k)
         if selection is None:
             return None
-        return _Found(namespace, key, selection.claim, None)
+        return _Found(namespace, key, selection.claim, None, self.names)
 
 
 def _when(ms: int) -> datetime:
@@ -498,6 +504,10 @@ def _author(c: ClaimAdded) -> str:
     return c.author.hex() if isinstance(c.author, bytes) else c.author
 
 
+def _author_name(c: ClaimAdded, names: AuthorNames) -> str | None:
+    return names.get(c.author) if isinstance(c.author, bytes) else None
+
+
 def _value_of(found: _Found) -> dict[str, Any]:
     conflict = found.conflict
     if conflict is None:
@@ -512,6 +522,7 @@ def _value_of(found: _Found) -> dict[str, Any]:
                 {
                     "value": plain_value(c.value),
                     "author": _author(c),
+                    "author_name": _author_name(c, found.names),
                     "claim_id": c.claim_id.hex(),
                     "provenance": c.provenance,
                     "updated_at": _when(c.wall_ms).isoformat(),
@@ -614,6 +625,7 @@ class _Hits:
     many items makes no object per item (each would be more work for the garbage collector),
     only per item of the page it returns (`found`)."""
 
+    names: AuthorNames
     namespaces: list[Namespace] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
     #: Per item: its selected claim, or its unresolved conflict.
@@ -625,8 +637,8 @@ class _Hits:
     def found(self, i: int) -> _Found:
         e = self.entries[i]
         if isinstance(e, ClaimAdded):
-            return _Found(self.namespaces[i], self.keys[i], e, None)
-        return _Found(self.namespaces[i], self.keys[i], None, e)
+            return _Found(self.namespaces[i], self.keys[i], e, None, self.names)
+        return _Found(self.namespaces[i], self.keys[i], None, e, self.names)
 
     def claims(self) -> Iterator[ClaimAdded]:
         for e in self.entries:
@@ -824,12 +836,14 @@ class StateFuseStore(BaseStore):
 
     def _look(self) -> _Seen:
         """The current State through the lens (kept until the State changes)."""
-        state = self.replica.state()
+        state, names = self.replica.state(), self.replica.author_names()
         seen = self._seen
         if seen is None or seen.state is not state:
             view = project(state, self.lens, resolver=self.resolver)
             conflicts = {c.key: c for c in view.surfaced_conflicts}
-            seen = self._seen = _Seen(state, view, conflicts)
+            seen = self._seen = _Seen(state, view, conflicts, names)
+        elif seen.names is not names:  # a name declared since: the View still holds
+            seen = self._seen = _Seen(state, seen.view, seen.conflicts, names)
         return seen
 
     def _read(self, ops: Iterable[Op]) -> _Work:
@@ -924,7 +938,7 @@ class StateFuseStore(BaseStore):
         conflicts, selected = seen.conflicts, seen.view.selected
         # unranked results come in (namespace, key) order: the page ends the scan
         stop = None if ranked else op.offset + op.limit
-        hits = _Hits()
+        hits = _Hits(seen.names)
         namespaces, keys, entries = hits.namespaces, hits.keys, hits.entries
         if stop != 0:
             for ns in catalog.under(tuple(op.namespace_prefix)):

@@ -48,6 +48,7 @@ from pydantic import Field, ValidationError
 from typing_extensions import TypedDict
 
 from statefuse import __version__
+from statefuse.authorname import AuthorNames
 from statefuse.cli import (
     CliError,
     claim_notes,
@@ -128,6 +129,9 @@ class ClaimInfo(TypedDict):
     scope: Annotated[str, Field(description="global, task:ID, session:ID, hypothetical, draft")]
     value: Annotated[Any, Field(description='the value as JSON; bytes as {"$bytes": "<hex>"}')]
     author: Annotated[str, Field(description="id (hex) of the replica key that asserted it")]
+    author_name: Annotated[
+        str | None, Field(description="the name its author declared for itself (null: none)")
+    ]
     provenance: Annotated[str, Field(description="where its author says the value came from")]
     confidence: Annotated[float, Field(description="0 to 1")]
     authority: Annotated[str, Field(description="its author's authority label, if any")]
@@ -205,6 +209,9 @@ class Candidate(TypedDict):
     group: Annotated[int, Field(description="candidates with equal group numbers agree")]
     value: Any
     author: Annotated[str, Field(description="id (hex) of the replica key that asserted it")]
+    author_name: Annotated[
+        str | None, Field(description="the name its author declared for itself (null: none)")
+    ]
     provenance: Annotated[str, Field(description="where its author says the value came from")]
     confidence: float
     authority: str
@@ -218,6 +225,9 @@ class DecisionInfo(TypedDict):
     claim_id: Annotated[str, Field(description="the candidate decided for")]
     reason: str
     author: str
+    author_name: Annotated[
+        str | None, Field(description="the name its author declared for itself (null: none)")
+    ]
 
 
 class ConflictInfo(TypedDict):
@@ -262,6 +272,9 @@ class Event(TypedDict):
     scope: str
     value: Any
     author: str
+    author_name: Annotated[
+        str | None, Field(description="the name its author declared for itself (null: none)")
+    ]
     why: Annotated[str, Field(description="provenance of a claim, reason of the others")]
 
 
@@ -300,6 +313,10 @@ def _author(author: bytes | str) -> str:
     return author.hex() if isinstance(author, bytes) else author
 
 
+def _name(author: bytes | str, names: AuthorNames) -> str | None:
+    return names.get(author) if isinstance(author, bytes) else None
+
+
 def _key_text(c: ClaimAdded) -> str:
     return format_key((c.namespace, c.subject, c.predicate))
 
@@ -308,13 +325,14 @@ def _where(c: ClaimAdded) -> str:
     return f"{_key_text(c)} [{c.scope}] = {value_cell(c.value)}"
 
 
-def _claim_info(c: ClaimAdded, state: State) -> ClaimInfo:
+def _claim_info(c: ClaimAdded, state: State, names: AuthorNames) -> ClaimInfo:
     return ClaimInfo(
         claim_id=c.claim_id.hex(),
         key=_key_text(c),
         scope=c.scope,
         value=json_value(c.value),
         author=_author(c.author),
+        author_name=_name(c.author, names),
         provenance=c.provenance,
         confidence=c.confidence,
         authority=c.authority,
@@ -323,7 +341,7 @@ def _claim_info(c: ClaimAdded, state: State) -> ClaimInfo:
     )
 
 
-def _conflict_info(conflict: ConflictSet, state: State) -> ConflictInfo:
+def _conflict_info(conflict: ConflictSet, state: State, names: AuthorNames) -> ConflictInfo:
     group_of = {cid: i for i, g in enumerate(conflict.groups, 1) for cid in g.claim_ids}
     candidates = []
     for cid in sorted(conflict.candidates, key=lambda c: (group_of[c], c)):
@@ -334,6 +352,7 @@ def _conflict_info(conflict: ConflictSet, state: State) -> ConflictInfo:
                 group=group_of[cid],
                 value=json_value(c.value),
                 author=_author(c.author),
+                author_name=_name(c.author, names),
                 provenance=c.provenance,
                 confidence=c.confidence,
                 authority=c.authority,
@@ -348,6 +367,7 @@ def _conflict_info(conflict: ConflictSet, state: State) -> ConflictInfo:
             claim_id=d.selected_claim_id.hex(),
             reason=d.reason,
             author=_author(d.author),
+            author_name=_name(d.author, names),
         )
     return ConflictInfo(
         key=format_key(conflict.key),
@@ -358,12 +378,12 @@ def _conflict_info(conflict: ConflictSet, state: State) -> ConflictInfo:
     )
 
 
-def _conflict_line(conflict: ConflictSet, state: State) -> str:
+def _conflict_line(conflict: ConflictSet, state: State, names: AuthorNames) -> str:
     """``key [scope]: value (claim, author, provenance) | …`` for the text of ``conflicts``."""
     shown = []
     for cid in conflict.candidates:
         c = state.claims[cid]
-        where = ", ".join(filter(None, (short_id(cid), _author(c.author)[:12], c.provenance)))
+        where = ", ".join(filter(None, (short_id(cid), names.label(c.author), c.provenance)))
         shown.append(f"{value_cell(c.value)} ({where})")
     return f"{format_key(conflict.key)} [{conflict.scope}]: " + " | ".join(shown)
 
@@ -479,8 +499,9 @@ class _Tools:
             conflict = state.conflict_of(ns, subject, predicate, c.scope)
             if conflict is not None:
                 (mine,) = [g for g in conflict.groups if c.claim_id in g.claim_ids]
+                names = rep.author_names()
                 rivals = [
-                    _claim_info(state.claims[cid], state)
+                    _claim_info(state.claims[cid], state, names)
                     for cid in conflict.candidates
                     if cid not in mine.claim_ids
                 ]
@@ -584,7 +605,8 @@ class _Tools:
             else:
                 total = len(claims)
                 shown = sorted(claims, key=_KEY_ORDER)[:limit]
-            infos = [_claim_info(c, state) for c in shown]
+            names = self.replica.author_names()
+            infos = [_claim_info(c, state, names) for c in shown]
         text = f"{plural(total, 'matching claim')}" + (
             f", {len(infos)} shown" if len(infos) < total else ""
         )
@@ -651,7 +673,8 @@ class _Tools:
                 r = rep.retract(claim_ref=ref, reason=reason)
             state = rep.state()
             hit = [cid for cid, rets in state.retracted.items() if r in rets]
-            infos = [_claim_info(state.claims[cid], state) for cid in hit]
+            names = rep.author_names()
+            infos = [_claim_info(state.claims[cid], state, names) for cid in hit]
         result = Retracted(
             retraction_id=r.op_id.hex(),
             semantic=claim_id is None,
@@ -671,13 +694,14 @@ class _Tools:
         ] = False,
     ) -> Annotated[CallToolResult, Conflicts]:
         """Where sources disagree: every unresolved conflict with each candidate value, who
-        asserted it (author id) and from where (provenance). Decide one with `decide`."""
+        asserted it (author id and declared name) and from where (provenance). Decide one with
+        `decide`."""
         parts: tuple[str, ...] = ()
         if prefix:
             with _argument("prefix"):
                 parts = parse_key_prefix(prefix)
         with self.lock:
-            state = self.replica.state()
+            state, names = self.replica.state(), self.replica.author_names()
             found = sorted(
                 (
                     c
@@ -687,9 +711,9 @@ class _Tools:
                 ),
                 key=lambda c: (c.key, c.scope),
             )
-            infos = [_conflict_info(c, state) for c in found]
+            infos = [_conflict_info(c, state, names) for c in found]
             lines = [plural(len(infos), "conflict") + ("" if include_decided else " undecided")]
-            lines += [_conflict_line(c, state) for c in found]
+            lines += [_conflict_line(c, state, names) for c in found]
         return _answer("\n".join(lines), Conflicts(conflicts=infos))
 
     def decide(
@@ -740,11 +764,12 @@ class _Tools:
         scope: Annotated[str | None, Field(description="only this scope")] = None,
     ) -> Annotated[CallToolResult, History]:
         """Every assertion, retraction and decision of a key's claims, in lamport order, with
-        who (author id) and why."""
+        who (author id and declared name) and why."""
         with _argument("key"):
             parsed = parse_key(key)
         with self.lock:
             events = key_history(self.replica.state(), parsed, scope)
+            names = self.replica.author_names()
         infos = [
             Event(
                 lamport=e.lamport,
@@ -754,6 +779,7 @@ class _Tools:
                 scope=e.claim.scope,
                 value=json_value(e.claim.value),
                 author=_author(e.author),
+                author_name=_name(e.author, names),
                 why=e.why,
             )
             for e in events
@@ -761,7 +787,7 @@ class _Tools:
         lines = [f"{plural(len(infos), 'event')} for {format_key(parsed)}"]
         lines += [
             f"{e.lamport} {e.event} {short_id(e.claim.claim_id)} [{e.claim.scope}]"
-            f" {value_cell(e.claim.value)} by {_author(e.author)[:12]}"
+            f" {value_cell(e.claim.value)} by {names.label(e.author)}"
             + (f": {_one_line(e.why)}" if e.why.strip() else "")
             for e in events
         ]
@@ -925,7 +951,10 @@ def run(
     Raises OSError when the address cannot be bound."""
     mode = Transport(transport)
     server = build_server(replica, peers=peers)
+    name = replica.author_name(replica.author)
     who = f"space {replica.space!r}, author {replica.author.hex()[:12]}"
+    if name is not None:
+        who += f" ({name})"
     if mode is Transport.STDIO:
         announce(f"MCP server for {who} on stdio")
         anyio.run(server.run_stdio_async)

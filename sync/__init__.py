@@ -13,6 +13,12 @@ if __name__ != "statefuse.sync":
 
 from typing import TYPE_CHECKING
 
+from statefuse.sync.author import (
+    MAX_AUTHOR_NAME_CHARS,
+    AuthorNamed,
+    author_names,
+    check_author_name,
+)
 from statefuse.sync.change import (
     CHANGE_FORMAT_VERSION,
     MAX_CHANGE_BYTES,
@@ -75,6 +81,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHANGE_FORMAT_VERSION",
+    "MAX_AUTHOR_NAME_CHARS",
     "MAX_CHANGE_BYTES",
     "MAX_EXCHANGE_MESSAGES",
     "MAX_LIST_IDS",
@@ -86,6 +93,7 @@ __all__ = [
     "AreaFullError",
     "AuthorAdmitted",
     "AuthorCutOff",
+    "AuthorNamed",
     "AuthorRevoked",
     "Bounds",
     "BoundsConfigError",
@@ -121,6 +129,8 @@ __all__ = [
     "UnverifiedChange",
     "VerificationError",
     "VerifiedChange",
+    "author_names",
+    "check_author_name",
     "reconcile_in_memory",
     "serve",
     "sign_change",

@@ -39,6 +39,7 @@ from statefuse.opset import OpSet
 from statefuse.registry import DEFAULT_REGISTRY, Registry
 from statefuse.registry.error import InputError, StateFuseError
 from statefuse.state import State
+from statefuse.sync.author import author_names, names_among
 from statefuse.sync.change import ChangeInputError, UnverifiedChange, VerifiedChange
 from statefuse.sync.declaration import SPACE_OP_TYPES, RegistryDeclared
 from statefuse.sync.quarantine import Quarantine, QuarantineEntry
@@ -465,6 +466,16 @@ class ChangeLog:
                 found.extend(op for op in c.ops if type(op) is RegistryDeclared)  # type: ignore[misc,comparison-overlap]
         return found
 
+    def names(self) -> dict[bytes, str]:
+        """author -> the name it declared, from the `AuthorNamed` ops of the accepted changes
+        that count (`sync.author`: each author's latest wins), sorted by author id."""
+        ignored = self.verdicts()
+        return author_names(
+            names_among(
+                op for cid, c in self._accepted.items() if cid not in ignored for op in c.ops
+            )
+        )
+
     def trust(self) -> TrustState:
         """The trust decisions of the root's trust ops in its accepted changes (every branch of
         a forked root feed counts, as any author's does)."""
@@ -513,8 +524,8 @@ class ChangeLog:
 
     def ops(self) -> OpSet:
         """The memory ops that count: accepted changes minus those in `verdicts` (unknown
-        author in closed mode, revoked). Trust ops and registry declarations are not memory
-        ops: see `trust` and `declarations`."""
+        author in closed mode, revoked). Trust ops, registry declarations and author names are
+        not memory ops: see `trust`, `declarations` and `names`."""
         ignored = self.verdicts()
         out = OpSet()
         for cid, c in self._accepted.items():

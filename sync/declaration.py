@@ -37,6 +37,7 @@ from statefuse.registry.error import ContractError
 from statefuse.registry.normalizer import Normalizer
 from statefuse.registry.registry import check_authority_order
 from statefuse.registry.value import Value
+from statefuse.sync.author import AuthorNamed
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode
 
 
@@ -91,9 +92,9 @@ class RegistryDeclared(_OpBase):
 
 register_op_type(RegistryDeclared)
 
-#: Ops that govern the space rather than hold memory: trust ops and registry declarations. The
-#: materializer never sees them.
-SPACE_OP_TYPES: tuple[type[_OpBase], ...] = (*TRUST_OP_TYPES, RegistryDeclared)
+#: Ops that govern the space rather than hold memory: trust ops, registry declarations and author
+#: names. The materializer never sees them.
+SPACE_OP_TYPES: tuple[type[_OpBase], ...] = (*TRUST_OP_TYPES, RegistryDeclared, AuthorNamed)
 
 
 def declaration_in_force(

@@ -41,6 +41,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, overload
 
+from statefuse.authorname import AuthorNames
 from statefuse.clitable import plural
 from statefuse.context import DEFAULT_BUDGET, Context, ContextCache, context_for
 from statefuse.error import ClaimLookupError
@@ -71,6 +72,13 @@ from statefuse.store import (
     StoreError,
     StoreInfo,
     StoreWrite,
+)
+from statefuse.sync.author import (
+    AuthorNamed,
+    check_author_name,
+    latest_names,
+    name_latest,
+    names_among,
 )
 from statefuse.sync.change import (
     MAX_CHANGE_BYTES,
@@ -350,6 +358,10 @@ class Replica:
         self._registry_change: tuple[bytes, bytes] | None = None
         #: Caches `context` keeps between calls (made on first use).
         self._context_cache: ContextCache | None = None
+        #: Each author's `AuthorNamed` in force, and the names as labels (None: worked out on
+        #: first use; see `author_names`).
+        self._naming: dict[bytes, AuthorNamed] | None = None
+        self._labels: AuthorNames | None = None
         self.path = path
         self.space = info.space
         self.mode = TrustMode(info.mode)
@@ -499,6 +511,102 @@ class Replica:
         written: RegistryDeclared = self._emit(op)
         return written
 
+    # --- author names ----------------------------------------------------------------------------
+
+    def author_names(self) -> AuthorNames:
+        """author id -> the name it declared for itself (`sync.author`: each author's latest
+        `AuthorNamed` among the changes that count), as an immutable `AuthorNames`, which also
+        labels authors for display. The same object until a name changes."""
+        labels = self._labels
+        if labels is None:
+            labels = self._labels = AuthorNames({a: op.name for a, op in self._named().items()})
+        return labels
+
+    def names(self) -> dict[bytes, str]:
+        """author id -> the name it declared for itself, sorted by author id (a new dict; see
+        `author_names`)."""
+        return dict(self.author_names())
+
+    def author_name(self, author: bytes) -> str | None:
+        """The name ``author`` declared for itself, or None."""
+        return self.author_names().get(author)
+
+    def author_label(self, author: bytes | str) -> str:
+        """How every surface shows ``author``: its name (with its key's first 8 hex digits when
+        the name alone could pass for another author: shared, or looking like a key); the 8
+        hex digits alone when it has none (`AuthorNames.label`)."""
+        return self.author_names().label(author)
+
+    def declare_name(self, name: str) -> AuthorNamed | None:
+        """Call this replica's author ``name`` from now on, for every replica of the space: an
+        `AuthorNamed` op signed by its key (see `sync.author` for the rule: the author's latest
+        name wins). Returns None, writing nothing, when ``name`` is the name it declared last.
+
+        Raises OpRuleError (field ``name``; rules ``str``, ``name-length``,
+        ``name-whitespace``, ``name-control``) for a name that breaks the rule, before anything
+        is written, and ReadOnlyError / StoreDamagedError on a replica that may not write."""
+        self._check_open()
+        check_author_name("name", name)
+        if self._declared_name() == name:
+            return None
+        self._check_writable()
+        lamport, wall = self.writer._tick()
+        lamport = max(lamport, self.trust_writer._lamport + 1)
+        op = AuthorNamed(self.author, lamport, wall, name)
+        self.writer.advance(lamport)
+        written: AuthorNamed = self._emit(op)
+        return written
+
+    def _go_by(self, name: str) -> None:
+        """`declare_name` on open, refused with the reason on a replica that may not write
+        (the field is ``name``, the rule that of the reason: ``readonly``, ``no-key``,
+        ``store-damaged``)."""
+        if self._declared_name() == name:
+            return
+        what = f"cannot declare the name {name!r}"
+        if self.damage is not None:
+            raise StoreDamagedError("name", "store-damaged", f"{what}: {self.damage.describe()}")
+        e = self._readonly
+        if e is not None:
+            raise ReadOnlyError("name", e.rule, f"{what}: {e.message}")
+        self.declare_name(name)
+
+    def _declared_name(self) -> str | None:
+        """The name this replica's author declared last, whether or not its changes count (an
+        author a closed space has not admitted yet has no name to show, but has declared one)."""
+        counted = self._named().get(self.author)
+        if counted is not None:
+            mine = [counted]
+        else:
+            mine = list(
+                names_among(
+                    op for c in self.log.changes() if c.author == self.author for op in c.ops
+                )
+            )
+        latest = latest_names(mine).get(self.author)
+        return None if latest is None else latest.name
+
+    def _named(self) -> dict[bytes, AuthorNamed]:
+        """Each author's `AuthorNamed` in force, from the changes that count (worked out once,
+        then kept as changes come in)."""
+        naming = self._naming
+        if naming is None:
+            get = self.log.get
+            counted = (get(cid) for cid in self._counted)
+            naming = self._naming = latest_names(
+                names_among(op for c in counted if c is not None for op in c.ops)
+            )
+        return naming
+
+    def _take_names(self, changes: Iterable[VerifiedChange]) -> None:
+        """Follow the names in newly counted ``changes``."""
+        naming = self._naming
+        if naming is None:
+            return  # not worked out yet: it will be from every counted change
+        for op in names_among(op for c in changes for op in c.ops):
+            if name_latest(naming, op):
+                self._labels = None
+
     # --- opening ---------------------------------------------------------------------------------
 
     @classmethod
@@ -517,6 +625,7 @@ class Replica:
         wait: float = 0.0,
         clock: Callable[[], int] = _wall_ms,
         load: Load | str = Load.SNAPSHOT,
+        name: str | None = None,
     ) -> Replica:
         """Open the SQLite replica at ``path`` (or, with ``create=True``, create it there).
 
@@ -533,10 +642,15 @@ class Replica:
         store that fails verification opens read-only with `damage` set (`repair` fixes it).
         ``mode="closed"`` admits only authors the root admits; the root defaults to this
         replica's own key. ``load="verify"`` ignores the store's snapshot and verifies every
-        stored change again.
+        stored change again. ``name``: the name this replica's author goes by (`declare_name`,
+        written only when it differs from the one it declared last; OpRuleError field ``name``
+        for a bad one, before anything is opened, and ReadOnlyError when it differs on a
+        replica that may not write).
         """
         from statefuse.sqlitestore import SQLiteStore
 
+        if name is not None:
+            check_author_name("name", name)
         path = Path(path)
         kpath = key_path(path)
         made: list[Path] = []  # what this call creates, removed again if it fails
@@ -581,9 +695,12 @@ class Replica:
                     _check_key(key, info, path, adopt_key=adopt_key)
                     info = store.bind(key.author)
                     _bind_key_file(key, kpath, info, create=False)
-            return cls(
+            replica = cls(
                 store, key, registry=registry, clock=clock, path=path, load=load, readonly=readonly
             )
+            if name is not None:
+                replica._go_by(name)
+            return replica
         except BaseException:
             store.close()
             for p in made:  # a refused create leaves nothing behind
@@ -601,12 +718,19 @@ class Replica:
         mode: TrustMode | str = TrustMode.OPEN,
         root: bytes | None = None,
         clock: Callable[[], int] = _wall_ms,
+        name: str | None = None,
     ) -> Replica:
-        """A replica in memory: same rules and verification, nothing on disk."""
+        """A replica in memory: same rules and verification, nothing on disk. ``name``: the
+        name its author goes by (`declare_name`)."""
+        if name is not None:
+            check_author_name("name", name)
         key = key or SigningKey.generate()
         store = MemoryStore()
         store.initialize(_new_info(space, registry, key, mode, root))
-        return cls(store, key, registry=registry, clock=clock)
+        replica = cls(store, key, registry=registry, clock=clock)
+        if name is not None:
+            replica.declare_name(name)
+        return replica
 
     def fork(self, path: str | os.PathLike[str] | None = None) -> Replica:
         """A branch: a new author key and a copy of this replica's changes (accepted and
@@ -784,6 +908,8 @@ class Replica:
         counting, else apply the changes that started to. Returns the ops newly applied."""
         self._trust: TrustState = self.log.trust()
         self._kept = self.log.kept(self._trust)
+        # which changes count may have changed, and so whose names count
+        self._naming = self._labels = None
         ignored = self.log.verdicts()
         counted = {cid for cid in self.log.change_ids() if cid not in ignored}
         if self._counted - counted:
@@ -811,14 +937,15 @@ class Replica:
         *,
         own: bool = False,
         declares: bool | None = None,
+        names: bool | None = None,
     ) -> tuple[Op, ...]:
         """Count newly admitted changes; returns the ops the state gained. Follows this
         replica's own head (whatever source the change came from) and notes new forks. ``own``:
         changes this replica just signed, whose ops its writers made (nothing to observe op by
         op: the clocks only need to agree)."""
         recount = False
-        if declares is None:
-            declares = _declares(admitted)
+        if declares is None or names is None:
+            declares, names = _governs(admitted)
         head = self._head
         for c in admitted:
             first = self._by_seq.setdefault((c.author, c.seq), c.change_id)
@@ -842,6 +969,8 @@ class Replica:
             counting = [c for c in admitted if verdict(c, self._trust, self._kept) is None]
             self._counted.update(c.change_id for c in counting)
             new_ops = self._apply(counting)
+            if names:
+                self._take_names(counting)
         if declares or recount:
             self._refresh_registry()
         return new_ops
@@ -1327,7 +1456,7 @@ class Replica:
                 if progress is not None:
                     progress(min(start + _RECEIVE_STEP, len(items)), len(items))
             quarantined = [_record(e, now) for e in self.log.take_quarantined()]
-            declares = _declares(accepted)
+            declares, names = _governs(accepted)
             if declares:
                 # a declaration naming a normalizer this process lacks: refuse the whole call
                 # (nothing stored) rather than hold memory it cannot compute
@@ -1343,7 +1472,7 @@ class Replica:
             self.store.write(batch)
         # Stored: from here on, memory follows the store (rebuilt from it if this fails).
         try:
-            new_ops = self._admitted(accepted, declares=declares)
+            new_ops = self._admitted(accepted, declares=declares, names=names)
         except BaseException:
             self._reload()
             raise
@@ -1431,7 +1560,9 @@ class Replica:
         The one-call path of an agent loop (write what it learned, then read this): the replica
         keeps the caches (token counts per line, the ranker's postings, the projection carried
         from the previous State), so a call after a write costs what changed as far as each of
-        them goes. Same result as `context_for(replica.state(), lens, ...)`; raises as it does.
+        them goes. Conflict candidates name their authors by the names they declared
+        (`author_names`). Same result as `context_for(replica.state(), lens, ...,
+        authors=replica.names())`; raises as it does.
         """
         self._check_open()
         cache = self._context_cache
@@ -1444,6 +1575,7 @@ class Replica:
             query=query,
             resolver=resolver,
             cache=cache,
+            authors=self.author_names(),
         )
 
     def observe(self, callback: Observer) -> Callable[[], None]:
@@ -1580,10 +1712,11 @@ class Replica:
 _RECEIVE_STEP = 256
 
 
-def _declares(changes: Iterable[VerifiedChange]) -> bool:
-    """Whether ``changes`` hold a registry declaration (the one scan of their ops a receive
-    makes for it)."""
-    return any(type(op) is RegistryDeclared for c in changes for op in c.ops)  # type: ignore[comparison-overlap]
+def _governs(changes: Iterable[VerifiedChange]) -> tuple[bool, bool]:
+    """Whether ``changes`` hold a registry declaration, and an author name (the one scan of
+    their ops a receive makes for them)."""
+    kinds: set[type[object]] = {type(op) for c in changes for op in c.ops}
+    return RegistryDeclared in kinds, AuthorNamed in kinds
 
 
 def _unverified(changes: Iterable[bytes | UnverifiedChange]) -> list[UnverifiedChange]:

@@ -38,6 +38,7 @@ import statefuse.op
 from statefuse import Op, OpSet, Writer, materialize
 from statefuse.registry import DEFAULT_REGISTRY
 from statefuse.registry.value import MAX_DEPTH, decode_value
+from statefuse.sync.author import AuthorNamed
 from statefuse.sync.change import (
     MAX_CHANGE_BYTES,
     MAX_OPS_PER_CHANGE,
@@ -864,6 +865,37 @@ def an_op_lacks_a_field(w: World) -> bytes:
 @quarantined(Q.BAD_OP)
 def an_op_has_an_extra_field(w: World) -> bytes:
     return _op_variant(w, mood="sure")
+
+
+def _author_named(w: World, **changes: Any) -> bytes:
+    """alice's seq 2 led by an `AuthorNamed` op of hers with ``changes`` to its fields."""
+    named = AuthorNamed(w.alice.author, 1, 0, "alice").to_value()
+    return _variant(w, ops=[_op_item(_pack(_edit(named, **changes))), *w.fields2()["ops"]])
+
+
+@quarantined(Q.BAD_OP)
+def an_author_name_holds_a_bidirectional_override(w: World) -> bytes:
+    return _author_named(w, name="ecila\u202e")
+
+
+@quarantined(Q.BAD_OP)
+def an_author_name_is_empty(w: World) -> bytes:
+    return _author_named(w, name="")
+
+
+@quarantined(Q.BAD_OP)
+def an_author_name_ends_in_whitespace(w: World) -> bytes:
+    return _author_named(w, name="alice ")
+
+
+@quarantined(Q.BAD_OP)
+def an_author_name_says_whom_it_names(w: World) -> bytes:
+    return _author_named(w, subject=w.bob.author)
+
+
+@quarantined(Q.OP_AUTHOR_MISMATCH)
+def an_author_name_in_alices_change_names_mallory(w: World) -> bytes:
+    return _author_named(w, author=w.mallory.author)
 
 
 @quarantined(Q.BAD_OP)

@@ -2,8 +2,8 @@
 user error, and a reference (docs/reference/cli.md) that documents every command and option.
 
 Expected texts are written out by hand from the documented formats (columns two spaces apart,
-ids shortened to 12 hex digits, values spelled as JSON); the ids in them are read through the
-library, never from the output under test.
+ids shortened to 12 hex digits, authors without a name to 8, values spelled as JSON); the ids in
+them are read through the library, never from the output under test.
 """
 
 from __future__ import annotations
@@ -77,6 +77,11 @@ def opened(path: Path, **options: object) -> Iterator[Replica]:
 
 def short(ident: bytes) -> str:
     return ident.hex()[:12]
+
+
+def unnamed(author: bytes) -> str:
+    """How a table shows an author that declared no name."""
+    return author.hex()[:8]
 
 
 def utc(ms: int) -> str:
@@ -271,7 +276,7 @@ def _seed_launch(store: Path):
         b = r.add_claim("project", "launch", "deadline", "2026-04-01", provenance="vendor email")
         t = r.add_claim("project", "launch", "deadline", "2026-05-01", scope="task:t1")
         p = r.add_claim("vendor", "acme", "price", 1150)
-        return a, b, t, p, short(r.author)
+        return a, b, t, p, unnamed(r.author)
 
 
 def test_show_lists_active_claims_by_key_and_scope_with_conflict_notes(store, cli):
@@ -279,7 +284,7 @@ def test_show_lists_active_claims_by_key_and_scope_with_conflict_notes(store, cl
     first, second = sorted([a, b], key=lambda c: c.claim_id)
     assert cli("show") == Run(
         0,
-        "ID            KEY                      SCOPE    VALUE         AUTHOR        NOTE\n"
+        "ID            KEY                      SCOPE    VALUE         AUTHOR    NOTE\n"
         f"{short(first.claim_id)}  project/launch/deadline  global   {json.dumps(first.value)}"
         f"  {me}  conflict\n"
         f"{short(second.claim_id)}  project/launch/deadline  global   {json.dumps(second.value)}"
@@ -293,11 +298,11 @@ def test_show_lists_active_claims_by_key_and_scope_with_conflict_notes(store, cl
 def test_show_filters_by_key_prefix_and_scope(store, cli):
     _, _, t, p, me = _seed_launch(store)
     assert cli("show", "vendor").out == (
-        "ID            KEY                SCOPE   VALUE  AUTHOR        NOTE\n"
+        "ID            KEY                SCOPE   VALUE  AUTHOR    NOTE\n"
         f"{short(p.claim_id)}  vendor/acme/price  global  1150   {me}\n"
     )
     assert cli("show", "project/launch", "--scope", "task:t1").out == (
-        "ID            KEY                      SCOPE    VALUE         AUTHOR        NOTE\n"
+        "ID            KEY                      SCOPE    VALUE         AUTHOR    NOTE\n"
         f'{short(t.claim_id)}  project/launch/deadline  task:t1  "2026-05-01"  {me}\n'
     )
     assert cli("show", "nothing/here") == Run(0, "No active claims.\n", "")
@@ -309,7 +314,7 @@ def test_conflicts_shows_each_conflict_with_its_groups_and_then_its_decision(sto
     other = f'{short(b.claim_id)}  "2026-04-01"  {me}  vendor email\n'
     # groups are ordered by the canonical bytes of their values: 2026-03-25 first
     body = (
-        "  GROUP  ID            VALUE         AUTHOR        PROVENANCE\n"
+        "  GROUP  ID            VALUE         AUTHOR    PROVENANCE\n"
         f"  1      {by_value}"
         f"  2      {other}"
     )
@@ -407,7 +412,7 @@ def test_supersede_replaces_a_value_and_history_tells_the_story_in_lamport_order
     ids = {c: short(c.claim_id) for c in (a, b, new, t)}
     assert cli("history", "project/launch/deadline") == Run(
         0,
-        "LAMPORT  EVENT    CLAIM         SCOPE    VALUE         AUTHOR        WHY\n"
+        "LAMPORT  EVENT    CLAIM         SCOPE    VALUE         AUTHOR    WHY\n"
         f'1        claim    {ids[a]}  global   "2026-03-25"  {me}  kickoff\n'
         f'2        claim    {ids[b]}  global   "2026-04-01"  {me}  vendor email\n'
         f'3        claim    {ids[t]}  task:t1  "2026-05-01"  {me}\n'
@@ -417,7 +422,7 @@ def test_supersede_replaces_a_value_and_history_tells_the_story_in_lamport_order
         "",
     )
     assert cli("history", "project/launch/deadline", "--scope", "task:t1").out == (
-        "LAMPORT  EVENT  CLAIM         SCOPE    VALUE         AUTHOR        WHY\n"
+        "LAMPORT  EVENT  CLAIM         SCOPE    VALUE         AUTHOR    WHY\n"
         f'3        claim  {ids[t]}  task:t1  "2026-05-01"  {me}\n'
     )
 
@@ -582,6 +587,69 @@ def test_a_forged_change_is_quarantined_and_listed_with_its_reason(store, tmp_pa
     assert cli("quarantine", "--show", "00000000").code == 1
 
 
+# --- names ----------------------------------------------------------------------------------------
+
+
+def test_init_with_a_name_and_history_conflicts_and_keys_show_each_author_by_name(tmp_path, cli):
+    scout_db, planner_db = tmp_path / "scout.db", tmp_path / "planner.db"
+    made = cli("--store", str(scout_db), "init", "--space", "team", "--name", "scout")
+    scout = SigningKey.load(f"{scout_db}.key").author
+    assert made.out.splitlines()[1:3] == [f"author    {scout.hex()}", "name      scout"]
+    assert cli("--store", str(planner_db), "init", "--space", "team", "--name", "planner").code == 0
+    planner = SigningKey.load(f"{planner_db}.key").author
+    for db, value in ((scout_db, "2026-04-01"), (planner_db, "2026-04-08")):
+        assert cli("--store", str(db), "claim", "project/launch/deadline", value).code == 0
+    cli("--store", str(scout_db), "export", str(tmp_path / "scout.bundle"))
+    assert cli("--store", str(planner_db), "import", str(tmp_path / "scout.bundle")).code == 0
+
+    history = cli("--store", str(planner_db), "history", "project/launch/deadline").out
+    rows = [line.split() for line in history.splitlines()[1:]]
+    assert {(r[1], r[4], r[5]) for r in rows} == {
+        ("claim", '"2026-04-01"', "scout"),
+        ("claim", '"2026-04-08"', "planner"),
+    }
+    conflicts = cli("--store", str(planner_db), "conflicts").out
+    assert "scout" in conflicts and "planner" in conflicts and scout.hex()[:8] not in conflicts
+    events = json.loads(
+        cli("--store", str(planner_db), "--json", "history", "project/launch/deadline").out
+    )["events"]
+    assert {(e["author"], e["author_name"]) for e in events} == {
+        (scout.hex(), "scout"),
+        (planner.hex(), "planner"),
+    }
+    keys = cli("--store", str(planner_db), "keys", "show").out.splitlines()
+    assert f"you    {planner.hex()} (planner)" in keys
+    assert f"{scout.hex()}  scout    2" in keys  # two changes: its name, its claim
+
+
+def test_name_shows_and_sets_the_name_and_refuses_a_bad_one_naming_the_rule(store, cli):
+    with opened(store) as r:
+        me = r.author.hex()
+    assert cli("name") == Run(
+        0, f"No name declared for author {me} (set one: statefuse name NAME)\n", ""
+    )
+    assert cli("name", "scout") == Run(0, f"You are now 'scout' (author {me})\n", "")
+    assert cli("name", "scout") == Run(0, "You are 'scout' already; nothing changed\n", "")
+    assert cli("name") == Run(0, f"You are 'scout' (author {me})\n", "")
+    assert cli("--json", "name").out == (
+        json.dumps({"author": me, "changed": False, "name": "scout"}, indent=2) + "\n"
+    )
+    assert cli("name", " scout") == Run(
+        1, "", "Error: NAME: an author name has no leading or trailing whitespace\n"
+    )
+    assert cli("init", "--space", "team", "--name", "x" * 65) == Run(
+        1, "", "Error: --name: an author name is 1 to 64 characters\n"
+    )
+    assert cli("init", "--space", "team", "--name", "ranger") == Run(
+        0,
+        f"Store {store} already holds space 'team' (open mode); its author is now called"
+        " 'ranger'\n",
+        "",
+    )
+    with opened(store) as r:
+        assert r.names() == {r.author: "ranger"}
+
+
 # --- keys -----------------------------------------------------------------------------------------
 
 
@@ -597,8 +665,8 @@ def test_keys_admit_and_revoke_decide_which_authors_count_in_a_closed_space(tmp_
     cli("--store", str(root_db), "import", str(tmp_path / "alice.bundle"))
     assert cli("--store", str(root_db), "show").out == "No active claims.\n"  # not admitted
 
-    rows = sorted([f"{root}  0        you, root", f"{alice}  3        not admitted"])
-    head = "AUTHOR" + " " * 60 + "CHANGES  STATUS        ROLES"
+    rows = sorted([f"{root}        0        you, root", f"{alice}        3        not admitted"])
+    head = "AUTHOR" + " " * 60 + "NAME  CHANGES  STATUS        ROLES"
     assert cli("--store", str(root_db), "keys", "show") == Run(
         0,
         "space  team (closed mode)\n"
@@ -618,7 +686,7 @@ def test_keys_admit_and_revoke_decide_which_authors_count_in_a_closed_space(tmp_
     shown = cli("--store", str(root_db), "show").out.splitlines()
     assert len(shown) == 2 and " 1150 " in shown[1]
     line = [x for x in cli("--store", str(root_db), "keys").out.splitlines() if x.startswith(alice)]
-    assert line == [f"{alice}  3        admitted, revoked after seq 1  editor"]
+    assert line == [f"{alice}        3        admitted, revoked after seq 1  editor"]
 
 
 def test_only_the_root_key_may_admit_or_revoke(tmp_path, cli):
@@ -790,9 +858,9 @@ def test_tables_line_up_wide_characters_and_clip_long_values(store, cli):
     with opened(store) as r:
         tokyo = r.add_claim("a", "b", "tokyo", "東京")
         long = r.add_claim("a", "b", "long", "x" * 100)
-        me = short(r.author)
+        me = unnamed(r.author)
     assert cli("show").out == (
-        "ID            KEY        SCOPE   VALUE" + " " * 57 + "AUTHOR        NOTE\n"
+        "ID            KEY        SCOPE   VALUE" + " " * 57 + "AUTHOR    NOTE\n"
         f'{short(long.claim_id)}  a/b/long   global  "{"x" * 58}…  {me}\n'
         f'{short(tokyo.claim_id)}  a/b/tokyo  global  "東京"{" " * 56}{me}\n'
     )
@@ -804,7 +872,8 @@ def test_tables_line_up_wide_characters_and_clip_long_values(store, cli):
 def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
     a, b, _, _, _ = _seed_launch(store)
     claim_keys = {
-        "active", "author", "authority", "claim_id", "claim_ref", "confidence", "constraint",
+        "active", "author", "author_name", "authority", "claim_id", "claim_ref", "confidence",
+        "constraint",
         "depends_on", "evidence", "expires", "key", "kind", "lamport", "layer", "provenance",
         "scope", "value", "visibility", "wall_ms",
     }  # fmt: skip
@@ -837,6 +906,7 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
         set(e)
         == {
             "author",
+            "author_name",
             "claim_id",
             "event",
             "lamport",
@@ -872,6 +942,7 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
     assert keys["authors"] == [
         {
             "author": keys["you"],
+            "name": None,
             "changes": 8,
             "last_seq": 8,
             "roles": [],
@@ -884,7 +955,9 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
     assert verified["ok"] is True and verified["problems"] == []
     assert verified["changes"] == {"accepted": 8, "pending": 0, "quarantined": 0, "ignored": 0}
     created = doc("--store", str(tmp_path / "new.db"), "init", "--space", "s")
-    assert set(created) == {"author", "created", "key_file", "mode", "root", "space", "store"}
+    assert set(created) == {
+        "author", "created", "key_file", "mode", "name", "root", "space", "store",
+    }  # fmt: skip
     assert created["created"] is True and created["root"] is None
 
 

@@ -298,6 +298,42 @@ def test_a_conflict_candidate_says_who_asserted_it_and_from_where_in_bounded_len
     )
 
 
+SCOUT, ANALYST, THIRD = bytes([1]) * 32, bytes([2]) * 32, bytes([3]) * 32
+
+
+def _disputed_price():
+    return [
+        w(SCOUT).claim("vendor", "acme", "price", 1150),
+        w(ANALYST).claim("vendor", "acme", "price", 1200),
+        w(THIRD).claim("vendor", "acme", "price", 1200),
+    ]
+
+
+def test_a_conflict_candidate_is_named_by_the_name_its_author_declared():
+    ops = _disputed_price()
+    lines = ctx_of(ops, authors={SCOUT: "scout", ANALYST: "analyst"}).section(SectionName.CONFLICTS)
+    assert lines is not None
+    assert lines.lines[1:] == (
+        "    • 1150 (confidence=1; 1 claim; by scout)",
+        "    • 1200 (confidence=1; 2 claims agree; by 03030303, analyst)",
+    )
+    # one name declared by two keys never hides which of them wrote
+    shared = ctx_of(ops, authors={SCOUT: "scout", THIRD: "Scout"}).section(SectionName.CONFLICTS)
+    assert shared is not None
+    assert "by scout (01010101)" in shared.lines[1]
+    assert "by 02020202, Scout (03030303)" in shared.lines[2]
+
+
+def test_a_context_cache_never_serves_lines_rendered_under_other_names():
+    view = project(materialize(_disputed_price()), LENS)
+    cache = ContextCache(tokenizer=BpeTokenizer())
+    for authors in (None, {SCOUT: "scout"}, {SCOUT: "ranger"}, None, {SCOUT: "ranger"}):
+        fresh = assemble_context(view, query="", budget=500, tokenizer=TOK, authors=authors)
+        kept = assemble_context(view, query="", budget=500, cache=cache, authors=authors)
+        assert kept.to_json() == fresh.to_json()
+        assert ("by ranger" in kept.text) == (authors == {SCOUT: "ranger"})
+
+
 def test_working_set_turns_are_shown_oldest_first_and_the_oldest_are_dropped_first():
     a = w("a")
     turns = [
@@ -676,6 +712,9 @@ def test_bad_arguments_are_named():
         ({"query": "", "budget": 10, "policy": "fast"}, "policy"),
         ({"query": "", "budget": 10, "tokenizer": len}, "tokenizer"),
         ({"query": "", "budget": 10, "ranker": object()}, "ranker"),
+        ({"query": "", "budget": 10, "authors": ["scout"]}, "authors"),
+        ({"query": "", "budget": 10, "authors": {"scout": "x"}}, "authors"),
+        ({"query": "", "budget": 10, "authors": {SCOUT: ""}}, f"authors[{SCOUT.hex()}]"),
     ]
     for kwargs, field in cases:
         with pytest.raises(ContextError) as err:

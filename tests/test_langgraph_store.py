@@ -458,6 +458,19 @@ def test_a_key_two_agents_disagree_on_comes_back_as_its_conflict_with_every_cand
     assert b.get(("users", "u1"), "prefs") == item  # both replicas show the same
 
 
+def test_conflict_candidates_carry_the_names_their_authors_declared_once_they_arrive():
+    a, b = _conflicted()
+    before = a.get(("users", "u1"), "prefs").value[CONFLICT_FIELD]["candidates"]
+    assert [c["author_name"] for c in before] == [None, None]
+    b.replica.declare_name("bee")
+    _sync(a, b)  # only the name moves: the memory (and the View) stay as they were
+    after = a.get(("users", "u1"), "prefs").value[CONFLICT_FIELD]["candidates"]
+    named = {c["author"]: c["author_name"] for c in after}
+    assert named == {a.replica.author.hex(): None, b.replica.author.hex(): "bee"}
+    (hit, _) = a.search(("users",), query="light")
+    assert {c["author_name"] for c in hit.value[CONFLICT_FIELD]["candidates"]} == {None, "bee"}
+
+
 def test_search_surfaces_a_conflicted_item_when_any_candidate_matches():
     a, _ = _conflicted()
 

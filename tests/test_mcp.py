@@ -443,6 +443,34 @@ def test_history_lists_assertions_retractions_and_decisions_in_lamport_order(sto
     assert session.ok("history", key="vendor/acme/price", scope="task:t1")["events"] == []
 
 
+def test_history_conflicts_search_and_remember_name_each_author_by_its_declared_name(
+    store, session
+):
+    store.declare_name("planner")
+    other = Replica.memory(space=SPACE, name="scout")
+    other.add_claim("vendor", "acme", "price", 1200, provenance="vendor email")
+    store.merge(other)
+    me, them = store.author.hex(), other.author.hex()
+    remembered = session.ok("remember", key="vendor/acme/price", value=1150)
+    (rival,) = remembered["conflicts_with"]
+    assert (rival["author"], rival["author_name"]) == (them, "scout")
+    events = session.ok("history", key="vendor/acme/price")["events"]
+    assert {(e["author"], e["author_name"]) for e in events} == {(me, "planner"), (them, "scout")}
+    assert " by scout" in session.text("history", key="vendor/acme/price")
+    (conflict,) = session.ok("conflicts")["conflicts"]
+    names = {c["author_name"] for c in conflict["candidates"]}
+    assert names == {"planner", "scout"} and "scout" in session.text("conflicts")
+    found = session.ok("search", query="acme")["claims"]
+    assert {c["author_name"] for c in found} == {"planner", "scout"}
+    stranger = Replica.memory(space=SPACE)  # no name: null, and its key's digits in text
+    stranger.add_claim("vendor", "acme", "price", 900)
+    store.merge(stranger)
+    (conflict,) = session.ok("conflicts")["conflicts"]
+    unnamed = [c for c in conflict["candidates"] if c["author"] == stranger.author.hex()]
+    assert [c["author_name"] for c in unnamed] == [None]
+    assert stranger.author.hex()[:8] in session.text("conflicts")
+
+
 # --- two servers, one HTTP peer -------------------------------------------------------------------
 
 
@@ -497,20 +525,23 @@ def _init(path: Path) -> None:
 def test_statefuse_mcp_over_stdio_serves_the_store_and_leaves_it_closed(tmp_path):
     path = tmp_path / "team.db"
     _init(path)
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "statefuse", "mcp", "--store", str(path)], cwd=ROOT
-    )
+    args = ["-m", "statefuse", "mcp", "--store", str(path), "--name", "watcher"]
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=ROOT)
     with (tmp_path / "stderr.txt").open("w+") as errlog:
         with connected(stdio_client(params, errlog=errlog)) as s:
             got = s.ok("remember", key="svc/api/status", value="up", provenance="probe")
+            (event,) = s.ok("history", key="svc/api/status")["events"]
+            assert event["author_name"] == "watcher"
             assert '"up"' in s.ok("recall", query="api status")["text"]
             assert s.refused("remember", key="svc/api", value=1).endswith("[rule: key-syntax]")
         errlog.seek(0)
         log = errlog.read()
     assert "Traceback" not in log and "MCP server for space 'team'" in log, log
+    assert "(watcher)" in log
     with Replica.open(path) as reopened:  # the server closed it: the writer lock is free
         c = reopened.state().claims[bytes.fromhex(got["claim_id"])]
         assert (c.value, c.provenance) == ("up", "probe")
+        assert reopened.names() == {reopened.author: "watcher"}
 
 
 def _free_port() -> int:
