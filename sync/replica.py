@@ -732,9 +732,12 @@ class Replica:
             replica.declare_name(name)
         return replica
 
-    def fork(self, path: str | os.PathLike[str] | None = None) -> Replica:
+    def fork(
+        self, path: str | os.PathLike[str] | None = None, *, name: str | None = None
+    ) -> Replica:
         """A branch: a new author key and a copy of this replica's changes (accepted and
-        pending), in a new store at ``path`` (or in memory when ``path`` is None)."""
+        pending), in a new store at ``path`` (or in memory when ``path`` is None); ``name``
+        declares the new author's name (see `declare_name`)."""
         self._check_open()
         info = self.store.info()
         assert info is not None
@@ -757,6 +760,8 @@ class Replica:
             )
         child._custom.update(self._custom)
         child.merge(self)
+        if name is not None:
+            child.declare_name(name)
         return child
 
     def _load(self) -> None:
