@@ -49,7 +49,7 @@ import secrets
 import sqlite3
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -168,12 +168,26 @@ def _rowid_areas(db: sqlite3.Connection) -> None:
         db.execute(f"DROP TABLE {table}_v2")
 
 
+def _publish_marks(db: sqlite3.Connection) -> None:
+    """Schema 3 → 4: the publish marks of transports that publish this replica's own changes
+    (`SQLiteStore.published`). A store migrated from an older schema has none, so a transport's
+    first run publishes every own change once (a broker dedupes, receivers are idempotent)."""
+    db.execute(
+        "CREATE TABLE published ("
+        " target TEXT NOT NULL,"
+        " change_id BLOB NOT NULL,"
+        " PRIMARY KEY (target, change_id)"
+        ") WITHOUT ROWID"
+    )
+
+
 #: Schema steps: ``_MIGRATIONS[v]`` turns a version-``v`` store into version ``v + 1``; the caller
 #: runs each inside a transaction and sets ``user_version`` in the same one.
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     0: _create_tables,
     1: _identify,
     2: _rowid_areas,
+    3: _publish_marks,
 }
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -710,7 +724,8 @@ def _sequence(db: sqlite3.Connection) -> int:
 
 def _copy_readable(old: sqlite3.Connection, new: sqlite3.Connection) -> None:
     """Copy every row of ``old`` SQLite can read into the `_fresh` store ``new`` (the snapshot,
-    only a cache, is left behind). ``INSERT OR IGNORE``: a row that breaks a constraint (a damaged
+    only a cache, and the publish marks, whose loss only publishes a change once more, are left
+    behind). ``INSERT OR IGNORE``: a row that breaks a constraint (a damaged
     cell read back as NULL, a duplicated id) stays in the kept original only."""
     new.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", _salvage_meta(old))
     new.executemany(
@@ -1009,6 +1024,18 @@ class SQLiteStore:
             )
             for pos, change_id in cursor:
                 yield pos, _typed(self.path, change_id, bytes, f"the id of accepted change #{pos}")
+
+    def published(self, target: str) -> set[bytes]:
+        with self._sqlite("while reading the publish marks") as db:
+            rows = db.execute("SELECT change_id FROM published WHERE target = ?", (target,))
+            return {_typed(self.path, c, bytes, "a published change id") for (c,) in rows}
+
+    def mark_published(self, target: str, ids: Iterable[bytes]) -> None:
+        rows = [(target, bytes(c)) for c in ids]
+        with self._transaction("marking changes as published") as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO published (target, change_id) VALUES (?, ?)", rows
+            )
 
     def save_snapshot(self, upto: int, blob: bytes) -> None:
         with self._transaction("saving a snapshot") as db:

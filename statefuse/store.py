@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -27,8 +27,9 @@ from statefuse.registry.error import InputError
 
 #: Current layout version of durable stores; older stores are migrated forward on open.
 #: Version 2 marks the file as StateFuse's (SQLite ``application_id``) and gives every store a
-#: random ``store_id``, so a key file can be bound to the one store it writes.
-SCHEMA_VERSION = 3
+#: random ``store_id``, so a key file can be bound to the one store it writes. Version 4 adds the
+#: publish marks (`Store.published`) of the transports that publish a replica's own changes.
+SCHEMA_VERSION = 4
 
 #: Length of a new store's random ``store_id``.
 STORE_ID_BYTES = 16
@@ -150,6 +151,13 @@ class Store(Protocol):
     def accepted_ids(self, after: int = 0) -> Iterator[tuple[int, bytes]]:
         """``(position, change id)`` of accepted changes past ``after``, in append order."""
 
+    def published(self, target: str) -> set[bytes]:
+        """Ids of the changes marked as published to ``target`` (a transport's name for where
+        it publishes, e.g. a JetStream stream): what its outbox no longer holds."""
+
+    def mark_published(self, target: str, ids: Iterable[bytes]) -> None:
+        """Mark changes as published to ``target`` (idempotent, durable when it returns)."""
+
     def save_snapshot(self, upto: int, blob: bytes) -> None:
         """Keep a materialized snapshot covering accepted positions ``<= upto``."""
 
@@ -203,6 +211,7 @@ class MemoryStore:
         "_next_pos",
         "_pending",
         "_positions",
+        "_published",
         "_quarantine",
         "_snapshot",
     )
@@ -217,6 +226,7 @@ class MemoryStore:
         self._pending: dict[bytes, bytes] = {}
         self._quarantine: dict[bytes, QuarantineRecord] = {}
         self._snapshot: tuple[int, bytes] | None = None
+        self._published: dict[str, set[bytes]] = {}
         self._closed = False
 
     def _open(self) -> None:
@@ -295,6 +305,14 @@ class MemoryStore:
         self._open()
         for pos in self._positions[bisect_right(self._positions, after) :]:
             yield pos, self._accepted[pos][0]
+
+    def published(self, target: str) -> set[bytes]:
+        self._open()
+        return set(self._published.get(target, ()))
+
+    def mark_published(self, target: str, ids: Iterable[bytes]) -> None:
+        self._open()
+        self._published.setdefault(target, set()).update(bytes(c) for c in ids)
 
     def save_snapshot(self, upto: int, blob: bytes) -> None:
         self._open()

@@ -118,6 +118,19 @@ def test_quarantine_keeps_the_first_verdict_and_counts_sightings(factory):
     assert first.data == b"bad1" and first.reason == "malformed"
 
 
+def test_publish_marks_are_kept_per_target_idempotently_across_reopen(factory):
+    store, reopen = factory()
+    store.initialize(INFO)
+    assert store.published("SF_team") == set()
+    store.mark_published("SF_team", [_cid(1), _cid(2)])
+    store.mark_published("SF_team", [_cid(2), _cid(3)])
+    store.mark_published("SF_other", [_cid(9)])
+    store = reopen(store)
+    assert store.published("SF_team") == {_cid(1), _cid(2), _cid(3)}
+    assert store.published("SF_other") == {_cid(9)}
+    store.close()
+
+
 def test_snapshots_replace_each_other(factory):
     store, reopen = factory()
     store.initialize(INFO)
