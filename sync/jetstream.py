@@ -1,0 +1,702 @@
+"""Sync through a NATS JetStream broker: a space is one stream, a replica publishes its own
+changes to it and follows it with a durable consumer (`JetStreamLink`).
+
+Naming (see `space_token`): space ``team`` is stream ``SF_team`` with subjects
+``sf.team.<author hex>``, one subject per author; a space name that is not plain ASCII letters,
+digits and ``-`` (at most 64) is named by a hash instead, ``_`` + 32 hex digits of its blake3.
+Each replica's durable pull consumer is ``sf-<store id hex>``: it remembers, in the broker, how
+far this store has taken the stream in.
+
+Messages: a whole signed change, with header ``Nats-Msg-Id`` = its change id in hex (the
+broker's dedupe window drops a second publish of it). A change larger than the server's
+``max_payload`` travels as chunks, each with ``Nats-Msg-Id`` = ``<change id hex>.<index>``,
+``StateFuse-Change`` = the change id in hex and ``StateFuse-Chunk`` = ``<index>/<count>``
+(chunk format 1; another format would use another header name); the receiver joins them.
+
+Invariants:
+
+- The broker is untrusted transport. What arrives goes through `Replica.receive` like any outside
+  bytes: a forged or damaged change is quarantined with its reason and never counts. A broker
+  can delay, withhold, repeat or reorder messages; it cannot forge a change.
+- A message is acknowledged to the broker only after `Replica.receive` returned, i.e. after
+  what it carried is durable in the store (or quarantined there); an unacknowledged message is
+  delivered again, and receiving is idempotent, so a crash between the two costs a duplicate.
+- A write is acknowledged by the store, never by the broker. The outbox is derived: this
+  replica's own accepted changes that carry no publish mark for the stream (`Store.published`);
+  a change is marked only after the broker's PubAck. So a broker outage, a crash between the
+  write and the publish, or a lost PubAck delays a change and never loses it (it is published
+  again; the broker's dedupe window or the receivers' idempotence absorb the repeat).
+- The replica is touched only in the caller's thread (inside ``lock`` when given): the event
+  loop thread that the link owns does network I/O only.
+
+Catch-up: a new or long-offline replica's consumer replays the stream from where it left off.
+When the stream's retention dropped messages the consumer had not taken in yet, `LinkStatus.gap`
+says so, and a link given ``peers`` (HTTP sync URLs) fills it by set reconciliation
+(`sync.client.sync_with`) with them; it does the same when changes stay parked for a missing
+predecessor after a round.
+
+Errors, all carrying ``field`` and ``rule``::
+
+    SyncError (InputError, RuntimeError)
+    └── JetStreamError                 a link that cannot do what was asked (a bad argument)
+        ├── BrokerUnavailableError     no connection, or no answer in time (rule
+        │                              ``broker-unreachable`` / ``broker-timeout``)
+        └── BrokerRefusedError         the broker answered an error (e.g. ``stream-config``)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import re
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import blake3
+
+try:
+    import nats
+    import nats.errors
+    import nats.js.errors
+    from nats.aio.client import Client
+    from nats.aio.msg import Msg
+    from nats.js import JetStreamContext
+    from nats.js.api import (
+        AckPolicy,
+        ConsumerConfig,
+        DeliverPolicy,
+        StorageType,
+        StreamConfig,
+    )
+except ImportError as exc:  # pragma: no cover - the extra is part of the test install
+    raise ImportError(
+        "the JetStream transport needs nats-py: pip install 'statefuse[nats]'"
+    ) from exc
+
+from statefuse.sync.change import MAX_CHANGE_BYTES
+from statefuse.sync.client import SyncReport, sync_with
+from statefuse.sync.protocol import Lock, SyncError, check_seconds
+from statefuse.sync.replica import MergeReport, Replica
+
+__all__ = [
+    "BrokerRefusedError",
+    "BrokerUnavailableError",
+    "JetStreamError",
+    "JetStreamLink",
+    "LinkRound",
+    "LinkStatus",
+    "consumer_name",
+    "space_token",
+    "stream_name",
+    "subject_of",
+]
+
+#: Header naming the change a chunk belongs to (hex change id).
+CHANGE_HEADER = "StateFuse-Change"
+#: Header of a chunk: ``<index>/<count>`` (chunk format 1).
+CHUNK_HEADER = "StateFuse-Chunk"
+#: Room kept in each message for headers and protocol framing when a change is chunked.
+_HEADER_ROOM = 512
+#: Most chunks one change may claim (a change of `MAX_CHANGE_BYTES` in chunks of 1 KiB).
+_MAX_CHUNKS = MAX_CHANGE_BYTES // 1024 + 1
+#: Most changes being joined from chunks at once; past it, new chunks are refused.
+_MAX_ASSEMBLIES = 64
+#: Messages asked of the broker per fetch.
+_FETCH_BATCH = 256
+#: A space name used as it is in stream and subject names.
+_PLAIN = re.compile(r"[A-Za-z0-9-]{1,64}")
+
+
+class JetStreamError(SyncError):
+    """A JetStream link that cannot do what was asked (``field``, ``rule``)."""
+
+
+class BrokerUnavailableError(JetStreamError):
+    """No connection to the broker, or no answer within the timeout: nothing was lost (the
+    outbox keeps what was not published; unacknowledged messages are delivered again)."""
+
+
+class BrokerRefusedError(JetStreamError):
+    """The broker answered with an error (a stream of another configuration, say)."""
+
+
+def space_token(space: str) -> str:
+    """The space as one token of a NATS name: itself when it is plain (ASCII letters, digits
+    and ``-``, at most 64), else ``_`` + 32 hex digits of blake3 of its UTF-8 (a plain token
+    never starts with ``_``, so the two kinds never collide)."""
+    if _PLAIN.fullmatch(space):
+        return space
+    return "_" + blake3.blake3(space.encode()).hexdigest()[:32]
+
+
+def stream_name(space: str) -> str:
+    """The stream that carries ``space``: ``SF_<space token>``."""
+    return f"SF_{space_token(space)}"
+
+
+def subject_of(space: str, author: bytes) -> str:
+    """The subject an author publishes its changes of ``space`` on: ``sf.<token>.<hex>``."""
+    return f"sf.{space_token(space)}.{author.hex()}"
+
+
+def consumer_name(store_id: bytes) -> str:
+    """The durable consumer of the store with id ``store_id``: ``sf-<hex>``."""
+    return f"sf-{store_id.hex()}"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkStatus:
+    """Where a link stands (`JetStreamLink.status`)."""
+
+    url: str
+    stream: str
+    consumer: str
+    connected: bool
+    #: Own changes not yet acknowledged by the stream.
+    outbox: int
+    #: Messages of the stream this replica has not taken in, at the last look (None: not yet
+    #: looked).
+    lag: int | None
+    #: Own changes the stream acknowledged, since the link started (duplicates included).
+    published: int
+    #: Changes taken from the stream since the link started, and what became of them.
+    received: MergeReport
+    #: Messages that were no change and no valid chunk (dropped from this consumer).
+    rejected: int
+    #: ``(wanted, first)``: the consumer needed stream sequence ``wanted`` but the stream only
+    #: holds ``first`` on (retention dropped the rest); None once filled, or never seen.
+    gap: tuple[int, int] | None
+    #: The last error, one line (None: none since the last successful round).
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRound:
+    """What one `JetStreamLink.sync_once` did."""
+
+    #: Own changes the stream acknowledged in this round.
+    published: int = 0
+    #: Changes taken from the stream (chunks joined), and what the replica made of them.
+    fetched: int = 0
+    merge: MergeReport = field(default_factory=MergeReport)
+    #: HTTP syncs run with peers to fill a gap the stream could not.
+    reconciled: tuple[SyncReport, ...] = ()
+
+
+@dataclass(slots=True)
+class _Assembly:
+    """Chunks of one change, joined once all ``count`` arrived."""
+
+    count: int
+    parts: dict[int, bytes] = field(default_factory=dict)
+    msgs: list[Msg] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _holding(lock: Lock | None) -> Iterator[None]:
+    if lock is None:
+        yield
+        return
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+class _Loop:
+    """One asyncio event loop in a daemon thread; `run` waits for a coroutine on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="statefuse-jetstream", daemon=True
+        )
+        self.thread.start()
+
+    def run(self, coro: Any, timeout: float) -> Any:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise BrokerUnavailableError(
+                "url", "broker-timeout", f"the broker did not answer within {timeout:g} s"
+            ) from None
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+@contextlib.asynccontextmanager
+async def _mapped(doing: str) -> AsyncIterator[None]:
+    """The one seam for nats-py's errors: each becomes a `JetStreamError` subclass."""
+    try:
+        yield
+    except JetStreamError:
+        raise
+    except nats.js.errors.APIError as exc:
+        raise BrokerRefusedError(
+            "broker", "broker-refused", f"the broker refused {doing}: {exc}"
+        ) from exc
+    except (asyncio.TimeoutError, nats.errors.TimeoutError) as exc:
+        raise BrokerUnavailableError(
+            "url", "broker-timeout", f"the broker did not answer while {doing}"
+        ) from exc
+    except (nats.errors.Error, OSError) as exc:
+        said = str(exc) or type(exc).__name__
+        raise BrokerUnavailableError(
+            "url", "broker-unreachable", f"no broker while {doing}: {said}"
+        ) from exc
+
+
+class JetStreamLink:
+    """A replica's link to one JetStream stream: publish its own changes, take in the rest.
+
+    ``url``: the NATS server (``nats://host:port``). ``peers``: HTTP sync URLs asked to fill
+    what the stream's retention dropped. ``lock``: held whenever the replica is used (pass the
+    serving lock when it is also served over HTTP). ``max_msgs`` / ``duplicate_window``
+    (seconds) configure the stream when this link creates it (an existing stream is used as it
+    is). Raises JetStreamError (rule ``replica-type``, ``readonly``) for a replica that cannot
+    be linked.
+
+    The API is synchronous; `start` connects, `sync_once` runs one round, `stop` disconnects.
+    """
+
+    def __init__(
+        self,
+        replica: Replica,
+        url: str,
+        *,
+        peers: Sequence[str] = (),
+        lock: Lock | None = None,
+        max_msgs: int | None = None,
+        duplicate_window: float = 120.0,
+        connect_timeout: float = 2.0,
+    ) -> None:
+        if not isinstance(replica, Replica):
+            raise JetStreamError("replica", "replica-type", f"expected a Replica, got {replica!r}")
+        if replica.readonly:
+            raise JetStreamError(
+                "replica", "readonly", "a read-only replica can neither publish nor receive"
+            )
+        if not isinstance(url, str) or not url:
+            raise JetStreamError("url", "url", f"expected a nats:// URL, got {url!r}")
+        if isinstance(peers, str):
+            raise JetStreamError("peers", "url-list", "peers is a list of URLs, not one string")
+        if max_msgs is not None and (type(max_msgs) is not int or max_msgs < 1):
+            raise JetStreamError("max_msgs", "range", f"expected an int >= 1, got {max_msgs!r}")
+        self.replica = replica
+        self.url = url
+        self.peers = tuple(peers)
+        self.lock = lock
+        self._duplicate_window = check_seconds("duplicate_window", duplicate_window)
+        self._connect_timeout = check_seconds("connect_timeout", connect_timeout)
+        self._max_msgs = max_msgs
+        self.stream = stream_name(replica.space)
+        self.subject = subject_of(replica.space, replica.author)
+        info = replica.store.info()
+        assert info is not None  # a replica's store is initialized
+        self.consumer = consumer_name(info.store_id or replica.author)
+        self._loop: _Loop | None = None
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self._sub: JetStreamContext.PullSubscription | None = None
+        #: Set when this link made the stream: every own change is published to it again.
+        self._fresh_stream = False
+        self._new_consumer = False
+        #: Own changes not yet published, in the order they were accepted (id -> None).
+        self._outbox: dict[bytes, None] = {}
+        self._seen = 0
+        self._marks: set[bytes] | None = None
+        self._assemblies: dict[bytes, _Assembly] = {}
+        self._published = 0
+        self._received = MergeReport()
+        self._rejected = 0
+        self._lag: int | None = None
+        self._gap: tuple[int, int] | None = None
+        self._last_error: str | None = None
+
+    # --- life ---------------------------------------------------------------------------------
+
+    def start(self, *, timeout: float = 10.0) -> JetStreamLink:
+        """Connect, make the stream and this replica's consumer if they are missing; returns
+        the link. Raises BrokerUnavailableError / BrokerRefusedError."""
+        seconds = check_seconds("timeout", timeout)
+        if self._loop is None:
+            self._loop = _Loop()
+        try:
+            self._loop.run(self._connect(), seconds)
+        except JetStreamError as exc:
+            self._last_error = exc.message
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Disconnect (the durable consumer stays in the broker) and end the loop thread."""
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        with contextlib.suppress(Exception):
+            loop.run(self._close(), 5.0)
+        loop.close()
+
+    def __enter__(self) -> JetStreamLink:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _connect(self) -> None:
+        if self._nc is None or self._nc.is_closed:
+            async with _mapped(f"connecting to {self.url}"):
+                self._nc = await nats.connect(
+                    self.url,
+                    connect_timeout=self._connect_timeout,
+                    allow_reconnect=True,
+                    max_reconnect_attempts=1,
+                    reconnect_time_wait=0.2,
+                    error_cb=self._on_error,
+                    disconnected_cb=self._on_disconnect,
+                )
+            # nats-py applies one limit to the first connect and to reconnects: the first
+            # connect fails fast (no broker is an error to report), a lost connection is
+            # retried for as long as the link lives (an outage only delays)
+            self._nc.options["max_reconnect_attempts"] = -1
+            self._js = self._nc.jetstream(timeout=self._connect_timeout)
+            self._sub = None
+        if self._sub is None:
+            await self._ensure_stream()
+            await self._ensure_consumer()
+
+    async def _ensure_stream(self) -> None:
+        assert self._js is not None
+        async with _mapped(f"looking up stream {self.stream}"):
+            try:
+                await self._js.stream_info(self.stream)
+                return
+            except nats.js.errors.NotFoundError:
+                pass
+        config = StreamConfig(
+            name=self.stream,
+            subjects=[f"sf.{space_token(self.replica.space)}.*"],
+            storage=StorageType.FILE,
+            max_msgs=self._max_msgs if self._max_msgs is not None else -1,
+            duplicate_window=self._duplicate_window,
+        )
+        async with _mapped(f"creating stream {self.stream}"):
+            await self._js.add_stream(config)
+        self._fresh_stream = True
+
+    async def _ensure_consumer(self) -> None:
+        assert self._js is not None
+        async with _mapped(f"looking up consumer {self.consumer}"):
+            try:
+                await self._js.consumer_info(self.stream, self.consumer)
+            except nats.js.errors.NotFoundError:
+                self._new_consumer = True
+            config = ConsumerConfig(
+                ack_policy=AckPolicy.EXPLICIT,
+                deliver_policy=DeliverPolicy.ALL,
+                ack_wait=30.0,
+                max_ack_pending=-1,
+            )
+            self._sub = await self._js.pull_subscribe(
+                f"sf.{space_token(self.replica.space)}.*",
+                durable=self.consumer,
+                stream=self.stream,
+                config=config,
+            )
+
+    async def _close(self) -> None:
+        nc, self._nc, self._js, self._sub = self._nc, None, None, None
+        if nc is not None and not nc.is_closed:
+            await nc.close()
+
+    async def _on_error(self, exc: Exception) -> None:
+        self._last_error = f"{type(exc).__name__}: {exc}".strip()
+
+    async def _on_disconnect(self) -> None:
+        self._last_error = f"disconnected from {self.url}"
+
+    # --- one round ----------------------------------------------------------------------------
+
+    def sync_once(
+        self, *, timeout: float = 10.0, progress: Callable[[int, int], object] | None = None
+    ) -> LinkRound:
+        """Publish the outbox, take in everything the stream holds for this consumer, and fill
+        a gap from ``peers``; returns what moved. ``progress(done, total)`` is called (in the
+        link's thread) after each change the stream acknowledged.
+
+        Raises BrokerUnavailableError / BrokerRefusedError (what moved before it stays: marked
+        published, or received and acknowledged), and what `Replica.receive` raises.
+        """
+        seconds = check_seconds("timeout", timeout)
+        deadline = time.monotonic() + seconds
+        try:
+            result = self._round(deadline, progress)
+        except JetStreamError as exc:
+            self._last_error = exc.message
+            raise
+        self._last_error = None
+        return result
+
+    def _left(self, deadline: float) -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BrokerUnavailableError("timeout", "broker-timeout", "the round ran out of time")
+        return left
+
+    def _round(self, deadline: float, progress: Callable[[int, int], object] | None) -> LinkRound:
+        if self._loop is None:
+            self._loop = _Loop()
+        self._loop.run(self._connect(), self._left(deadline))
+        published = self._publish(deadline, progress)
+        fetched, merge = self._take_in(deadline)
+        reconciled: tuple[SyncReport, ...] = ()
+        if self.peers and (self._gap is not None or self.replica.pending()):
+            reconciled = self._reconcile()
+        return LinkRound(published=published, fetched=fetched, merge=merge, reconciled=reconciled)
+
+    # --- publishing ---------------------------------------------------------------------------
+
+    def _own_unpublished(self) -> list[tuple[bytes, bytes]]:
+        """The outbox: own accepted changes without a publish mark, oldest first, as (id,
+        bytes). Kept incrementally; the log only grows (a reload that shrank it rescans)."""
+        replica = self.replica
+        log = replica.log
+        if self._marks is None or len(log) < self._seen:
+            self._marks = set() if self._fresh_stream else replica.store.published(self.stream)
+            self._outbox.clear()
+            self._seen = 0
+        for cid in log.accepted_since(self._seen):
+            change = log.get(cid)
+            if change is not None and change.author == replica.author and cid not in self._marks:
+                self._outbox[cid] = None
+        self._seen = len(log)
+        return [(cid, data) for cid in self._outbox for data in replica.change_bytes([cid])]
+
+    def _publish(self, deadline: float, progress: Callable[[int, int], object] | None) -> int:
+        assert self._loop is not None
+        with _holding(self.lock):
+            outbox = self._own_unpublished()
+        if not outbox:
+            return 0
+        done: list[bytes] = []
+        error: JetStreamError | None = None
+        try:
+            self._loop.run(self._send(outbox, done, progress), self._left(deadline))
+        except JetStreamError as exc:
+            error = exc
+        done = list(done)  # the loop thread appends no more
+        if done:
+            with _holding(self.lock):
+                self.replica.store.mark_published(self.stream, done)
+            assert self._marks is not None
+            for cid in done:
+                self._marks.add(cid)
+                self._outbox.pop(cid, None)
+            self._published += len(done)
+        if error is not None:
+            raise error
+        return len(done)
+
+    async def _send(
+        self,
+        outbox: list[tuple[bytes, bytes]],
+        done: list[bytes],
+        progress: Callable[[int, int], object] | None,
+    ) -> None:
+        assert self._nc is not None and self._js is not None
+        room = self._nc.max_payload - _HEADER_ROOM
+        if room < 1024:
+            raise JetStreamError(
+                "broker",
+                "max-payload",
+                f"the server's max_payload ({self._nc.max_payload} bytes) leaves no room for"
+                " a chunk of 1 KiB",
+            )
+        for cid, data in outbox:
+            async with _mapped(f"publishing change {cid.hex()[:12]}…"):
+                if len(data) <= room:
+                    await self._put(data, {"Nats-Msg-Id": cid.hex()})
+                else:
+                    count = -(-len(data) // room)
+                    for i in range(count):
+                        headers = {
+                            "Nats-Msg-Id": f"{cid.hex()}.{i}",
+                            CHANGE_HEADER: cid.hex(),
+                            CHUNK_HEADER: f"{i}/{count}",
+                        }
+                        await self._put(data[i * room : (i + 1) * room], headers)
+            done.append(cid)
+            if progress is not None:
+                progress(len(done), len(outbox))
+
+    async def _put(self, payload: bytes, headers: dict[str, str]) -> None:
+        assert self._js is not None
+        # a duplicate PubAck (the stream already holds this id) is success: that is the point
+        await self._js.publish(self.subject, payload, stream=self.stream, headers=headers)
+
+    # --- taking in ----------------------------------------------------------------------------
+
+    def _take_in(self, deadline: float) -> tuple[int, MergeReport]:
+        assert self._loop is not None
+        pending = self._loop.run(self._check_gap(), self._left(deadline))
+        fetched = 0
+        merge = MergeReport()
+        while pending > 0:
+            msgs, pending = self._loop.run(self._fetch(), self._left(deadline))
+            datas, finished = self._decode(msgs)
+            if datas:
+                with _holding(self.lock):
+                    report = self.replica.receive(datas)
+                merge = merge + report
+                self._received = self._received + report
+                fetched += len(datas)
+            if finished:
+                self._loop.run(self._ack(finished), self._left(deadline))
+            if not msgs:
+                break
+        self._lag = pending + sum(len(a.msgs) for a in self._assemblies.values())
+        return fetched, merge
+
+    async def _check_gap(self) -> int:
+        """Note in `LinkStatus.gap` whether retention dropped messages this consumer had not
+        taken in: its next sequence is below the stream's first, or a consumer made in this
+        run finds a stream that no longer starts at 1. Returns what the consumer has left to
+        take in: messages not yet delivered, and delivered ones not yet acknowledged that this
+        link does not hold (delivered again once their wait runs out)."""
+        assert self._js is not None
+        async with _mapped(f"reading the state of stream {self.stream}"):
+            stream = await self._js.stream_info(self.stream)
+            consumer = await self._js.consumer_info(self.stream, self.consumer)
+        first = stream.state.first_seq
+        delivered = consumer.delivered.stream_seq if consumer.delivered is not None else 0
+        wanted = 1 if self._new_consumer else delivered + 1
+        self._new_consumer = False
+        if wanted < first:
+            self._gap = (wanted, first)
+        held = sum(len(a.msgs) for a in self._assemblies.values())
+        return (consumer.num_pending or 0) + max(0, (consumer.num_ack_pending or 0) - held)
+
+    async def _fetch(self) -> tuple[list[Msg], int]:
+        """Up to `_FETCH_BATCH` messages, and how many are not delivered yet."""
+        assert self._sub is not None
+        async with _mapped(f"fetching from stream {self.stream}"):
+            try:
+                msgs = await self._sub.fetch(_FETCH_BATCH, timeout=0.5)
+            except nats.errors.TimeoutError:
+                msgs = []
+            info = await self._sub.consumer_info()
+        return msgs, info.num_pending or 0
+
+    async def _ack(self, msgs: list[Msg]) -> None:
+        assert self._nc is not None
+        async with _mapped("acknowledging messages"):
+            for msg in msgs:
+                await msg.ack()
+            await self._nc.flush()
+
+    def _decode(self, msgs: list[Msg]) -> tuple[list[bytes], list[Msg]]:
+        """The changes ``msgs`` carry (chunks joined when their change is complete), and the
+        messages done with (to acknowledge once the changes are received). Chunks of a change
+        still incomplete stay unacknowledged with their assembly."""
+        datas: list[bytes] = []
+        finished: list[Msg] = []
+        for msg in msgs:
+            headers = msg.headers or {}
+            if CHUNK_HEADER not in headers:
+                datas.append(msg.data)
+                finished.append(msg)
+                continue
+            chunk = _chunk_of(headers)
+            if chunk is None:
+                self._refuse(msg)
+                continue
+            cid, index, count = chunk
+            assembly = self._assemblies.get(cid)
+            if assembly is None:
+                if len(self._assemblies) >= _MAX_ASSEMBLIES:
+                    self._refuse(msg)
+                    continue
+                assembly = self._assemblies[cid] = _Assembly(count)
+            if assembly.count != count:
+                self._refuse(msg)
+                continue
+            assembly.parts.setdefault(index, msg.data)
+            assembly.msgs.append(msg)
+            size = sum(len(p) for p in assembly.parts.values())
+            if size > MAX_CHANGE_BYTES + _MAX_CHUNKS:
+                del self._assemblies[cid]
+                for m in assembly.msgs:
+                    self._refuse(m)
+                continue
+            if len(assembly.parts) == count:
+                del self._assemblies[cid]
+                datas.append(b"".join(assembly.parts[i] for i in range(count)))
+                finished.extend(assembly.msgs)
+        return datas, finished
+
+    def _refuse(self, msg: Msg) -> None:
+        """A message that is not part of any change: terminated (never delivered again)."""
+        self._rejected += 1
+        assert self._loop is not None
+        self._loop.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(msg.term()))
+
+    # --- the fallback ---------------------------------------------------------------------------
+
+    def _reconcile(self) -> tuple[SyncReport, ...]:
+        reports = []
+        errors = []
+        for url in self.peers:
+            try:
+                reports.append(sync_with(self.replica, url, lock=self.lock))
+            except SyncError as exc:
+                errors.append(f"{url}: {exc.message}")
+        if reports:
+            self._gap = None
+        if errors:
+            self._last_error = "; ".join(errors)
+        return tuple(reports)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def status(self) -> LinkStatus:
+        """Where the link stands; cheap, asks the broker nothing (the lag is the last look)."""
+        nc = self._nc
+        with _holding(self.lock):
+            outbox = len(self._own_unpublished())
+        return LinkStatus(
+            url=self.url,
+            stream=self.stream,
+            consumer=self.consumer,
+            connected=nc is not None and nc.is_connected,
+            outbox=outbox,
+            lag=self._lag,
+            published=self._published,
+            received=self._received,
+            rejected=self._rejected,
+            gap=self._gap,
+            last_error=self._last_error,
+        )
+
+
+def _chunk_of(headers: dict[str, str]) -> tuple[bytes, int, int] | None:
+    """(change id, index, count) of a chunk's headers, or None when they do not make one."""
+    try:
+        cid = bytes.fromhex(headers.get(CHANGE_HEADER, ""))
+        index_text, _, count_text = headers[CHUNK_HEADER].partition("/")
+        index, count = int(index_text), int(count_text)
+    except (KeyError, ValueError):
+        return None
+    if len(cid) != 32 or not 2 <= count <= _MAX_CHUNKS or not 0 <= index < count:
+        return None
+    return cid, index, count
