@@ -56,8 +56,11 @@
     │   ├── BundleError (ValueError)        a bundle file that is truncated, altered, for another
     │   │                                   space or not signed by its exporter (imports nothing)
     │   └── SyncError (RuntimeError)        HTTP sync failed: PeerUnreachableError,
-    │                                       PeerTimeoutError, PeerRejectedError,
-    │                                       MalformedResponseError
+    │       │                               PeerTimeoutError, PeerRejectedError,
+    │       │                               MalformedResponseError
+    │       └── JetStreamError              a JetStream link failed (``statefuse.sync.jetstream``,
+    │                                       needs ``nats-py``): BrokerUnavailableError,
+    │                                       BrokerRefusedError
     │
     │   defined in ``statefuse.langgraph`` (an entry point; needs ``langgraph``):
     ├── InputError
