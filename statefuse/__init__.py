@@ -44,6 +44,7 @@ from statefuse.op import (
     Op,
     claim_ref_for,
     compute_claim_ref,
+    confidence_rank,
     decode_op,
 )
 from statefuse.opset import OpSet
@@ -201,6 +202,7 @@ __all__ = [
     "assemble_context",
     "claim_ref_for",
     "compute_claim_ref",
+    "confidence_rank",
     "conflict_id_of",
     "context_for",
     "decode_op",

@@ -129,7 +129,9 @@ class ClaimInfo(TypedDict):
     value: Annotated[Any, Field(description='the value as JSON; bytes as {"$bytes": "<hex>"}')]
     author: Annotated[str, Field(description="id (hex) of the replica key that asserted it")]
     provenance: Annotated[str, Field(description="where its author says the value came from")]
-    confidence: Annotated[float, Field(description="0 to 1")]
+    confidence: Annotated[
+        float | None, Field(description="0 to 1; null when its author stated none")
+    ]
     authority: Annotated[str, Field(description="its author's authority label, if any")]
     lamport: Annotated[int, Field(description="logical time of the assertion")]
     notes: Annotated[
@@ -206,7 +208,7 @@ class Candidate(TypedDict):
     value: Any
     author: Annotated[str, Field(description="id (hex) of the replica key that asserted it")]
     provenance: Annotated[str, Field(description="where its author says the value came from")]
-    confidence: float
+    confidence: float | None
     authority: str
     lamport: int
 
@@ -439,7 +441,15 @@ class _Tools:
             ),
         ],
         scope: _Scope = "global",
-        confidence: Annotated[float, Field(ge=0, le=1, description="0 to 1")] = 1.0,
+        confidence: Annotated[
+            float | None,
+            Field(
+                ge=0,
+                le=1,
+                description="0 to 1; leave it out when you cannot say (an unstated confidence"
+                " ranks below any stated one)",
+            ),
+        ] = None,
         provenance: Annotated[str, Field(description="where the value comes from")] = "",
         update: Annotated[
             bool,

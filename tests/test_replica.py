@@ -492,7 +492,7 @@ TWIN_SEED, TWIN_WALL, TWINS = bytes(range(32)), 1_767_225_600_000, ("a15755", "b
 
 def _twins() -> tuple[Replica, ClaimAdded, ClaimAdded]:
     r = Replica.memory(space="team", key=SigningKey.from_seed(TWIN_SEED), clock=lambda: TWIN_WALL)
-    one, two = (r.add_claim("team", "twins", "note", v) for v in TWINS)
+    one, two = (r.add_claim("team", "twins", "note", v, confidence=1.0) for v in TWINS)
     assert one.claim_id.hex()[:9] == two.claim_id.hex()[:9], "the twins no longer share a prefix"
     return r, one, two
 
