@@ -154,10 +154,12 @@ __all__ = [
     "MemoryStore",
     "MergeReport",
     "NormalizationError",
+    "Observed",
     "Op",
     "OpIdMismatch",
     "OpRuleError",
     "OpSet",
+    "Origin",
     "OwnFeedWarning",
     "Policy",
     "PredicateContract",
@@ -239,6 +241,8 @@ _FROM_SYNC = {
     "Damage": "statefuse.sync.replica",
     "RepairReport": "statefuse.sync.replica",
     "BundleError": "statefuse.sync.bundle",
+    "Observed": "statefuse.sync.replica",
+    "Origin": "statefuse.sync.replica",
 }
 
 

@@ -15,8 +15,9 @@ Invariants:
   raises MalformedResponseError and nothing of it is applied.
 - Every failure is a `SyncError` (see `sync.protocol` for the tree), mapped from socket and
   HTTP errors at one seam (`_Connection.post`); pages fetched before a failure stay received.
-- The replica is touched only inside ``lock`` (when given), never while waiting on the network,
-  so a replica that is also being served can sync out without blocking its server for long.
+- The replica is touched only in short calls that hold its own lock (and ``lock`` too, when
+  given), never while waiting on the network, so a replica that is also being served can sync
+  out without blocking its server for long.
 """
 
 from __future__ import annotations
@@ -295,8 +296,10 @@ def sync_with(
 
     ``timeout`` bounds each request (connect, send, answer), in seconds. ``progress(done,
     total)`` is called after each page of changes fetched or pushed. ``lock``, when given, is
-    held whenever the replica is used (pass the serving lock when the replica is also being
-    served). ``page_size`` caps the changes per fetch or push request.
+    held too whenever the replica is used (the replica holds its own lock for each call, so
+    none is needed; it serves callers that serialize other work with one). ``page_size`` caps
+    the changes per fetch or push request. Fetched changes reach the replica's observers with
+    ``url`` as their source.
 
     Raises SyncError for a bad argument, and its subclasses (see `sync.protocol`) when the peer
     is unreachable, too slow, answers with an error (another space: PeerRejectedError with rule
@@ -325,7 +328,7 @@ def sync_with(
                 )
             found = [data for data in answer if data]
             with _holding(lock):
-                merge = merge + replica.receive(found)
+                merge = merge + replica.receive(found, source=conn.url)
             fetched += len(found)
             pos += len(answer)
             done += len(answer)
@@ -356,7 +359,8 @@ def sync_with(
 
 def _predecessors_first(replica: Replica, ids: Sequence[bytes]) -> list[bytes]:
     """The wire bytes of ``ids`` ordered by author and seq, so the peer parks none of them."""
-    changes = [c for c in (replica.log.get(cid) for cid in ids) if c is not None]
+    with replica.lock:
+        changes = [c for c in (replica.log.get(cid) for cid in ids) if c is not None]
     changes.sort(key=lambda c: (c.author, c.seq, c.change_id))
     return [c.data for c in changes]
 
