@@ -139,6 +139,9 @@ __all__ = [
     "DecisionAdded",
     "EncodingError",
     "EvidenceAdded",
+    "FollowError",
+    "FollowStatus",
+    "Follower",
     "FrozenList",
     "FrozenMap",
     "How",
@@ -161,6 +164,7 @@ __all__ = [
     "OpSet",
     "Origin",
     "OwnFeedWarning",
+    "PeerStatus",
     "Policy",
     "PredicateContract",
     "PreviousValues",
@@ -243,6 +247,10 @@ _FROM_SYNC = {
     "BundleError": "statefuse.sync.bundle",
     "Observed": "statefuse.sync.replica",
     "Origin": "statefuse.sync.replica",
+    "Follower": "statefuse.sync.follower",
+    "FollowError": "statefuse.sync.follower",
+    "FollowStatus": "statefuse.sync.follower",
+    "PeerStatus": "statefuse.sync.follower",
 }
 
 

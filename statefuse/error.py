@@ -55,7 +55,9 @@
     │   │                                   space or not signed by its exporter (imports nothing)
     │   └── SyncError (RuntimeError)        HTTP sync failed: PeerUnreachableError,
     │                                       PeerTimeoutError, PeerRejectedError,
-    │                                       MalformedResponseError
+    │                                       MalformedResponseError; and FollowError, a
+    │                                       follower's bad argument, a URL scheme no transport
+    │                                       handles, or a round on demand that could not run
     │
     │   defined in ``statefuse.langgraph`` (an entry point; needs ``langgraph``):
     ├── InputError

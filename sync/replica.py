@@ -49,7 +49,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from statefuse.clitable import plural
 from statefuse.context import DEFAULT_BUDGET, Context, ContextCache, context_for
@@ -116,21 +116,24 @@ from statefuse.sync.verify import QuarantineReason
 from statefuse.view import SurfacedConflict
 from statefuse.writer import Writer
 
+if TYPE_CHECKING:
+    from statefuse.sync.follower import Follower
+
 
 class Origin(Enum):
     """How the ops an observer is called with reached the replica."""
 
     #: Written by this replica: its own writes, batches, trust ops and registry declarations.
     LOCAL = "local"
-    #: Taken in from outside: `Replica.receive`, `merge`, `import_` or a sync.
+    #: Taken in from outside: `Replica.receive`, `merge`, `import_`, a sync or a `Follower`.
     RECEIVED = "received"
 
 
 class Observed(tuple[Op, ...]):
     """What an observer is called with: the ops the state gained from one write or receive,
     in the order they were applied (a tuple, as observers always got), and where they came
-    from: ``origin`` (`Origin`) and ``source`` (the peer URL a sync took them from, the
-    bundle file of an `import_`, else None)."""
+    from: ``origin`` (`Origin`) and ``source`` (the peer URL a sync or follower took them
+    from, the bundle file of an `import_`, else None)."""
 
     origin: Origin
     source: str | None
@@ -365,7 +368,7 @@ class Replica:
     """One author's memory on one store.
 
     Open one with `Replica.open` (SQLite, durable) or `Replica.memory` (in memory). Safe to use
-    from several threads (a server thread, the application): each call holds the
+    from several threads (a server thread, a `Follower`, the application): each call holds the
     replica's lock (`lock`); hold it yourself (``with replica.lock:``) to make several calls
     one step that no other thread interleaves with.
     """
@@ -391,6 +394,8 @@ class Replica:
         if info is None:
             raise StoreError("store", "initialized", "initialize the store before opening it")
         self._lock = threading.RLock()
+        #: Followers started by `follow` and not yet stopped (`close` stops them).
+        self._followers: list[Follower] = []
         self.store = store
         self.key = key
         #: The registry the process asked for (None: whatever the space declares).
@@ -1543,7 +1548,7 @@ class Replica:
         (none for a call that adds nothing). ``ops`` is an `Observed`: a tuple of the ops, in
         the order applied, that also says where they came from (``ops.origin``: `Origin.LOCAL`
         for this replica's writes, `Origin.RECEIVED` for changes taken in by `receive`,
-        `merge`, `import_` or a sync; ``ops.source``: the peer URL or bundle).
+        `merge`, `import_`, a sync or a `Follower`; ``ops.source``: the peer URL or bundle).
 
         The callback runs on the thread that made the change, inside the replica's lock, once
         the change is stored and the state shows it: it may read the replica (``state()``
@@ -1559,6 +1564,32 @@ class Replica:
                 self._observers.remove(callback)
 
         return stop
+
+    def follow(
+        self,
+        peers: str | Sequence[str],
+        *,
+        interval: float = 5.0,
+        timeout: float | None = None,
+    ) -> Follower:
+        """Sync with ``peers`` (one URL or several) in a background thread, now and then every
+        ``interval`` seconds, until the returned `Follower` is stopped (``stop()``, or leaving
+        its ``with`` block) or this replica closes. Changes that arrive reach the observers
+        (`observe`) as `Origin.RECEIVED`, with the peer's URL as ``source``; a peer that fails
+        is retried with backoff and its last error is kept in ``follower.status``.
+
+        ``timeout`` bounds each request (default: the transport's). Raises FollowError for a
+        URL whose scheme no transport handles (naming the URL) or a bad ``interval``, and
+        ReplicaError on a closed replica. See `sync.follower`.
+        """
+        from statefuse.sync.follower import Follower
+
+        with self._lock:
+            self._check_open()
+            follower = Follower(self, peers, interval=interval, timeout=timeout)
+            self._followers = [f for f in self._followers if f.running]
+            self._followers.append(follower)
+        return follower.start()
 
     def _notify(self, ops: tuple[Op, ...], origin: Origin, source: str | None = None) -> None:
         if ops:
@@ -1652,10 +1683,20 @@ class Replica:
         new = len(self.log) - self._snap_count
         return new > 0 and new * CLOSE_SNAPSHOT_SHARE >= self._snap_count
 
-    @_locked
     def close(self) -> None:
-        """Close the store (saving a snapshot first when enough changed: `CLOSE_SNAPSHOT_SHARE`).
-        A snapshot that cannot be saved is reported as a SnapshotWarning, never raised."""
+        """Stop this replica's followers (`follow`), then close the store (saving a snapshot
+        first when enough changed: `CLOSE_SNAPSHOT_SHARE`). A snapshot that cannot be saved is
+        reported as a SnapshotWarning, never raised."""
+        # A follower may be waiting for the lock: join it only when this thread does not hold
+        # the lock already (a caller's ``with replica.lock:``, an observer); else it ends on
+        # its own once the lock is free and it finds the replica closed.
+        held = self._lock._is_owned()  # type: ignore[attr-defined]  # what Condition uses
+        for follower in list(self._followers):
+            follower.stop(timeout=0 if held else None)
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         if not self._closed:
             try:
                 if self.path is not None and not self.readonly and self._snapshot_due():
