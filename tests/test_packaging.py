@@ -30,8 +30,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copytree(ROOT / folder, src / folder, symlinks=True, ignore=ignore)
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + ["--disable-pip-version-check", "-w", str(out), str(src)],
+        [
+            *(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"),
+            *("--disable-pip-version-check", "-w", str(out), str(src)),
+        ],
         check=True,
         capture_output=True,
         timeout=300,
@@ -58,8 +60,10 @@ def test_a_users_own_sync_and_registry_modules_do_not_shadow_statefuse(
 ) -> None:
     site = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--disable-pip-version-check"]
-        + ["--target", str(site), str(wheel)],
+        [
+            *(sys.executable, "-m", "pip", "install", "--no-deps", "-q"),
+            *("--disable-pip-version-check", "--target", str(site), str(wheel)),
+        ],
         check=True,
         capture_output=True,
         timeout=300,
@@ -67,7 +71,9 @@ def test_a_users_own_sync_and_registry_modules_do_not_shadow_statefuse(
     work = tmp_path / "project"
     work.mkdir()
     for name in ("sync", "registry"):
-        (work / f"{name}.py").write_text(f"raise SystemExit('the user\\'s {name}.py was imported')\n")
+        (work / f"{name}.py").write_text(
+            f"raise SystemExit('the user\\'s {name}.py was imported')\n"
+        )
     script = (
         "import statefuse, statefuse.cli\n"
         "r = statefuse.Replica.memory(space='team')\n"
