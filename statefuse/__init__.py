@@ -46,6 +46,7 @@ from statefuse.op import (
     Op,
     claim_ref_for,
     compute_claim_ref,
+    confidence_rank,
     decode_op,
 )
 from statefuse.opset import OpSet
@@ -144,6 +145,9 @@ __all__ = [
     "DecisionAdded",
     "EncodingError",
     "EvidenceAdded",
+    "FollowError",
+    "FollowStatus",
+    "Follower",
     "FrozenList",
     "FrozenMap",
     "HistoryEvent",
@@ -160,11 +164,14 @@ __all__ = [
     "MemoryStore",
     "MergeReport",
     "NormalizationError",
+    "Observed",
     "Op",
     "OpIdMismatch",
     "OpRuleError",
     "OpSet",
+    "Origin",
     "OwnFeedWarning",
+    "PeerStatus",
     "Policy",
     "PredicateContract",
     "PreviousValues",
@@ -208,6 +215,7 @@ __all__ = [
     "assemble_context",
     "claim_ref_for",
     "compute_claim_ref",
+    "confidence_rank",
     "conflict_id_of",
     "context_for",
     "decode_op",
@@ -246,6 +254,12 @@ _FROM_SYNC = {
     "RepairReport": "statefuse.sync.replica",
     "BundleError": "statefuse.sync.bundle",
     "AuthorNamed": "statefuse.sync.author",
+    "Observed": "statefuse.sync.replica",
+    "Origin": "statefuse.sync.replica",
+    "Follower": "statefuse.sync.follower",
+    "FollowError": "statefuse.sync.follower",
+    "FollowStatus": "statefuse.sync.follower",
+    "PeerStatus": "statefuse.sync.follower",
 }
 
 

@@ -1393,7 +1393,12 @@ def _claim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("key", metavar="KEY", help="namespace/subject/predicate")
     p.add_argument("value", metavar="VALUE", help="JSON if it parses, else a string")
     p.add_argument("--scope", default="global", help="global, task:ID, session:ID, hypothetical")
-    p.add_argument("--confidence", type=float, default=1.0, help="0 to 1 (default 1)")
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=None,
+        help="0 to 1 (default: none stated, which ranks below any stated confidence)",
+    )
     p.add_argument("--provenance", default="", help="where the value comes from")
     p.add_argument("--authority", default="", help="an authority label (e.g. owner)")
     p.add_argument(

@@ -46,7 +46,7 @@ from typing import Any, Generic, TypeVar, Union
 from statefuse.authorname import AuthorNames, AuthorNamesError
 from statefuse.index import held_once
 from statefuse.lens import Lens
-from statefuse.op import ClaimAdded, Layer
+from statefuse.op import ClaimAdded, Layer, confidence_rank
 from statefuse.projection import project
 from statefuse.ranker import Corpus, LexicalRanker, Ranker
 from statefuse.registry.error import InputError
@@ -335,7 +335,7 @@ def _meta(c: ClaimAdded, agree: int = 1, how: How | None = None, *, authority: b
     bits = []
     if authority and c.authority:
         bits.append(f"authority={_part(c.authority)}")
-    if c.confidence < 1.0:
+    if c.confidence is not None and c.confidence < 1.0:  # unset is not a number: never shown
         bits.append(f"confidence={c.confidence:g}")
     if agree > 1:
         bits.append(f"{agree} claims agree")
@@ -1094,10 +1094,12 @@ def _conflict_unit(meter: _Meter, sc: SurfacedConflict, names: AuthorNames) -> _
     if sc.scope != "global":
         lines[0] = lines[0][:-1] + f" (scope={_part(sc.scope)}):"
     for g in sc.groups:
-        rep = max(g, key=lambda c: (c.confidence, c.lamport, c.op_id))
+        rep = max(g, key=lambda c: (confidence_rank(c.confidence), c.lamport, c.op_id))
         authorities = sorted({c.authority for c in g if c.authority})
         bits = [f"authority={','.join(_part(a) for a in authorities)}"] if authorities else []
-        bits.append(f"confidence={max(c.confidence for c in g):g}")
+        stated = [c.confidence for c in g if c.confidence is not None]
+        if stated:  # a value whose authors stated no confidence shows none
+            bits.append(f"confidence={max(stated):g}")
         bits.append(f"{len(g)} claim{'s' if len(g) > 1 else ''} agree" if len(g) > 1 else "1 claim")
         if any(c.kind == "constraint" or c.constraint for c in g):
             bits.append("constraint")

@@ -57,7 +57,9 @@
     │   │                                   space or not signed by its exporter (imports nothing)
     │   └── SyncError (RuntimeError)        HTTP sync failed: PeerUnreachableError,
     │       │                               PeerTimeoutError, PeerRejectedError,
-    │       │                               MalformedResponseError
+    │       │                               MalformedResponseError; and FollowError, a
+    │       │                               follower's bad argument, a URL scheme no transport
+    │       │                               handles, or a round on demand that could not run
     │       └── JetStreamError              a JetStream link failed (``statefuse.sync.jetstream``,
     │                                       needs ``nats-py``): BrokerUnavailableError,
     │                                       BrokerRefusedError

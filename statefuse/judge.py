@@ -40,7 +40,8 @@ def judge_payload(inp: ResolverInput) -> dict[str, Any]:
 
     ``{"format", "key": {"namespace", "subject", "predicate"}, "scope", "conflict_id" (hex),
     "candidates": [{"claim_id" (hex), "group" (index of its agreement group), "value",
-    "confidence", "authority", "author" (hex if bytes), "lamport", "provenance"}, ...]}``, with
+    "confidence" (null when its author stated none), "authority", "author" (hex if bytes),
+    "lamport", "provenance"}, ...]}``, with
     candidates sorted by claim_id. Every part is a fresh copy (bytes inside values become
     ``{"$bytes": hex}``), so a judge that mutates it touches nothing else.
     """

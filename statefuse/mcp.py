@@ -12,9 +12,11 @@ argument, and a test checks that it does.
 Invariants:
 
 - One replica, one lock. Every session writes as the server's replica (its author key), like
-  ``statefuse`` commands on the same store. The SDK runs tools in worker threads and a `Replica`
-  is not thread-safe, so every use of the replica holds ``lock``; ``sync`` holds it only while
-  it touches the replica, never across the network (`sync.client`).
+  ``statefuse`` commands on the same store. The SDK runs tools in worker threads; each tool
+  holds ``lock`` (by default the replica's own, `Replica.lock`) while it uses the replica, so
+  what a tool reads is still true when it writes, even with the replica also served or
+  followed; ``sync`` holds it only while it touches the replica, never across the network
+  (`sync.client`).
 - A write is committed to the store before its tool returns (the replica's write-ahead rule).
 - Bad input never escapes as a traceback: arguments that break the JSON schema, and every
   `InputError` a tool meets (a malformed key, an unknown or ambiguous claim id, a value outside
@@ -133,7 +135,9 @@ class ClaimInfo(TypedDict):
         str | None, Field(description="the name its author declared for itself (null: none)")
     ]
     provenance: Annotated[str, Field(description="where its author says the value came from")]
-    confidence: Annotated[float, Field(description="0 to 1")]
+    confidence: Annotated[
+        float | None, Field(description="0 to 1; null when its author stated none")
+    ]
     authority: Annotated[str, Field(description="its author's authority label, if any")]
     lamport: Annotated[int, Field(description="logical time of the assertion")]
     notes: Annotated[
@@ -213,7 +217,7 @@ class Candidate(TypedDict):
         str | None, Field(description="the name its author declared for itself (null: none)")
     ]
     provenance: Annotated[str, Field(description="where its author says the value came from")]
-    confidence: float
+    confidence: float | None
     authority: str
     lamport: int
 
@@ -440,7 +444,11 @@ class _Tools:
     """The tools over one replica. Every method holds ``lock`` while it uses the replica."""
 
     def __init__(
-        self, replica: Replica, lock: threading.Lock, peers: Sequence[str], timeout: float
+        self,
+        replica: Replica,
+        lock: threading.Lock | threading.RLock,
+        peers: Sequence[str],
+        timeout: float,
     ) -> None:
         self.replica = replica
         self.lock = lock
@@ -459,7 +467,15 @@ class _Tools:
             ),
         ],
         scope: _Scope = "global",
-        confidence: Annotated[float, Field(ge=0, le=1, description="0 to 1")] = 1.0,
+        confidence: Annotated[
+            float | None,
+            Field(
+                ge=0,
+                le=1,
+                description="0 to 1; leave it out when you cannot say (an unstated confidence"
+                " ranks below any stated one)",
+            ),
+        ] = None,
         provenance: Annotated[str, Field(description="where the value comes from")] = "",
         update: Annotated[
             bool,
@@ -903,9 +919,11 @@ def build_server(
     timeout: float = SYNC_TIMEOUT,
 ) -> MCPServer[Any]:
     """The MCP server over ``replica``: the tools of `TOOL_NAMES` and the `CONTEXT_URI`
-    resource. ``peers`` are the HTTP peers ``sync`` syncs with; pass ``lock`` when something
-    else uses the replica too (hold it then), since every tool holds it."""
-    tools = _Tools(replica, lock if lock is not None else threading.Lock(), peers, timeout)
+    resource. ``peers`` are the HTTP peers ``sync`` syncs with. Every tool holds ``lock`` while
+    it uses the replica: by default the replica's own (`Replica.lock`), which every other use
+    of the replica takes too, so nothing else is needed to serve or follow it beside the MCP
+    server."""
+    tools = _Tools(replica, lock if lock is not None else replica.lock, peers, timeout)
     server = _Server(
         "statefuse",
         title="StateFuse memory",

@@ -8,15 +8,19 @@ and one id.
 Set-valued fields (roles, evidence ids, dependencies, re-asserted retractions, decision groups)
 are kept sorted and unique for the same reason.
 
-Versions: every op carries its encoding version as ``"v"``. A type that gains fields keeps its
-earlier encodings (`_OpBase._EARLIER`: version -> the fields it lacks, held at their defaults):
-an op whose content fits an earlier version encodes as that version, and the decoders take
-exactly that version's field set, so ops written before the change keep their bytes and ids and
-each op still has one encoding. `DecisionAdded` is the one such type: version 1 is the first
-release's decision (applies while its candidate set ``conflict_id`` is current), version 2 adds
-the value groups it chose among (``groups``, ``selected_group``; SEMANTICS §6). It stays one
-Python type rather than a new op kind because every layer dispatches on ``type(op) is
-DecisionAdded`` (op-set, index, materializer, the replica snapshot's columns and restore path).
+Versions: every op carries its encoding version as ``"v"``. A type whose fields change keeps its
+earlier encodings (`_OpBase._EARLIER`), and each version has its own field set
+(`_OpBase._LACKS`: version -> the fields it lacks, held at their defaults): an op encodes as the
+one version its content fits (`_OpBase._version`), and the decoders take exactly that version's
+field set, so ops written before the change keep their bytes and ids and each op still has one
+encoding. Two types have two versions. `DecisionAdded`: version 1 is the first release's
+decision (applies while its candidate set ``conflict_id`` is current), version 2 adds the value
+groups it chose among (``groups``, ``selected_group``; SEMANTICS §6). `ClaimAdded`: version 1
+states a ``confidence``, version 2 is a claim whose author stated none (``confidence`` is None
+and the field is left out of the encoding, so "unset" has one encoding and no float stands in
+for it). Each stays one Python type rather than a new op kind because every layer dispatches on
+``type(op) is ...`` (op-set, index, materializer, the replica snapshot's columns and restore
+path).
 
 Ops compare and hash by ``op_id``: Python's ``==`` would call ``1``, ``1.0`` and ``True`` equal,
 while StateFuse keeps them apart.
@@ -291,7 +295,11 @@ def _layer(name: str, v: object) -> Layer:
         raise _err(name, "layer", f"{v!r} is not a layer ({allowed})") from None
 
 
-def _confidence(name: str, v: object) -> float:
+def _confidence(name: str, v: object) -> float | None:
+    """None (the author stated no confidence) or a float in [0, 1] (an int 0 or 1 is taken as
+    that float). NaN is refused with the rule ``unit-interval``: it is in no interval."""
+    if v is None:
+        return None
     if type(v) is int and v in (0, 1):
         return float(v)
     if type(v) is not float:
@@ -299,6 +307,17 @@ def _confidence(name: str, v: object) -> float:
     if not 0.0 <= v <= 1.0:
         raise _err(name, "unit-interval", f"must be in [0, 1] (got {v!r})")
     return v
+
+
+#: Where an unset confidence ranks: below every stated confidence, 0.0 included.
+UNSET_CONFIDENCE_RANK = -1.0
+
+
+def confidence_rank(confidence: float | None) -> float:
+    """The sort key of a claim's ``confidence``: the stated value, or `UNSET_CONFIDENCE_RANK`
+    when the author stated none, so an unset confidence ranks below every stated one (0.0
+    included) and two unset ones tie. Every ordering by confidence uses it."""
+    return UNSET_CONFIDENCE_RANK if confidence is None else confidence
 
 
 def _value(name: str, v: object) -> Value:
@@ -330,7 +349,7 @@ def _encoding_order(cls: type[_OpBase], version: int | None = None) -> tuple[str
 
 def _version_fields(cls: type[_OpBase], version: int) -> tuple[str, ...]:
     """The ``_SCHEMA`` fields an op of ``cls`` encoded as ``version`` carries, in schema order."""
-    absent = cls._EARLIER.get(version, frozenset())
+    absent = cls._LACKS.get(version, frozenset())
     return tuple(name for name, _ in cls._SCHEMA if name not in absent)
 
 
@@ -353,8 +372,8 @@ class _Encoder:
     #: there needs a packer whose hook unfreezes it (a `FrozenList` is a tuple, which packs as
     #: an array as it is).
     value_at: int | None
-    #: Where ``"v"`` sits when the version is an earlier one than ``FORMAT_VERSION`` (which is
-    #: what the getter fetches), else None.
+    #: Where ``"v"`` sits when the version is another than ``FORMAT_VERSION`` (which is what
+    #: the getter fetches), else None.
     old_version_at: int | None
     version: int
     map_header: bytes
@@ -470,11 +489,13 @@ class _OpBase:
     #: The version this type's newest encoding carries as ``"v"``.
     FORMAT_VERSION: ClassVar[int] = OP_FORMAT_VERSION
     _SCHEMA: ClassVar[tuple[tuple[str, Any], ...]]
-    #: Earlier encodings of this type that stay readable and writable: version -> the
-    #: ``_SCHEMA`` fields it lacks. An op whose content fits an earlier version (`_version`)
-    #: encodes as that version, so ops written before a field was added keep their bytes and
-    #: ids. Empty for types with one encoding.
-    _EARLIER: ClassVar[dict[int, frozenset[str]]] = {}
+    #: Earlier encodings of this type that stay readable and writable. An op whose content fits
+    #: an earlier version (`_version`) encodes as that version, so ops written before the type
+    #: changed keep their bytes and ids. Empty for types with one encoding.
+    _EARLIER: ClassVar[tuple[int, ...]] = ()
+    #: The ``_SCHEMA`` fields each version's encoding lacks (held at their defaults when
+    #: decoded): version -> field names. A version not named here carries every field.
+    _LACKS: ClassVar[dict[int, frozenset[str]]] = {}
     op_id: bytes
 
     def _version(self) -> int:
@@ -617,9 +638,19 @@ class ClaimAdded(_OpBase):
     ``claim_ref`` is the semantic handle, computed by the writer from its registry; readers use
     the stored ref. ``reasserts`` lists the ref retractions the writer saw and deliberately
     overrides by asserting the value again.
+
+    ``confidence`` is what the author stated, a float in [0, 1], or None when it stated none
+    (the default). Unset is not a number: wherever confidence orders candidates it ranks below
+    every stated confidence, 0.0 included (`confidence_rank`), and it is never shown as one.
+    Claims with a stated confidence encode as version 1 (so claims written before unset
+    existed, at 1.0, keep their bytes and ids); claims without one encode as version 2, which
+    leaves the field out.
     """
 
     KIND: ClassVar[str] = "ClaimAdded"
+    FORMAT_VERSION: ClassVar[int] = 2
+    _EARLIER: ClassVar[tuple[int, ...]] = (1,)
+    _LACKS: ClassVar[dict[int, frozenset[str]]] = {2: frozenset(("confidence",))}
     author: Author
     lamport: int
     wall_ms: int
@@ -629,7 +660,7 @@ class ClaimAdded(_OpBase):
     value: Value
     claim_ref: bytes
     scope: str = "global"
-    confidence: float = 1.0
+    confidence: float | None = None
     evidence: tuple[bytes, ...] = ()
     provenance: str = ""
     authority: str = ""
@@ -667,6 +698,9 @@ class ClaimAdded(_OpBase):
 
     def __post_init__(self) -> None:
         self._validate_and_seal()
+
+    def _version(self) -> int:
+        return 2 if self.confidence is None else 1
 
     @property
     def claim_id(self) -> bytes:
@@ -741,7 +775,8 @@ class DecisionAdded(_OpBase):
 
     KIND: ClassVar[str] = "DecisionAdded"
     FORMAT_VERSION: ClassVar[int] = 2
-    _EARLIER: ClassVar[dict[int, frozenset[str]]] = {1: frozenset(("groups", "selected_group"))}
+    _EARLIER: ClassVar[tuple[int, ...]] = (1,)
+    _LACKS: ClassVar[dict[int, frozenset[str]]] = {1: frozenset(("groups", "selected_group"))}
     author: Author
     lamport: int
     wall_ms: int
@@ -847,6 +882,11 @@ def decode_op(data: bytes) -> Op:
         raise EncodingError("op.v", "op-version", f"{kind!r} has no format version {version!r}")
     expected = _field_names(cls, version)
     if raw.keys() != expected:
+        for other in (cls.FORMAT_VERSION, *cls._EARLIER):
+            if raw.keys() == _field_names(cls, other):  # e.g. a stated confidence labelled v2
+                raise EncodingError(
+                    "op.v", "op-version", f"the fields hold a version {other} {kind!r}"
+                )
         missing = sorted(expected - set(raw))
         extra = sorted(map(repr, set(raw) - expected))
         raise EncodingError(

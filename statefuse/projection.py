@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from statefuse.index import LocusKey
 from statefuse.lens import Lens, scope_rank
-from statefuse.op import ClaimAdded, DecisionAdded
+from statefuse.op import ClaimAdded, DecisionAdded, confidence_rank
 from statefuse.registry.contract import Policy, PredicateContract
 from statefuse.registry.error import InputError
 from statefuse.registry.registry import DEFAULT_AUTHORITY_ORDER
@@ -83,7 +83,9 @@ class ProjectionError(InputError, TypeError):
 
 
 def _representative(claims: Sequence[ClaimAdded]) -> ClaimAdded:
-    return max(claims, key=lambda c: (c.confidence, c.lamport, c.op_id))
+    """The claim that speaks for agreeing claims: highest (confidence, lamport, op_id), an
+    unset confidence below every stated one (`confidence_rank`)."""
+    return max(claims, key=lambda c: (confidence_rank(c.confidence), c.lamport, c.op_id))
 
 
 def _fmt(c: ClaimAdded) -> str:

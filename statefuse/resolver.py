@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import NamedTuple, Protocol
 
-from statefuse.op import ClaimAdded
+from statefuse.op import UNSET_CONFIDENCE_RANK, ClaimAdded, confidence_rank
 from statefuse.registry.error import InputError
 from statefuse.registry.registry import check_authority_order
 from statefuse.state import ConflictSet
@@ -277,8 +277,9 @@ def _authority_scores(order: tuple[str, ...]) -> dict[str, int]:
 
 
 def _pick(claims: Sequence[ClaimAdded]) -> ClaimAdded:
-    """The deterministic representative: highest (confidence, lamport, claim_id)."""
-    return max(claims, key=lambda c: (c.confidence, c.lamport, c.claim_id))
+    """The deterministic representative: highest (confidence, lamport, claim_id), an unset
+    confidence below every stated one (`confidence_rank`)."""
+    return max(claims, key=lambda c: (confidence_rank(c.confidence), c.lamport, c.claim_id))
 
 
 def _no_candidates(name: str) -> Abstain:
@@ -383,6 +384,15 @@ def _dec(x: float) -> Decimal:
     return Decimal(repr(x))
 
 
+#: A group's confidence when none of its claims states one. It is 1 below 0.0 and a margin is at
+#: most 1, so a stated confidence leads an unset one by any margin and never trails it.
+_UNSET = _dec(UNSET_CONFIDENCE_RANK)
+
+
+def _shown(confidence: Decimal) -> str:
+    return "unset" if confidence == _UNSET else str(confidence)
+
+
 class _GroupScore(NamedTuple):
     """One group's standing; the first three fields are its rank, compared in order."""
 
@@ -402,7 +412,9 @@ class Conservative:
     The rule, over the groups of shown candidates (claims whose values share a normal form):
 
     - Each group G is scored on three dimensions: ``corroboration(G)`` = the number of distinct
-      authors of its claims; ``confidence(G)`` = the highest confidence among its claims;
+      authors of its claims; ``confidence(G)`` = the highest confidence among its claims, where
+      a claim whose author stated none ranks below every stated confidence (0.0 included): a
+      stated confidence leads an unset one by any margin, and two unset ones tie;
       ``authority(G)`` = the best rank of its claims' authority labels in ``authority_order``
       (highest first; unknown labels rank below every listed one).
     - G *dominates* H iff ``corroboration(G) - corroboration(H) >= corroboration_margin``,
@@ -481,10 +493,12 @@ class Conservative:
         scores = self._scores
         if len(group) == 1:  # most groups: no set, no generators
             (c,) = group
-            return _GroupScore(1, _dec(c.confidence), scores.get(c.authority, 0), group)
+            return _GroupScore(
+                1, _dec(confidence_rank(c.confidence)), scores.get(c.authority, 0), group
+            )
         return _GroupScore(
             len({c.author for c in group}),
-            _dec(max(c.confidence for c in group)),
+            _dec(max(confidence_rank(c.confidence) for c in group)),
             max(scores.get(c.authority, 0) for c in group),
             group,
         )
@@ -497,7 +511,10 @@ class Conservative:
                 f" (margin {self.corroboration_margin})"
             )
         if g.confidence - h.confidence < self._conf_margin:
-            return f"confidence {g.confidence} vs {h.confidence} (margin {self._conf_margin})"
+            return (
+                f"confidence {_shown(g.confidence)} vs {_shown(h.confidence)}"
+                f" (margin {self._conf_margin})"
+            )
         if self.authority_order and g.authority - h.authority < self.authority_margin:
             return (
                 f"authority rank lead {g.authority - h.authority} (margin {self.authority_margin})"
@@ -523,7 +540,7 @@ class Conservative:
         return Select(
             best.claim_id,
             f"conservative: the group of {leader.corroboration} author(s)"
-            f" (confidence {leader.confidence}) dominates {len(scored) - 1} other group(s)",
+            f" (confidence {_shown(leader.confidence)}) dominates {len(scored) - 1} other group(s)",
         )
 
     def __repr__(self) -> str:

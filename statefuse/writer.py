@@ -222,7 +222,7 @@ class Writer:
         value: Value,
         *,
         scope: str = "global",
-        confidence: float = 1.0,
+        confidence: float | None = None,
         evidence: Sequence[bytes] = (),
         provenance: str = "",
         authority: str = "",
@@ -234,6 +234,9 @@ class Writer:
         kind: str = "fact",
     ) -> ClaimAdded:
         """Assert ``value`` for (namespace, subject, predicate) in ``scope``.
+
+        ``confidence`` is a float in [0, 1], or None (the default) when you state none: an
+        unset confidence is recorded as unset and ranks below every stated one.
 
         Raises OpRuleError / ValueRuleError / ValueTypeError naming the bad field, and
         NormalizationError when the predicate's contract cannot normalize ``value``.
@@ -380,7 +383,7 @@ class Writer:
         authority: str = "",
         scope: str = "global",
         visibility: Sequence[str] = (),
-        confidence: float = 1.0,
+        confidence: float | None = None,
         evidence: Sequence[bytes] = (),
         provenance: str = "",
         depends_on: Sequence[bytes] = (),

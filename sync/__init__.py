@@ -77,6 +77,7 @@ from statefuse.sync.trust import (
 from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change, verify_changes
 
 if TYPE_CHECKING:
+    from statefuse.sync.follower import Follower, FollowError, FollowStatus, PeerStatus
     from statefuse.sync.http import SyncError, SyncReport, SyncServer, serve, sync_all, sync_with
 
 __all__ = [
@@ -99,9 +100,13 @@ __all__ = [
     "BoundsConfigError",
     "ChangeLog",
     "Equivocation",
+    "FollowError",
+    "FollowStatus",
+    "Follower",
     "Fork",
     "Ignored",
     "KeyFileError",
+    "PeerStatus",
     "PublicKey",
     "PublicKeyError",
     "Quarantine",
@@ -142,13 +147,24 @@ __all__ = [
     "verify_signature",
 ]
 
-#: Sync over HTTP, imported when first used (it loads the HTTP stack: waitress, http.client).
-_FROM_HTTP = frozenset({"SyncError", "SyncReport", "SyncServer", "serve", "sync_all", "sync_with"})
+#: Sync over HTTP and following peers, imported when first used (they load the HTTP stack:
+#: waitress, http.client): name -> module.
+_LAZY = {
+    **{
+        name: "statefuse.sync.http"
+        for name in ("SyncError", "SyncReport", "SyncServer", "serve", "sync_all", "sync_with")
+    },
+    **{
+        name: "statefuse.sync.follower"
+        for name in ("FollowError", "FollowStatus", "Follower", "PeerStatus")
+    },
+}
 
 
 def __getattr__(name: str) -> object:
-    if name not in _FROM_HTTP:
+    module = _LAZY.get(name)
+    if module is None:
         raise AttributeError(f"module 'statefuse.sync' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module("statefuse.sync.http"), name)
+    return getattr(importlib.import_module(module), name)

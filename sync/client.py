@@ -15,8 +15,9 @@ Invariants:
   raises MalformedResponseError and nothing of it is applied.
 - Every failure is a `SyncError` (see `sync.protocol` for the tree), mapped from socket and
   HTTP errors at one seam (`_Connection.post`); pages fetched before a failure stay received.
-- The replica is touched only inside ``lock`` (when given), never while waiting on the network,
-  so a replica that is also being served can sync out without blocking its server for long.
+- The replica is touched only in short calls that hold its own lock (and ``lock`` too, when
+  given), never while waiting on the network, so a replica that is also being served, or
+  followed, can sync out without blocking its server for long.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import ssl
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from statefuse.sync.protocol import (
     CONTENT_TYPE,
@@ -50,7 +52,7 @@ from statefuse.sync.protocol import (
 from statefuse.sync.reconcile import ReconcileError, Reconciler
 from statefuse.sync.replica import MergeReport, Replica
 
-__all__ = ["DEFAULT_TIMEOUT", "Progress", "SyncReport", "sync_all", "sync_with"]
+__all__ = ["DEFAULT_TIMEOUT", "Progress", "SyncReport", "check_url", "sync_all", "sync_with"]
 
 #: Seconds one request may take (connect, send, answer) before PeerTimeoutError.
 DEFAULT_TIMEOUT = 10.0
@@ -93,25 +95,47 @@ class SyncReport:
         )
 
 
+def check_url(url: object) -> SplitResult:
+    """The parts of a peer's URL, ``http://host[:port][/prefix]`` or ``https://...`` (a
+    server behind a TLS proxy). Raises SyncError (field ``url``; rule ``url`` for one that
+    does not parse, ``http-url`` for another shape) naming the URL."""
+    if not isinstance(url, str):
+        raise SyncError("url", "url", f"a peer URL is a str, got {type(url).__name__}")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsing the port is what may fail
+    except ValueError as e:
+        raise SyncError("url", "url", f"not a valid URL {url!r}: {e}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SyncError("url", "http-url", f"expected http(s)://host[:port][/prefix], got {url!r}")
+    if parts.query or parts.fragment:
+        raise SyncError("url", "http-url", f"a peer URL has no query or fragment: {url!r}")
+    return parts
+
+
 class _Connection:
-    """One kept-alive HTTP connection to a peer, counting requests and body bytes.
+    """One kept-alive HTTP(S) connection to a peer, counting requests and body bytes.
 
     `post` is the one seam where socket and HTTP errors become SyncErrors.
     """
 
     def __init__(self, url: str, timeout: float) -> None:
-        try:
-            parts = urlsplit(url)
-            port = parts.port
-        except ValueError as e:
-            raise SyncError("url", "url", f"not a valid URL {url!r}: {e}") from None
-        if parts.scheme != "http" or not parts.hostname:
-            raise SyncError("url", "http-url", f"expected http://host[:port][/prefix], got {url!r}")
-        if parts.query or parts.fragment:
-            raise SyncError("url", "http-url", f"a peer URL has no query or fragment: {url!r}")
+        parts = check_url(url)
+        assert parts.hostname is not None  # `check_url` refuses a URL without one
         self.url = url
         self.prefix = parts.path.rstrip("/")
-        self._http = http.client.HTTPConnection(parts.hostname, port or 80, timeout=timeout)
+        self._http: http.client.HTTPConnection
+        if parts.scheme == "https":
+            self._http = http.client.HTTPSConnection(
+                parts.hostname,
+                parts.port or 443,
+                timeout=timeout,
+                context=ssl.create_default_context(),
+            )
+        else:
+            self._http = http.client.HTTPConnection(
+                parts.hostname, parts.port or 80, timeout=timeout
+            )
         self.requests = 0
         self.sent = 0
         self.received = 0
@@ -295,8 +319,10 @@ def sync_with(
 
     ``timeout`` bounds each request (connect, send, answer), in seconds. ``progress(done,
     total)`` is called after each page of changes fetched or pushed. ``lock``, when given, is
-    held whenever the replica is used (pass the serving lock when the replica is also being
-    served). ``page_size`` caps the changes per fetch or push request.
+    held too whenever the replica is used (the replica holds its own lock for each call, so
+    none is needed; it serves callers that serialize other work with one). ``page_size`` caps
+    the changes per fetch or push request. Fetched changes reach the replica's observers with
+    ``url`` as their source.
 
     Raises SyncError for a bad argument, and its subclasses (see `sync.protocol`) when the peer
     is unreachable, too slow, answers with an error (another space: PeerRejectedError with rule
@@ -325,7 +351,7 @@ def sync_with(
                 )
             found = [data for data in answer if data]
             with _holding(lock):
-                merge = merge + replica.receive(found)
+                merge = merge + replica.receive(found, source=conn.url)
             fetched += len(found)
             pos += len(answer)
             done += len(answer)
@@ -356,7 +382,8 @@ def sync_with(
 
 def _predecessors_first(replica: Replica, ids: Sequence[bytes]) -> list[bytes]:
     """The wire bytes of ``ids`` ordered by author and seq, so the peer parks none of them."""
-    changes = [c for c in (replica.log.get(cid) for cid in ids) if c is not None]
+    with replica.lock:
+        changes = [c for c in (replica.log.get(cid) for cid in ids) if c is not None]
     changes.sort(key=lambda c: (c.author, c.seq, c.change_id))
     return [c.data for c in changes]
 

@@ -36,7 +36,10 @@ Errors, all raised on purpose, all carrying ``field`` and ``rule``::
     ├── PeerRejectedError                  the peer answered with an HTTP error (``.status``;
     │                                      ``field`` and ``rule`` are the peer's, when it sent
     │                                      them, e.g. ``space`` / ``same-space``)
-    └── MalformedResponseError             a response that breaks the protocol; never applied
+    ├── MalformedResponseError             a response that breaks the protocol; never applied
+    └── FollowError                        a follower's bad argument, a URL scheme no transport
+                                           handles, a round on demand that could not run
+                                           (`sync.follower`)
 """
 
 from __future__ import annotations

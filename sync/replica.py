@@ -25,21 +25,31 @@ Invariants:
   verifies) is read-only until repaired (`Replica.repair`): reads show what verifies, every write
   and every receive raises `StoreDamagedError`. A replica never signs from a partially loaded
   feed, so damage cannot spread to peers as a fork of lost history.
+- One replica may be used from several threads: every public method that reads or changes its
+  log, state or store holds its re-entrant lock (`Replica.lock`), a `batch` holds it for the
+  whole block, and observers run inside it, on the thread whose write or receive made the
+  change (so an observer sees the state exactly as of the ops it is handed, and may read or
+  write the replica itself). Another replica's lock is never taken while this one's is held
+  (`merge` copies the other's changes first), so two replicas merging each other cannot
+  deadlock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from enum import Enum
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from statefuse.authorname import AuthorNames
 from statefuse.clitable import plural
@@ -115,7 +125,58 @@ from statefuse.sync.verify import QuarantineReason
 from statefuse.view import SurfacedConflict
 from statefuse.writer import Writer
 
-Observer = Callable[[tuple[Op, ...]], object]
+if TYPE_CHECKING:
+    from statefuse.sync.follower import Follower
+
+
+class Origin(Enum):
+    """How the ops an observer is called with reached the replica."""
+
+    #: Written by this replica: its own writes, batches, trust ops and registry declarations.
+    LOCAL = "local"
+    #: Taken in from outside: `Replica.receive`, `merge`, `import_`, a sync or a `Follower`.
+    RECEIVED = "received"
+
+
+class Observed(tuple[Op, ...]):
+    """What an observer is called with: the ops the state gained from one write or receive,
+    in the order they were applied (a tuple, as observers always got), and where they came
+    from: ``origin`` (`Origin`) and ``source`` (the peer URL a sync or follower took them
+    from, the bundle file of an `import_`, else None)."""
+
+    origin: Origin
+    source: str | None
+
+    def __new__(cls, ops: Iterable[Op], origin: Origin, source: str | None = None) -> Observed:
+        self = super().__new__(cls, ops)
+        self.origin = origin
+        self.source = source
+        return self
+
+    def __repr__(self) -> str:
+        where = f", source={self.source!r}" if self.source is not None else ""
+        return f"Observed({tuple.__repr__(self)}, {self.origin.value}{where})"
+
+
+#: ``callback(ops)``: called with the `Observed` ops the state gains (see `Replica.observe`).
+Observer = Callable[[Observed], object]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _locked(
+    method: Callable[Concatenate[Replica, _P], _R],
+) -> Callable[Concatenate[Replica, _P], _R]:
+    """Run ``method`` holding the replica's lock (`Replica.lock`)."""
+
+    @functools.wraps(method)
+    def locked(self: Replica, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
 
 #: `Replica.close` saves a snapshot when the accepted changes it would not cover number at least
 #: this fraction (1/N) of those it covers: replaying a few changes at the next open is cheaper
@@ -313,9 +374,12 @@ def key_path(path: str | os.PathLike[str]) -> Path:
 
 
 class Replica:
-    """One author's memory on one store. Not thread-safe: use one replica per thread, or a lock.
+    """One author's memory on one store.
 
-    Open one with `Replica.open` (SQLite, durable) or `Replica.memory` (in memory).
+    Open one with `Replica.open` (SQLite, durable) or `Replica.memory` (in memory). Safe to use
+    from several threads (a server thread, a `Follower`, the application): each call holds the
+    replica's lock (`lock`); hold it yourself (``with replica.lock:``) to make several calls
+    one step that no other thread interleaves with.
     """
 
     def __init__(
@@ -338,6 +402,9 @@ class Replica:
         info = store.info()
         if info is None:
             raise StoreError("store", "initialized", "initialize the store before opening it")
+        self._lock = threading.RLock()
+        #: Followers started by `follow` and not yet stopped (`close` stops them).
+        self._followers: list[Follower] = []
         self.store = store
         self.key = key
         #: The registry the process asked for (None: whatever the space declares).
@@ -485,6 +552,7 @@ class Replica:
             )
         return None
 
+    @_locked
     def declare_registry(self, registry: Registry) -> RegistryDeclared | None:
         """Make ``registry`` the space's contract for every replica (SEMANTICS §2): a
         `RegistryDeclared` op holding its document. The memory is recomputed under it here,
@@ -732,6 +800,7 @@ class Replica:
             replica.declare_name(name)
         return replica
 
+    @_locked
     def fork(
         self, path: str | os.PathLike[str] | None = None, *, name: str | None = None
     ) -> Replica:
@@ -993,42 +1062,62 @@ class Replica:
     # --- reading ---------------------------------------------------------------------------------
 
     @property
+    def lock(self) -> threading.RLock:
+        """The re-entrant lock every call of this replica holds (and a `batch` for its whole
+        block). Hold it to make several calls atomic against other threads, e.g. a read and the
+        write that depends on it while the replica is served."""
+        return self._lock
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` has run."""
+        return self._closed
+
+    @property
     def readonly(self) -> bool:
         """True when writes and receives are refused: opened read-only, without the author key,
         or on a damaged store (`damage`)."""
         return self._readonly is not None or self.damage is not None
 
+    @_locked
     def forks(self) -> list[Fork]:
         """Every fork in the accepted changes: (author, seq) signed twice or more. Both branches
         are kept and count; revoke the author (`revoke`) or re-key it if that was not an
         accident."""
         return self.log.forks()
 
+    @_locked
     def state(self) -> State:
         """The current memory (an immutable snapshot; later writes do not change it)."""
         self._check_open()
         return self._mat.state()
 
+    @_locked
     def quarantine(self) -> list[QuarantineRecord]:
         """Every refused copy this replica has seen, durable, with its reason."""
         self._check_open()
         return self.store.quarantine()
 
+    @_locked
     def pending(self) -> list[VerifiedChange]:
         """Changes parked until their predecessor arrives."""
         return self.log.pending()
 
+    @_locked
     def verdicts(self) -> dict[bytes, Ignored]:
         """Accepted changes that do not count, and why (unknown author, revoked)."""
         return self.log.verdicts()
 
+    @_locked
     def trust(self) -> TrustState:
         return self._trust
 
+    @_locked
     def change_ids(self) -> list[bytes]:
         """Sorted ids of accepted changes (what reconciliation compares)."""
         return self.log.change_ids()
 
+    @_locked
     def reconciler(self) -> Reconciler:
         """A new `Reconciler` over the accepted change ids (what sync compares with a peer).
 
@@ -1046,6 +1135,7 @@ class Replica:
             cached = self._reconciler = (count, cached[1].with_ids(added))
         return cached[1].fresh()
 
+    @_locked
     def change_bytes(self, ids: Iterable[bytes]) -> list[bytes]:
         """Wire bytes of the accepted changes named (unknown ids are skipped)."""
         out = []
@@ -1055,11 +1145,13 @@ class Replica:
                 out.append(c.data)
         return out
 
+    @_locked
     def all_change_bytes(self) -> list[bytes]:
         """Every accepted and pending change, predecessors first (what a copy needs)."""
         accepted = sorted(self.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
         return [c.data for c in accepted] + [c.data for c in self.log.pending()]
 
+    @_locked
     def __len__(self) -> int:
         return len(self.log)
 
@@ -1074,6 +1166,7 @@ class Replica:
             self._commit([pair])
         return op
 
+    @_locked
     def add_evidence(self, source: str, content: Value = None) -> EvidenceAdded:
         """Record evidence; cite it from claims by its ``evidence_id``."""
         self._check_open()
@@ -1086,6 +1179,7 @@ class Replica:
     def add_claim(
         self, namespace: str, subject: str, predicate: str, value: Value, /, **meta: Any
     ) -> ClaimAdded: ...
+    @_locked
     def add_claim(self, /, *key_and_value: Any, **meta: Any) -> ClaimAdded:
         """Assert a value at a key given as three parts (``namespace, subject, predicate,
         value``) or as one ``"namespace/subject/predicate"`` string (``key, value``; parts
@@ -1098,7 +1192,10 @@ class Replica:
         op: ClaimAdded = self._emit(self.writer.claim(namespace, subject, predicate, value, **meta))
         return op
 
-    def add_identity(self, subject: str, predicate: str, value: Value, **meta: Any) -> ClaimAdded:
+    @_locked
+    def add_identity(
+        self, /, subject: str, predicate: str, value: Value, **meta: Any
+    ) -> ClaimAdded:
         """A claim in the identity layer (who is asking, role, authority): `Writer.identity`."""
         return self._layered(self.writer.identity(subject, predicate, value, **meta))
 
@@ -1108,18 +1205,21 @@ class Replica:
     def add_constraint(
         self, namespace: str, subject: str, predicate: str, value: Value, /, **meta: Any
     ) -> ClaimAdded: ...
+    @_locked
     def add_constraint(self, /, *key_and_value: Any, **meta: Any) -> ClaimAdded:
         """A constraint (budget, deadline, policy, capacity…): `Writer.constraint`. The key is
         three parts or one ``"namespace/subject/predicate"`` string, as `add_claim` takes it."""
         namespace, subject, predicate, value = _key_and_value(key_and_value, meta)
         return self._layered(self.writer.constraint(namespace, subject, predicate, value, **meta))
 
-    def add_turn(self, speaker: str, text: str, *, session: str, **meta: Any) -> ClaimAdded:
+    @_locked
+    def add_turn(self, /, speaker: str, text: str, *, session: str, **meta: Any) -> ClaimAdded:
         """A conversation turn in the working set of ``session``: `Writer.add_turn`."""
         return self._layered(self.writer.add_turn(speaker, text, session=session, **meta))
 
+    @_locked
     def add_signal(
-        self, subject: str, predicate: str, value: Value, *, expires: int | None, **meta: Any
+        self, /, subject: str, predicate: str, value: Value, *, expires: int | None, **meta: Any
     ) -> ClaimAdded:
         """An environment signal that expires: `Writer.signal`."""
         return self._layered(self.writer.signal(subject, predicate, value, expires=expires, **meta))
@@ -1130,6 +1230,7 @@ class Replica:
     def add_question(
         self, namespace: str, subject: str, predicate: str, text: str, /, **meta: Any
     ) -> ClaimAdded: ...
+    @_locked
     def add_question(self, /, *key_and_text: Any, **meta: Any) -> ClaimAdded:
         """An open question about a key (a known unknown until answered): `Writer.question`.
         The key is three parts or one ``"namespace/subject/predicate"`` string."""
@@ -1141,6 +1242,7 @@ class Replica:
         emitted: ClaimAdded = self._emit(op)
         return emitted
 
+    @_locked
     def retract(
         self,
         claim: bytes | str | ClaimAdded | None = None,
@@ -1170,6 +1272,7 @@ class Replica:
     def update(
         self, namespace: str, subject: str, predicate: str, value: Value, /, **meta: Any
     ) -> ClaimAdded: ...
+    @_locked
     def update(self, /, *key_and_value: Any, **meta: Any) -> ClaimAdded:
         """Make ``value`` this replica's current value at a key (three parts or one string,
         as `add_claim` takes it) and scope: one change holding
@@ -1195,6 +1298,7 @@ class Replica:
                 self.retract(old, reason="updated", superseded_by=new.claim_id)
         return new
 
+    @_locked
     def supersede(
         self, old: bytes | str | ClaimAdded, new_value: Value, reason: str = ""
     ) -> tuple[ClaimAdded, ClaimRetracted]:
@@ -1225,6 +1329,7 @@ class Replica:
             retraction = self.retract(old, reason=reason, superseded_by=new.claim_id)
         return new, retraction
 
+    @_locked
     def decide(
         self,
         conflict: ConflictSet | SurfacedConflict,
@@ -1251,6 +1356,7 @@ class Replica:
         )
         return op
 
+    @_locked
     def history(
         self,
         of: str | tuple[str, str, str] | bytes | ClaimAdded,
@@ -1291,19 +1397,23 @@ class Replica:
     @contextlib.contextmanager
     def batch(self) -> Iterator[Replica]:
         """Everything written inside becomes one signed change, stored atomically on exit
-        (nothing is stored if the block raises). Batches nest into the outermost one."""
-        self._check_writable()
-        if self._batch is not None:
-            yield self
-            return
-        self._batch = []
-        try:
-            yield self
-            ops, self._batch = self._batch, None
-            if ops:
-                self._commit(ops)
-        finally:
-            self._batch = None
+        (nothing is stored if the block raises). Batches nest into the outermost one.
+
+        The block holds the replica's lock (`lock`): other threads wait until it ends, so what
+        the block reads is still true when its change is stored. Keep it short."""
+        with self._lock:
+            self._check_writable()
+            if self._batch is not None:
+                yield self
+                return
+            self._batch = []
+            try:
+                yield self
+                ops, self._batch = self._batch, None
+                if ops:
+                    self._commit(ops)
+            finally:
+                self._batch = None
 
     # --- trust (root key only) --------------------------------------------------------------------
 
@@ -1314,10 +1424,12 @@ class Replica:
         self.writer.advance(emitted.lamport)  # the memory writer's clock follows the trust writer's
         return emitted
 
+    @_locked
     def admit(self, author: bytes, roles: Iterable[str] = ()) -> TrustOp:
         """Admit an author (closed mode), with roles."""
         return self._trust_op(self.trust_writer.admit(author, roles))
 
+    @_locked
     def revoke(
         self,
         author: bytes,
@@ -1356,17 +1468,21 @@ class Replica:
             )
         )
 
+    @_locked
     def heads(self, author: bytes) -> list[bytes]:
         """Ids of ``author``'s accepted changes that no other names as ``prev``: its latest
         change, or one per branch of a forked feed (highest seq first)."""
         return [c.change_id for c in self.log.heads(author)]
 
+    @_locked
     def grant(self, author: bytes, roles: Iterable[str]) -> TrustOp:
         return self._trust_op(self.trust_writer.grant(author, roles))
 
+    @_locked
     def withdraw(self, author: bytes, roles: Iterable[str]) -> TrustOp:
         return self._trust_op(self.trust_writer.withdraw(author, roles))
 
+    @_locked
     def last_change(self, author: bytes) -> tuple[int, bytes | None]:
         """``(seq, change_id)`` of an author's latest accepted change (``(0, None)`` if none;
         on a feed forked at its top seq, the branch with the highest change id)."""
@@ -1391,7 +1507,7 @@ class Replica:
         admitted: list[VerifiedChange] = []
         for c in changes:
             admitted.extend(self.log.receive_verified(c, seen_ms=now).admitted)
-        self._notify(self._admitted(admitted, own=True))
+        self._notify(self._admitted(admitted, own=True), Origin.LOCAL)
 
     def _sign(
         self, seq: int, prev: bytes | None, ops: Sequence[Op], datas: Sequence[bytes]
@@ -1426,9 +1542,13 @@ class Replica:
 
     # --- receiving -------------------------------------------------------------------------------
 
-    def receive(self, changes: Iterable[bytes | UnverifiedChange]) -> MergeReport:
+    @_locked
+    def receive(
+        self, changes: Iterable[bytes | UnverifiedChange], *, source: str | None = None
+    ) -> MergeReport:
         """Verify and take in changes from outside (a peer, a bundle); bad ones are quarantined
         with their reason, ones missing a predecessor are parked. One store transaction.
+        ``source`` says where they came from (a peer's URL), for the observers (`Observed`).
 
         Atomic: the whole input is checked first (ChangeInputError names the first item that is
         not bytes), and a call that raises (a full pending area or quarantine, a failed store
@@ -1436,12 +1556,16 @@ class Replica:
         Raises ReadOnlyError / StoreDamagedError on a replica that may not take anything in.
         """
         self._check_writable()
-        return self._receive(_unverified(changes))
+        if source is not None and not isinstance(source, str):
+            raise ReplicaError("source", "type", f"a source is a str or None, got {source!r}")
+        return self._receive(_unverified(changes), source=source)
 
     def _receive(
         self,
         items: list[UnverifiedChange],
         progress: Callable[[int, int], object] | None = None,
+        *,
+        source: str | None = None,
     ) -> MergeReport:
         now = self._clock()
         accepted: list[VerifiedChange] = []
@@ -1493,7 +1617,7 @@ class Replica:
                 ),
                 stacklevel=_caller_level(),
             )
-        self._notify(new_ops)
+        self._notify(new_ops, Origin.RECEIVED, source)
         return MergeReport(
             accepted=len(accepted),
             duplicate=counts[Status.DUPLICATE],
@@ -1511,16 +1635,22 @@ class Replica:
 
     def merge(self, other: Replica) -> MergeReport:
         """Take in every change ``other`` has that this replica lacks (one way; merge both ways
-        for a full sync), through the same verification as network data."""
-        self._check_writable()
-        other._check_open()
-        mine = self.log
-        theirs = sorted(other.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
-        theirs += other.log.pending()
-        return self.receive([c.data for c in theirs if c.change_id not in mine])
+        for a full sync), through the same verification as network data. ``other``'s changes
+        are copied under its lock first, then taken in under this replica's: the two locks are
+        never held together."""
+        with self._lock:
+            self._check_writable()
+        with other._lock:
+            other._check_open()
+            theirs = sorted(other.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
+            theirs += other.log.pending()
+        with self._lock:
+            mine = self.log
+            return self.receive([c.data for c in theirs if c.change_id not in mine])
 
     # --- bundles ---------------------------------------------------------------------------------
 
+    @_locked
     def export(self, path: str | os.PathLike[str]) -> int:
         """Write every accepted and pending change to a bundle file; returns how many."""
         from statefuse.sync.bundle import write_bundle
@@ -1534,6 +1664,7 @@ class Replica:
         write_bundle(path, self.key, self.space, changes)
         return len(changes)
 
+    @_locked
     def import_(
         self, path: str | os.PathLike[str], *, progress: Callable[[int, int], object] | None = None
     ) -> MergeReport:
@@ -1544,10 +1675,11 @@ class Replica:
 
         self._check_writable()
         changes = read_bundle(path, space=self.space)
-        return self._receive(_unverified(changes), progress)
+        return self._receive(_unverified(changes), progress, source=os.fspath(path))
 
     # --- observers and lifetime ------------------------------------------------------------------
 
+    @_locked
     def context(
         self,
         query: str,
@@ -1583,21 +1715,60 @@ class Replica:
             authors=self.author_names(),
         )
 
+    @_locked
     def observe(self, callback: Observer) -> Callable[[], None]:
-        """Call ``callback(ops)`` with the ops the state gains after each write or receive.
-        Returns a function that stops the calls."""
+        """Call ``callback(ops)`` with the ops the state gains after each write or receive
+        (none for a call that adds nothing). ``ops`` is an `Observed`: a tuple of the ops, in
+        the order applied, that also says where they came from (``ops.origin``: `Origin.LOCAL`
+        for this replica's writes, `Origin.RECEIVED` for changes taken in by `receive`,
+        `merge`, `import_`, a sync or a `Follower`; ``ops.source``: the peer URL or bundle).
+
+        The callback runs on the thread that made the change, inside the replica's lock, once
+        the change is stored and the state shows it: it may read the replica (``state()``
+        there is the state as of these ops) and even write to it, but it holds up every other
+        thread using the replica while it runs, so hand slow work to a queue. A callback must
+        not wait for another thread that uses this replica: that thread waits for the lock.
+        An exception it raises propagates to the call that made the change (which is already
+        stored). Returns a function that stops the calls."""
         self._observers.append(callback)
 
         def stop() -> None:
-            with contextlib.suppress(ValueError):
+            with self._lock, contextlib.suppress(ValueError):
                 self._observers.remove(callback)
 
         return stop
 
-    def _notify(self, ops: tuple[Op, ...]) -> None:
+    def follow(
+        self,
+        peers: str | Sequence[str],
+        *,
+        interval: float = 5.0,
+        timeout: float | None = None,
+    ) -> Follower:
+        """Sync with ``peers`` (one URL or several) in a background thread, now and then every
+        ``interval`` seconds, until the returned `Follower` is stopped (``stop()``, or leaving
+        its ``with`` block) or this replica closes. Changes that arrive reach the observers
+        (`observe`) as `Origin.RECEIVED`, with the peer's URL as ``source``; a peer that fails
+        is retried with backoff and its last error is kept in ``follower.status``.
+
+        ``timeout`` bounds each request (default: the transport's). Raises FollowError for a
+        URL whose scheme no transport handles (naming the URL) or a bad ``interval``, and
+        ReplicaError on a closed replica. See `sync.follower`.
+        """
+        from statefuse.sync.follower import Follower
+
+        with self._lock:
+            self._check_open()
+            follower = Follower(self, peers, interval=interval, timeout=timeout)
+            self._followers = [f for f in self._followers if f.running]
+            self._followers.append(follower)
+        return follower.start()
+
+    def _notify(self, ops: tuple[Op, ...], origin: Origin, source: str | None = None) -> None:
         if ops:
+            observed = Observed(ops, origin, source)
             for callback in list(self._observers):
-                callback(ops)
+                callback(observed)
 
     def _reload(self) -> None:
         with contextlib.suppress(Exception):
@@ -1617,6 +1788,7 @@ class Replica:
             e = self._readonly
             raise ReadOnlyError(e.field, e.rule, e.message)
 
+    @_locked
     def repair(self) -> RepairReport:
         """Make a damaged store writable again, losing nothing (`damage` says what is wrong).
 
@@ -1652,6 +1824,7 @@ class Replica:
             own_waiting=own_waiting,
         )
 
+    @_locked
     def snapshot(self) -> int:
         """Save a snapshot of the accepted changes now, so the next open restores them instead
         of verifying them again; returns how many changes it covers. Only a cache: the changes
@@ -1684,8 +1857,19 @@ class Replica:
         return new > 0 and new * CLOSE_SNAPSHOT_SHARE >= self._snap_count
 
     def close(self) -> None:
-        """Close the store (saving a snapshot first when enough changed: `CLOSE_SNAPSHOT_SHARE`).
-        A snapshot that cannot be saved is reported as a SnapshotWarning, never raised."""
+        """Stop this replica's followers (`follow`), then close the store (saving a snapshot
+        first when enough changed: `CLOSE_SNAPSHOT_SHARE`). A snapshot that cannot be saved is
+        reported as a SnapshotWarning, never raised."""
+        # A follower may be waiting for the lock: join it only when this thread does not hold
+        # the lock already (a caller's ``with replica.lock:``, an observer); else it ends on
+        # its own once the lock is free and it finds the replica closed.
+        held = self._lock._is_owned()  # type: ignore[attr-defined]  # what Condition uses
+        for follower in list(self._followers):
+            follower.stop(timeout=0 if held else None)
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         if not self._closed:
             try:
                 if self.path is not None and not self.readonly and self._snapshot_due():
@@ -1707,6 +1891,7 @@ class Replica:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @_locked
     def __repr__(self) -> str:
         where = str(self.path) if self.path else "memory"
         who = self.author.hex()[:12]

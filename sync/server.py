@@ -6,10 +6,12 @@ The endpoints and bodies are `sync.protocol`'s.
 
 Invariants:
 
-- One lock serializes every use of the replica (a `Replica` is not thread-safe). Bodies are read
-  and decoded before the lock is taken; a request that cannot get it within ``lock_timeout``
-  gets 503, so a busy or stuck replica never piles up blocked threads forever. Whoever else uses
-  the replica while it is served holds the same lock (pass it with ``serve(..., lock=)``).
+- A request uses the replica only while it holds the replica's own lock (`Replica.lock`, which
+  every replica method takes too), so the serving process may use a served replica from any
+  thread with no lock of its own. Bodies are read and decoded before the lock is taken; a
+  request that cannot get it within ``lock_timeout`` gets 503, so a busy or stuck replica never
+  piles up blocked threads forever. A ``lock`` passed to `serve` (the way before replicas
+  locked themselves) is still honoured: a request holds it first, then the replica's.
 - Nothing a client sends can crash the server or reach the replica unverified: bodies are
   bounded before they are read (waitress refuses a longer ``Content-Length`` with 413 before
   reading it, and the app checks again), framing is checked whole, reconcile messages go through
@@ -102,10 +104,12 @@ _REASONS = {
 class SyncApp:
     """The WSGI application that serves one replica over the sync protocol.
 
-    ``lock`` serializes every use of the replica (a new reentrant lock when not given: hold it
-    yourself when you use the replica while it is served). ``lock_timeout`` is how long a
-    request waits for it before a 503. ``page_bytes`` caps the change bytes in one fetch answer
-    (at most the protocol's `PAGE_BYTES`; a lower value makes clients page sooner).
+    A request holds the replica's own lock (`Replica.lock`) while it uses the replica; ``lock``,
+    when given, is taken first and held too (it is not needed: the replica locks itself; it
+    lets old callers keep serializing their own work with the server). ``lock_timeout`` is how
+    long a request waits for the locks before a 503. ``page_bytes`` caps the change bytes in
+    one fetch answer (at most the protocol's `PAGE_BYTES`; a lower value makes clients page
+    sooner).
     """
 
     def __init__(
@@ -127,7 +131,8 @@ class SyncApp:
             )
         self.replica = replica
         self.space = replica.space
-        self.lock: Lock = lock if lock is not None else threading.RLock()
+        #: The locks a request holds, in the order taken: the caller's (if any), the replica's.
+        self.locks: tuple[Lock, ...] = (replica.lock,) if lock is None else (lock, replica.lock)
         self.lock_timeout = float(lock_timeout)
         self.page_bytes = page_bytes
         # (accepted-change count it was built at, reconciler, ids it has learned since)
@@ -175,13 +180,16 @@ class SyncApp:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        """Hold the replica lock, or answer 503 when it stays busy past ``lock_timeout``."""
-        if not self.lock.acquire(timeout=self.lock_timeout):
-            raise _Reject(503, "replica", "busy", "the replica stayed busy; try again later")
-        try:
+        """Hold the locks, or answer 503 when they stay busy past ``lock_timeout``."""
+        deadline = time.monotonic() + self.lock_timeout
+        with contextlib.ExitStack() as held:
+            for lock in self.locks:
+                if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    raise _Reject(
+                        503, "replica", "busy", "the replica stayed busy; try again later"
+                    )
+                held.callback(lock.release)
             yield
-        finally:
-            self.lock.release()
 
     # --- endpoints -------------------------------------------------------------------------------
 
@@ -505,8 +513,9 @@ def serve(
     replica verifies and, in closed mode, ignores unless their author is admitted), so serve
     beyond loopback only on a network you trust, or behind a proxy that authenticates.
     ``timeout`` bounds how long a request waits for the replica and how long an idle connection
-    stays open. ``lock`` (a new reentrant lock when not given; see `SyncApp`) serializes every
-    use of the replica. Raises SyncError for a bad argument or a port that cannot be bound.
+    stays open. The replica locks itself (`Replica.lock`), so the serving process may go on
+    using it from any thread; ``lock`` is optional and, when given, held too by every request
+    (see `SyncApp`). Raises SyncError for a bad argument or a port that cannot be bound.
     """
     check_seconds("timeout", timeout)
     app = SyncApp(replica, lock=lock, lock_timeout=timeout)

@@ -853,8 +853,8 @@ def an_op_kind_is_unknown(w: World) -> bytes:
 
 
 @quarantined(Q.BAD_OP)
-def an_op_version_is_2(w: World) -> bytes:
-    return _op_variant(w, v=2)
+def an_op_version_is_unknown(w: World) -> bytes:
+    return _op_variant(w, v=3)
 
 
 @quarantined(Q.BAD_OP)

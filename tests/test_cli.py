@@ -187,6 +187,7 @@ def test_claim_options_become_the_claims_metadata(store, cli):
     assert cli("claim", "project/launch/deadline", "2026-03-25").code == 0
     with opened(store) as r:
         (base,) = r.state().active_claims()
+    assert base.confidence is None  # no --confidence: recorded as unset, not 1.0
     code, _, _ = cli(
         "claim",
         "project/launch/budget",
@@ -442,8 +443,8 @@ def test_a_claim_id_prefix_must_be_long_enough_known_and_unique(tmp_path, monkey
     path = tmp_path / "team.db"
     monkeypatch.setenv("STATEFUSE_STORE", str(path))
     with opened(path, space="team", key=SigningKey.from_seed(SEED), clock=lambda: WALL) as r:
-        one = r.add_claim("team", "twins", "note", TWINS[0]).claim_id.hex()
-        two = r.add_claim("team", "twins", "note", TWINS[1]).claim_id.hex()
+        one = r.add_claim("team", "twins", "note", TWINS[0], confidence=1.0).claim_id.hex()
+        two = r.add_claim("team", "twins", "note", TWINS[1], confidence=1.0).claim_id.hex()
     assert one[:9] == two[:9] == "b96a1f2fb", "the pinned twins no longer share a prefix"
     assert cli("retract", "b96a1f2f") == Run(
         1,
@@ -1193,9 +1194,13 @@ def test_the_context_command_and_the_library_give_the_same_text_by_default(store
     default resolver settles (two sources, more confidence and more authority against one) is
     settled alike."""
     with opened(store) as r:
-        r.add_claim("vendor", "acme", "price", 100, provenance="invoice", authority="user")
+        r.add_claim(
+            "vendor", "acme", "price", 100, confidence=0.9, provenance="invoice", authority="user"
+        )
         second, third = r.fork(), r.fork()
-        second.add_claim("vendor", "acme", "price", 100, provenance="quote", authority="user")
+        second.add_claim(
+            "vendor", "acme", "price", 100, confidence=0.9, provenance="quote", authority="user"
+        )
         third.add_claim(
             "vendor", "acme", "price", 120, confidence=0.5, provenance="rumour", authority="agent"
         )

@@ -274,9 +274,24 @@ def test_an_unresolved_conflict_lists_every_candidate_with_authority_confidence_
     assert conflicts.lines == (
         "- vendor/acme/price: UNRESOLVED — 2 candidate values:",
         "    • 1150 (authority=finance; confidence=0.8; 1 claim; by a)",
-        "    • 1200 (authority=ops,sales; confidence=1; 2 claims agree; by b, c)",
+        "    • 1200 (authority=ops,sales; 2 claims agree; by b, c)",  # none stated: none shown
     )
     assert sorted(conflicts.claim_ids) == sorted(c.claim_id for c in ops)
+
+
+def test_an_unset_confidence_is_never_shown_and_a_stated_one_speaks_for_its_value():
+    ops = [
+        w("a").claim("vendor", "acme", "price", 1150),
+        w("b").claim("vendor", "acme", "price", 1150, confidence=0.3),
+        w("c").claim("vendor", "acme", "price", 1200),
+        w("d").claim("vendor", "acme", "owner", "dana"),
+    ]
+    ctx = ctx_of(ops)
+    assert ctx.section(SectionName.CONFLICTS).lines[1:] == (
+        "    • 1150 (confidence=0.3; 2 claims agree; by a, b)",
+        "    • 1200 (1 claim; by c)",
+    )
+    assert '- vendor/acme/owner: "dana"' in ctx.text.splitlines()
 
 
 def test_a_conflict_candidate_says_who_asserted_it_and_from_where_in_bounded_length():
@@ -291,9 +306,9 @@ def test_a_conflict_candidate_says_who_asserted_it_and_from_where_in_bounded_len
         ),
     ]
     lines = ctx_of(ops).section(SectionName.CONFLICTS).lines
-    assert lines[1] == (f'    • 1150 (confidence=1; 1 claim; by a; from "{long[:39]}…")')
+    assert lines[1] == (f'    • 1150 (1 claim; by a; from "{long[:39]}…")')
     assert lines[2] == (
-        "    • 1200 (confidence=1; 4 claims agree; by b, c, d and 1 more;"
+        "    • 1200 (4 claims agree; by b, c, d and 1 more;"
         ' from "quote b", "quote c", "quote d" and 1 more)'
     )
 
@@ -489,8 +504,8 @@ def test_conflicting_answers_close_the_questions_and_stay_an_unresolved_conflict
     (line, *candidates) = ctx.section(SectionName.CONFLICTS).lines
     assert line == "- vendor/acme/price: UNRESOLVED — 2 candidate values:"
     assert sorted(candidates) == [
-        "    • 1150 (confidence=1; 1 claim; by sales)",
-        "    • 1200 (confidence=1; 1 claim; by ops)",
+        "    • 1150 (1 claim; by sales)",
+        "    • 1200 (1 claim; by ops)",
     ]
     assert ctx.excluded["answered-question"] == 2
 

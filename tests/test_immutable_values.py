@@ -54,10 +54,13 @@ HOSTILE = (TypeError, AttributeError)
 
 def _pinned_ops() -> list[Any]:
     w = Writer("alice", clock=lambda: 1000)
+    stated = 1.0  # the default when these ids were pinned (now a claim may leave it unset)
     return [
-        w.claim("ns", "s", "tags", ["b", "a", {"z": 1, "a": [1.5, None, b"\x00"]}]),
-        w.claim("ns", "s", "cfg", {"k": {"y": [True, -1]}, "a": "x"}),
-        w.claim("ns", "s", "n", 7),
+        w.claim(
+            "ns", "s", "tags", ["b", "a", {"z": 1, "a": [1.5, None, b"\x00"]}], confidence=stated
+        ),
+        w.claim("ns", "s", "cfg", {"k": {"y": [True, -1]}, "a": "x"}, confidence=stated),
+        w.claim("ns", "s", "n", 7, confidence=stated),
         EvidenceAdded(
             author="bob", lamport=1, wall_ms=5, source="doc", content={"rows": [[1, 2], [3]]}
         ),

@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,7 +126,9 @@ def test_the_server_offers_the_eight_tools_with_schemas_and_the_context_resource
         )
     remember = tools["remember"].input_schema
     assert sorted(remember["required"]) == ["key", "value"]
-    assert remember["properties"]["confidence"]["maximum"] == 1
+    number, unset = remember["properties"]["confidence"]["anyOf"]
+    assert (number["maximum"], unset["type"]) == (1, "null")
+    assert remember["properties"]["confidence"]["default"] is None
     assert "description" in remember["properties"]["key"]
     assert set(tools["remember"].output_schema["required"]) >= {"claim_id", "conflict"}
     resources = session.portal.call(session.client.list_resources).resources
@@ -163,6 +164,15 @@ def test_remember_stores_a_claim_signed_by_the_servers_key_before_it_returns(sto
         0.8,
         store.author,
     )
+
+
+def test_remember_without_a_confidence_records_it_unset_and_search_shows_null(store, session):
+    got = session.ok("remember", key="project/launch/owner", value="dana")
+    assert store.path is not None
+    with Replica.open(store.path, readonly=True) as reader:
+        assert reader.state().claims[bytes.fromhex(got["claim_id"])].confidence is None
+    (found,) = session.ok("search", query="owner")["claims"]
+    assert found["confidence"] is None
 
 
 def test_remember_replaces_its_own_value_unless_told_to_add_one_beside_it(store, session):
@@ -334,7 +344,9 @@ def test_search_ranks_matches_filters_by_prefix_and_scope_and_marks_conflicts(st
 
 def test_retract_takes_a_unique_id_prefix_and_refuses_an_ambiguous_one():
     replica = Replica.memory(space=SPACE, key=SigningKey.from_seed(SEED), clock=lambda: WALL)
-    one, two = (replica.add_claim("team", "twins", "note", v).claim_id.hex() for v in TWINS)
+    one, two = (
+        replica.add_claim("team", "twins", "note", v, confidence=1.0).claim_id.hex() for v in TWINS
+    )
     assert one[:9] == two[:9], "the pinned twins no longer share a prefix"
     with connected(build_server(replica)) as s:
         line = s.refused("retract", claim_id=one[:8])
@@ -483,9 +495,8 @@ def _dead_url() -> str:
 
 def test_two_servers_on_two_stores_sync_through_a_peer_and_see_each_others_conflict(tmp_path):
     hub = Replica.memory(space=SPACE)
-    lock = threading.RLock()
     with (
-        serve(hub, lock=lock) as peer,
+        serve(hub) as peer,
         Replica.open(tmp_path / "a.db", space=SPACE, create=True) as a,
         Replica.open(tmp_path / "b.db", space=SPACE, create=True) as b,
         connected(build_server(a, peers=[peer.url])) as sa,
@@ -510,8 +521,7 @@ def test_two_servers_on_two_stores_sync_through_a_peer_and_see_each_others_confl
                 (1200, b.author.hex()),
             }
             assert replica.state().digest() == a.state().digest()
-        with lock:
-            assert hub.state().digest() == a.state().digest()
+        assert hub.state().digest() == a.state().digest()  # the served replica locks itself
 
 
 # --- statefuse mcp as a process -------------------------------------------------------------------

@@ -27,8 +27,10 @@ from statefuse import (
     OpRuleError,
     Writer,
     compute_claim_ref,
+    confidence_rank,
     decode_op,
 )
+from statefuse.op import decode_ops
 from statefuse.registry import (
     BUILTIN_NORMALIZERS,
     DEFAULT_REGISTRY,
@@ -44,6 +46,7 @@ from statefuse.registry import (
     ValueRuleError,
     ValueTypeError,
     decode_value,
+    encode_value,
 )
 
 CLAIM_REF_DOMAIN = b"statefuse/claim_ref/v1"
@@ -105,7 +108,7 @@ def _claims() -> st.SearchStrategy[ClaimAdded]:
         value=op_values,
         claim_ref=ids,
         scope=scopes,
-        confidence=st.floats(0.0, 1.0),
+        confidence=st.one_of(st.none(), st.floats(0.0, 1.0)),
         evidence=st.lists(ids, max_size=3),
         provenance=texts,
         authority=st.one_of(st.just(""), names),
@@ -170,7 +173,7 @@ def test_op_id_is_blake3_of_the_canonical_encoding_and_decoding_gives_back_the_s
     as_map = decode_value(data)
     assert reference_encode(as_map) == data
     assert as_map["op"] == type(op).KIND
-    assert as_map["v"] == 1 and type(as_map["v"]) is int
+    assert as_map["v"] == op._version() and type(as_map["v"]) is int
     decoded = decode_op(data)
     assert type(decoded) is type(op)
     assert decoded == op and hash(decoded) == hash(op)
@@ -340,6 +343,45 @@ def test_confidence_given_as_int_zero_or_one_is_stored_as_a_float():
     assert _claim(confidence=1).confidence == 1.0 and type(_claim(confidence=1).confidence) is float
     assert _claim(confidence=1).op_id == _claim(confidence=1.0).op_id
     assert _claim(confidence=0).op_id == _claim(confidence=0.0).op_id
+
+
+#: A claim the first release wrote (confidence 1.0, the default then), and its id: pinned, so
+#: claims that state a confidence keep their bytes and ids now that unset exists.
+FIRST_RELEASE_CLAIM = bytes.fromhex(
+    "de0016a6617574686f72a177a9617574686f72697479a0a9636c61696d5f726566c420000102030405060708"
+    "090a0b0c0d0e0f101112131415161718191a1b1c1d1e1faa636f6e666964656e6365cb3ff0000000000000aa"
+    "636f6e73747261696e74a0aa646570656e64735f6f6e90a865766964656e636590a765787069726573c0a46b"
+    "696e64a466616374a76c616d706f727401a56c61796572a466616374a96e616d657370616365a26e73a26f70"
+    "aa436c61696d4164646564a9707265646963617465a170aa70726f76656e616e6365a0a97265617373657274"
+    "7390a573636f7065a6676c6f62616ca77375626a656374a173a17601a576616c756501aa7669736962696c69"
+    "747990a777616c6c5f6d7300"
+)
+FIRST_RELEASE_CLAIM_ID = "fc0b070e79e9e9c3cd30e1f5f6da0bd52bd650df0c75cef07efc18ef718065af"
+
+
+def test_a_claim_stated_at_confidence_one_keeps_the_bytes_and_id_of_the_first_release():
+    claim = _claim(claim_ref=bytes(range(32)), confidence=1.0)
+    assert claim.encode() == FIRST_RELEASE_CLAIM
+    assert claim.op_id.hex() == FIRST_RELEASE_CLAIM_ID
+    decoded = decode_op(FIRST_RELEASE_CLAIM)
+    assert decoded.confidence == 1.0 and decoded.op_id == claim.op_id
+
+
+def test_a_claim_without_a_stated_confidence_is_unset_and_encodes_without_the_field():
+    unset = _claim(claim_ref=bytes(range(32)))
+    assert unset.confidence is None
+    fields = unset.to_value()
+    assert "confidence" not in fields and fields["v"] == 2
+    assert unset.encode() == encode_value(fields)
+    assert unset.op_id != _claim(claim_ref=bytes(range(32)), confidence=1.0).op_id
+    back = decode_op(unset.encode())
+    assert back.confidence is None and back.op_id == unset.op_id
+    assert decode_ops([unset.encode()] * 4)[3].confidence is None  # the batch path agrees
+
+
+def test_an_unset_confidence_ranks_below_every_stated_one():
+    assert confidence_rank(None) < confidence_rank(0.0) < confidence_rank(0.5)
+    assert confidence_rank(None) == confidence_rank(None)
 
 
 def test_layer_may_be_given_as_the_enum_or_its_value():
@@ -604,7 +646,14 @@ def test_writer_names_the_bad_argument_not_the_claim_ref_it_derives(kwargs, erro
 
 
 def _claim_map() -> dict:
-    return decode_value(_claim(evidence=[_id("e1"), _id("e2")], visibility=["a", "b"]).encode())
+    """A claim with a stated confidence (version 1)."""
+    claim = _claim(confidence=1.0, evidence=[_id("e1"), _id("e2")], visibility=["a", "b"])
+    return decode_value(claim.encode())
+
+
+def _unset_claim_map() -> dict:
+    """A claim whose author stated no confidence (version 2, without the field)."""
+    return _without(_with(_claim_map(), v=2), "confidence")
 
 
 def _without(raw: dict, key: str) -> dict:
@@ -632,7 +681,31 @@ DECODE_CASES = {
     "op-type-wrong-case": (_with(_claim_map(), op="claimadded"), EncodingError, "op.op", "op-type"),
     "op-type-not-str": (_with(_claim_map(), op=1), EncodingError, "op.op", "op-type"),
     "op-type-missing": (_without(_claim_map(), "op"), EncodingError, "op.op", "op-type"),
-    "version-2": (_with(_claim_map(), v=2), EncodingError, "op.v", "op-version"),
+    "version-3": (_with(_claim_map(), v=3), EncodingError, "op.v", "op-version"),
+    "unset-confidence-written-as-nil-in-version-1": (
+        _with(_claim_map(), confidence=None),
+        EncodingError,
+        "op.v",
+        "op-version",
+    ),
+    "unset-confidence-labelled-version-1": (
+        _with(_unset_claim_map(), v=1),
+        EncodingError,
+        "op.v",
+        "op-version",
+    ),
+    "stated-confidence-labelled-version-2": (
+        _with(_claim_map(), v=2),
+        EncodingError,
+        "op.v",
+        "op-version",
+    ),
+    "unset-confidence-as-nil-in-version-2": (
+        _with(_unset_claim_map(), confidence=None),
+        EncodingError,
+        "op.v",
+        "op-version",
+    ),
     "version-0": (_with(_claim_map(), v=0), EncodingError, "op.v", "op-version"),
     "version-str": (_with(_claim_map(), v="1"), EncodingError, "op.v", "op-version"),
     "version-nil": (_with(_claim_map(), v=None), EncodingError, "op.v", "op-version"),

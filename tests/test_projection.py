@@ -186,8 +186,9 @@ def test_a_decision_scoped_to_a_task_applies_only_in_that_task():
 
 def test_the_registry_policies_latest_and_authority_are_honoured():
     a, b = w("a"), w("b")
-    b.observe([a.claim("p", "x", "noise", 0)])
-    early, late = a.claim("p", "x", "eta", "monday"), b.claim("p", "x", "eta", "friday")
+    early = a.claim("p", "x", "eta", "monday")
+    b.observe([early])  # b writes after it saw early: a higher lamport, not a tie on claim ids
+    late = b.claim("p", "x", "eta", "friday")
     sel = view_of([early, late]).selected[("p", "x", "eta")]
     assert sel.claim == late and sel.how is How.POLICY
     user = a.claim("p", "x", "owner", "dana", authority="user")

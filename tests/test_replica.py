@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import given, settings
@@ -22,7 +26,14 @@ from statefuse.store import StoreError
 from statefuse.sync.bundle import BundleError, parse_bundle
 from statefuse.sync.change import UnverifiedChange
 from statefuse.sync.key import SigningKey
-from statefuse.sync.replica import Replica, ReplicaError, UnknownClaimError, key_path
+from statefuse.sync.replica import (
+    Observed,
+    Origin,
+    Replica,
+    ReplicaError,
+    UnknownClaimError,
+    key_path,
+)
 
 
 def _value_of(replica: Replica, subject: str) -> list[object]:
@@ -220,6 +231,105 @@ def test_observers_see_exactly_the_ops_the_state_gains():
     a.add_claim("ns", "s", "p", 2)
     b.merge(a)
     assert got == [claim]
+
+
+def test_observers_are_told_whether_ops_were_written_here_or_taken_in_and_from_where(tmp_path):
+    a, b = Replica.memory(space="team"), Replica.memory(space="team")
+    heard: list[Observed] = []
+    b.observe(heard.append)
+    mine = b.add_claim("ns", "s", "p", 1)
+    theirs = a.add_claim("ns", "s", "q", 2)
+    b.merge(a)
+    bundled = a.add_claim("ns", "s", "r", 3)
+    a.export(tmp_path / "a.bundle")
+    b.import_(tmp_path / "a.bundle")
+    b.receive(a.all_change_bytes(), source="http://peer")  # nothing new: no call
+    assert [(tuple(o), o.origin, o.source) for o in heard] == [
+        ((mine,), Origin.LOCAL, None),
+        ((theirs,), Origin.RECEIVED, None),
+        ((bundled,), Origin.RECEIVED, str(tmp_path / "a.bundle")),
+    ]
+    assert heard[0] == (mine,) and isinstance(heard[0], tuple)  # still the tuple it was
+
+
+@contextmanager
+def _switching_often() -> Iterator[None]:
+    """Threads take turns every microsecond, so a missing lock shows up at once."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
+def _run_together(*targets) -> None:
+    failures: list[BaseException] = []
+
+    def guarded(target) -> None:
+        try:
+            target()
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads), "a thread is stuck (deadlock?)"
+    assert not failures, failures
+
+
+def test_two_threads_writing_to_one_replica_never_fork_its_feed():
+    r = Replica.memory(space="team")
+
+    def write(who: str) -> None:
+        for i in range(100):
+            r.add_claim("ns", f"{who}{i}", "p", i)
+
+    with _switching_often():
+        _run_together(lambda: write("a"), lambda: write("b"))
+    assert r.forks() == [] and len(r) == 200 and len(r.state().claims) == 200
+
+
+def test_a_batch_holds_the_lock_so_another_threads_write_never_lands_in_it():
+    r = Replica.memory(space="team")
+    wrote = threading.Event()
+    other = threading.Thread(target=lambda: (r.add_claim("ns", "other", "p", 0), wrote.set()))
+    with r.batch():
+        r.add_claim("ns", "first", "p", 1)
+        other.start()
+        assert not wrote.wait(0.05)  # it waits for the batch
+        r.add_claim("ns", "second", "p", 2)
+    other.join(10)
+    assert wrote.is_set()
+    changes = sorted(r.log.changes(), key=lambda c: c.seq)
+    assert [len(c.ops) for c in changes] == [2, 1]
+    assert [op.subject for op in changes[0].ops] == ["first", "second"]
+
+
+def test_two_replicas_merging_each_other_from_two_threads_do_not_deadlock():
+    a, b = Replica.memory(space="team"), Replica.memory(space="team")
+    a.add_claim("ns", "a", "p", 1)
+    b.add_claim("ns", "b", "p", 2)
+
+    def merge(into: Replica, other: Replica) -> None:
+        for _ in range(30):
+            into.merge(other)
+
+    with _switching_often():
+        _run_together(lambda: merge(a, b), lambda: merge(b, a))
+    assert a.state().digest() == b.state().digest()
+
+
+def test_the_lock_is_reentrant_and_makes_a_read_and_a_write_one_step():
+    r = Replica.memory(space="team")
+    r.observe(lambda ops: r.state())  # an observer reading the replica: same thread, no wait
+    with r.lock:
+        if not r.state().active_at("ns", "s", "p"):
+            r.add_claim("ns", "s", "p", 1)
+    assert len(r.state().claims) == 1
 
 
 def test_closed_mode_counts_only_admitted_authors_and_revocation_rebuilds_the_state():
@@ -492,7 +602,7 @@ TWIN_SEED, TWIN_WALL, TWINS = bytes(range(32)), 1_767_225_600_000, ("a15755", "b
 
 def _twins() -> tuple[Replica, ClaimAdded, ClaimAdded]:
     r = Replica.memory(space="team", key=SigningKey.from_seed(TWIN_SEED), clock=lambda: TWIN_WALL)
-    one, two = (r.add_claim("team", "twins", "note", v) for v in TWINS)
+    one, two = (r.add_claim("team", "twins", "note", v, confidence=1.0) for v in TWINS)
     assert one.claim_id.hex()[:9] == two.claim_id.hex()[:9], "the twins no longer share a prefix"
     return r, one, two
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from statefuse import ClaimAdded, PredicateContract, Registry, Writer, materialize
@@ -47,7 +47,9 @@ def writers(*names: str) -> list[Writer]:
     return [Writer(n, registry=REG, clock=lambda: 0) for n in names]
 
 
-def price(w: Writer, value: Any, *, confidence: float = 1.0, authority: str = "") -> ClaimAdded:
+def price(
+    w: Writer, value: Any, *, confidence: float | None = 1.0, authority: str = ""
+) -> ClaimAdded:
     return w.claim(*KEY, value, confidence=confidence, authority=authority)
 
 
@@ -81,7 +83,8 @@ def builtins() -> list[Any]:
 AUTHORS = ("ana", "bo", "cy", "di")
 #: Three normal forms (1000, 999, 500), so some candidates agree and some disagree.
 VALUES = (1000, "1,000", 999, "999.00", 500)
-CONFIDENCES = (0.1, 0.5, 0.7, 0.9, 1.0)
+#: None: the author stated no confidence (it ranks below every stated one, 0.0 included).
+CONFIDENCES = (None, 0.0, 0.1, 0.5, 0.7, 0.9, 1.0)
 AUTHORITIES = ("", "admin", "user", "bot")
 
 
@@ -372,6 +375,83 @@ def test_authority_rank_rejects_a_bad_order_naming_the_argument(order, field, ru
 
 
 # --- Conservative --------------------------------------------------------------------------------
+
+
+@st.composite
+def conservatives(draw: st.DrawFn) -> Conservative:
+    return Conservative(
+        corroboration_margin=draw(st.integers(0, 2)),
+        confidence_margin=draw(st.sampled_from((0, 0.1, 0.2, 0.5, 1))),
+        authority_order=draw(st.sampled_from(((), ("admin", "user", "bot")))),
+        authority_margin=draw(st.integers(0, 1)),
+    )
+
+
+@settings(max_examples=min(settings.default.max_examples, 200))
+@given(scenarios(), conservatives(), st.data())
+def test_a_resolver_choosing_by_confidence_never_prefers_an_unset_one_to_a_stated_one(
+    s, drawn, data
+):
+    """`Conservative` ranks groups by confidence and picks within the leading group by it;
+    `AuthorityRank` picks by it within the top-ranked claims of a group. Neither chooses a claim
+    whose author stated no confidence over one whose author stated any, and neither depends on
+    the order of candidates or groups."""
+    groups = [
+        replace(g, claim_ids=tuple(data.draw(st.permutations(g.claim_ids))))
+        for g in data.draw(st.permutations(s.conflict.groups))
+    ]
+    shuffled = ResolverInput(
+        replace(s.conflict, groups=tuple(groups)),
+        tuple(data.draw(st.permutations(s.inp.candidates))),
+    )
+    ranks = {"admin": 2, "user": 1}
+    by_rank = AuthorityRank(list(ranks))
+    for resolver in (drawn, Conservative(), by_rank):
+        answer = resolver.resolve(s.inp)
+        assert resolver.resolve(shuffled) == answer
+        if type(answer) is not Select:
+            continue
+        chosen = next(c for c in s.inp.candidates if c.claim_id == answer.claim_id)
+        rivals = s.inp.candidates  # Conservative: every shown candidate
+        if resolver is by_rank:
+            rank = ranks.get(chosen.authority, 0)
+            group = next(g for g in s.inp.groups if chosen in g)
+            rivals = tuple(c for c in group if ranks.get(c.authority, 0) == rank)
+        if any(c.confidence is not None for c in rivals):
+            assert chosen.confidence is not None, (resolver, answer.reason)
+
+
+def test_a_stated_confidence_even_zero_leads_an_unset_one_by_any_margin():
+    a, b = writers("a", "b")
+    unset, zero = price(a, 1000, confidence=None), price(b, 999, confidence=0.0)
+    inp = shown([unset, zero])
+    for margin in (0, 0.5, 1):
+        answer = Conservative(corroboration_margin=0, confidence_margin=margin).resolve(inp)
+        assert answer == Select(
+            zero.claim_id,
+            "conservative: the group of 1 author(s) (confidence 0.0) dominates 1 other group(s)",
+        )
+
+
+def test_conservative_names_an_unset_confidence_as_unset_and_never_lets_it_lead():
+    a, b, c = writers("a", "b", "c")
+    pair = [price(a, 1000, confidence=None), price(b, "1,000", confidence=None)]
+    inp = shown([*pair, price(c, 999, confidence=0.5)])
+    assert Conservative(corroboration_margin=0).resolve(inp) == Abstain(
+        "conservative: no group clearly dominates (confidence unset vs 0.5 (margin 0.2))"
+    )
+    both_unset = shown([*pair, price(c, 999, confidence=None)])
+    zero = Conservative(confidence_margin=0)  # unset ties unset: not worse, so it may win
+    assert isinstance(zero.resolve(both_unset), Select)
+    assert isinstance(Conservative().resolve(both_unset), Abstain)  # but leads by nothing
+
+
+def test_within_a_group_the_stated_confidence_speaks_for_it():
+    a, b, c = writers("a", "b", "c")
+    unset, low = price(a, 1000, confidence=None), price(b, "1,000", confidence=0.1)
+    inp = shown([unset, low, price(c, 999, confidence=None)])
+    answer = Conservative(corroboration_margin=0).resolve(inp)
+    assert isinstance(answer, Select) and answer.claim_id == low.claim_id
 
 
 def test_conservative_selects_three_confident_agreeing_authors_over_a_lone_doubter():

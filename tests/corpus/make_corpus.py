@@ -309,7 +309,24 @@ def cases() -> list[Case]:
             "the op's items as a list instead of a map",
         ),
         Case("op-is-map", "nil", b"\xc0", "nil"),
-        Case("op-version", "version-2", op_bytes("claim", set_={"v": 2}), "an unknown version"),
+        Case(
+            "op-version",
+            "version-2",
+            op_bytes("claim", set_={"v": 2}),
+            "a claim with a stated confidence labelled version 2 (whose claims state none)",
+        ),
+        Case(
+            "op-version",
+            "version-3",
+            op_bytes("claim", set_={"v": 3}),
+            "a version no op type has",
+        ),
+        Case(
+            "op-version",
+            "unset-confidence-as-nil",
+            op_bytes("claim", set_={"confidence": None}),
+            "an unset confidence written as nil (a version 2 claim leaves the field out)",
+        ),
         Case("op-version", "version-missing", op_bytes("claim", drop=["v"]), "no version field"),
         Case("op-version", "version-str", op_bytes("claim", set_={"v": "1"}), "version as a str"),
         Case(
