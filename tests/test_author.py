@@ -5,8 +5,6 @@ declares, keeps and shows them (`Replica.declare_name`, ``name=``, `Replica.name
 from __future__ import annotations
 
 import itertools
-import re
-from pathlib import Path
 
 import blake3
 import msgpack
@@ -305,15 +303,3 @@ def test_a_malformed_name_from_a_peer_is_quarantined_with_its_change_and_names_n
     (entry,) = r.quarantine()
     assert entry.reason == QuarantineReason.BAD_OP.value and "name" in entry.message
     assert r.names() == {} and len(r) == 0
-
-
-# --- the guide ------------------------------------------------------------------------------------
-
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "authors.md"
-
-
-def test_every_python_example_of_the_authors_guide_runs_on_its_own():
-    blocks = re.findall(r"^```python\n(.*?)^```", GUIDE.read_text(encoding="utf-8"), re.S | re.M)
-    assert len(blocks) >= 4
-    for i, block in enumerate(blocks, 1):
-        exec(compile(block, f"{GUIDE.name} block {i}", "exec"), {"__name__": "guide"})
