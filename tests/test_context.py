@@ -329,8 +329,8 @@ def test_a_conflict_candidate_is_named_by_the_name_its_author_declared():
     lines = ctx_of(ops, authors={SCOUT: "scout", ANALYST: "analyst"}).section(SectionName.CONFLICTS)
     assert lines is not None
     assert lines.lines[1:] == (
-        "    • 1150 (confidence=1; 1 claim; by scout)",
-        "    • 1200 (confidence=1; 2 claims agree; by 03030303, analyst)",
+        "    • 1150 (1 claim; by scout)",
+        "    • 1200 (2 claims agree; by 03030303, analyst)",
     )
     # one name declared by two keys never hides which of them wrote
     shared = ctx_of(ops, authors={SCOUT: "scout", THIRD: "Scout"}).section(SectionName.CONFLICTS)
