@@ -7,6 +7,16 @@ Invariants:
   see; retracted values appear only when the policy opts in (``PreviousValues.SHOW``) and the
   caller hands them over (`previous_values` filters them through the lens). No line names an
   excluded claim, not even as a count of what it said: exclusions are counts by reason.
+- **A corrected value does not come back through the working set.** Turns and scratch items
+  are free text that the materializer does not read; under ``Transcript.CLEAN`` (the default)
+  the value of a retracted claim the lens may see, found in them as whole words
+  (`statefuse.scrub`), is replaced by a ``[corrected]`` marker unless a claim shown outside
+  the working set still holds it. `Context.scrubbed` says which lines lost which values.
+- **No line twice.** A fact laid out above the working set that a turn repeats word for word
+  is shown once, as the fact: the fact is the current, attributed and ranked statement (what a
+  retraction acts on), and the turn keeps its speaker, its place and its other words, pointing
+  at the fact with ``[= key]`` (only when that is shorter; `Context.repeated`). A line
+  identical to one above it is left out.
 - **The budget holds.** The final text is counted whole with the given tokenizer and is never
   over ``budget``; if joining lines costs more than their sum, the layout is redone with a
   smaller budget until it fits (an empty text costs nothing, so this ends).
@@ -51,6 +61,7 @@ from statefuse.ranker import Corpus, LexicalRanker, Ranker
 from statefuse.registry.error import InputError
 from statefuse.registry.value import Value
 from statefuse.resolver import Conservative, Resolver
+from statefuse.scrub import Retracted, anchors_of, find, findable, folded, occurs, value_text
 from statefuse.state import State
 from statefuse.tokenizer import CachedTokenizer, Tokenizer, default_tokenizer
 from statefuse.view import How, Key, Selection, SurfacedConflict, View, json_value
@@ -134,6 +145,20 @@ _HANDLE_PREFIX: Mapping[SectionName, str] = {
 QUESTION_SUFFIX = "?"
 
 
+class Transcript(Enum):
+    """How the working set's free text (turns, scratch items) is shown.
+
+    ``CLEAN`` (the default): the value of a retracted claim the lens may see is replaced by a
+    ``[corrected]`` marker (naming the claim that replaced it when that one is shown) unless an
+    active claim shown outside the working set still holds it, and the value of a claim shown
+    in full above the working set is replaced by a ``[= key]`` reference to it, when the
+    reference costs fewer tokens (`statefuse.scrub` says how values are found). ``VERBATIM``:
+    turns and items exactly as written."""
+
+    CLEAN = "clean"
+    VERBATIM = "verbatim"
+
+
 class PreviousValues(Enum):
     """Whether retracted values may be shown as ``(changed from: …)`` / ``was based on``."""
 
@@ -152,6 +177,8 @@ class ContextPolicy:
     (off by default). ``summary_value_chars``: longest value a ``key = value`` summary line
     shows (longer ones go straight to a counted group). ``working_limit`` /
     ``environment_limit``: most working-set items / signals shown (``None``: as many as fit).
+    ``transcript``: scrub corrected values and repeated facts out of the working set
+    (``Transcript.CLEAN``, the default) or show it word for word (``Transcript.VERBATIM``).
     """
 
     fact_share: float = 0.7
@@ -160,6 +187,7 @@ class ContextPolicy:
     summary_value_chars: int = 80
     working_limit: int | None = None
     environment_limit: int | None = None
+    transcript: Transcript = Transcript.CLEAN
 
     def __post_init__(self) -> None:
         share = self.fact_share
@@ -170,6 +198,8 @@ class ContextPolicy:
             raise ContextError("summary_share", "share", "summary_share must be in [0, 1]")
         if not isinstance(self.previous, PreviousValues):
             raise ContextError("previous", "enum", "previous must be a PreviousValues")
+        if not isinstance(self.transcript, Transcript):
+            raise ContextError("transcript", "enum", "transcript must be a Transcript")
         if type(self.summary_value_chars) is not int or self.summary_value_chars < 0:
             raise ContextError("summary_value_chars", "non-negative-int", "expected an int >= 0")
         for name in ("working_limit", "environment_limit"):
@@ -185,6 +215,7 @@ class ContextPolicy:
             "summary_value_chars": self.summary_value_chars,
             "working_limit": self.working_limit,
             "environment_limit": self.environment_limit,
+            "transcript": self.transcript.value,
         }
 
 
@@ -218,6 +249,8 @@ class Context:
         "included",
         "policy",
         "query",
+        "repeated",
+        "scrubbed",
         "sections",
         "text",
         "token_count",
@@ -236,6 +269,8 @@ class Context:
         policy: ContextPolicy,
         omitted: Sequence[tuple[str, _Omitted]],
         excluded: Mapping[str, int],
+        scrubbed: Mapping[bytes, tuple[bytes, ...]] | None = None,
+        repeated: Mapping[bytes, tuple[bytes, ...]] | None = None,
     ) -> None:
         self.text = text
         self.sections = sections
@@ -248,6 +283,12 @@ class Context:
         self._expanded: dict[str, tuple[ClaimAdded, ...]] = {}
         self.excluded = excluded
         self.included = tuple(cid for s in sections for cid in s.claim_ids)
+        #: Shown working-set claim -> the retracted claims whose values were scrubbed from
+        #: its line (`Transcript.CLEAN`), by claim id.
+        self.scrubbed: Mapping[bytes, tuple[bytes, ...]] = dict(scrubbed or {})
+        #: Shown working-set claim -> the claims shown above whose values its line points to
+        #: (``[= key]``) instead of repeating them.
+        self.repeated: Mapping[bytes, tuple[bytes, ...]] = dict(repeated or {})
 
     @property
     def omitted(self) -> dict[str, tuple[bytes, ...]]:
@@ -296,6 +337,8 @@ class Context:
             "included": [c.hex() for c in self.included],
             "omitted": {h: [c.hex() for c in ids] for h, ids in self.omitted.items()},
             "excluded": dict(sorted(self.excluded.items())),
+            "scrubbed": {c.hex(): [g.hex() for g in gone] for c, gone in self.scrubbed.items()},
+            "repeated": {c.hex(): [r.hex() for r in refs] for c, refs in self.repeated.items()},
         }
 
     def to_json(self) -> str:
@@ -453,6 +496,8 @@ class _Prepared:
         self.questions: list[tuple[Key, tuple[ClaimAdded, ...]]] = []
         self.answered = 0
         self._sort_questions()
+        self._held_text: str | None = None
+        self._held: dict[str, bool] = {}
 
     @property
     def facts(self) -> dict[bytes, ClaimAdded]:
@@ -603,6 +648,29 @@ class _Prepared:
             else:
                 self.questions.extend(entries)
 
+    # -- values still held --
+
+    def holds(self, value: str) -> bool:
+        """Whether a claim this View shows outside the working set (a fact, stale claim,
+        identity claim, constraint, signal, question, or a candidate of a conflict) holds the
+        folded ``value`` as whole words (`statefuse.scrub.occurs`). The folded values are
+        joined once per preparation, when first asked."""
+        found = self._held.get(value)
+        if found is None:
+            text = self._held_text
+            if text is None:
+                held = [
+                    c
+                    for i, section in enumerate(self.sections)
+                    if i != _WORKING_ITEM
+                    for c in section.values()
+                ]
+                held += [c for sc in self.conflicts.values() for c in sc.candidates]
+                held += [c for entries in self.asked.values() for _, cs in entries for c in cs]
+                text = self._held_text = "\x00".join(folded(value_text(c.value)) for c in held)
+            found = self._held[value] = occurs(text, value)
+        return found
+
     # -- facts in id order, and what is left out --
 
     def sorted_facts(self) -> list[bytes]:
@@ -698,6 +766,14 @@ class _Unit:
     lines: list[str]
     claims: list[ClaimAdded]
     cost: int
+    #: Retracted claims whose values were scrubbed from these lines, and shown claims whose
+    #: values they point to instead of repeating them (`Transcript.CLEAN`).
+    scrubbed: tuple[bytes, ...] = ()
+    repeats: tuple[bytes, ...] = ()
+
+
+#: A shown claim, the retracted claims scrubbed from its line, the claims its line points to.
+_Note = tuple[bytes, tuple[bytes, ...], tuple[bytes, ...]]
 
 
 @dataclass(slots=True)
@@ -706,6 +782,7 @@ class _Built:
     shown: list[ClaimAdded] = field(default_factory=list)
     omitted: list[tuple[str, _Omitted]] = field(default_factory=list)
     cost: int = 0
+    notes: list[_Note] = field(default_factory=list)
 
 
 class _Handles:
@@ -804,6 +881,11 @@ def _greedy(
     body = [ln for u in taken for ln in u.lines]
     out.lines = [*note, *body] if oldest_first else [*body, *note]
     out.shown = [c for u in taken for c in u.claims]
+    out.notes = [
+        (u.claims[0].op_id, u.scrubbed, u.repeats)
+        for u in taken
+        if u.lines and (u.scrubbed or u.repeats)
+    ]
     out.cost = used
     return out
 
@@ -1067,11 +1149,12 @@ def _stale_mark(view: View, c: ClaimAdded) -> str:
     return " ⚠ STALE: what it depends on was withdrawn" if c.op_id in view.stale else ""
 
 
-def _claim_line(view: View, c: ClaimAdded, *, tag: str = "") -> str:
+def _claim_line(view: View, c: ClaimAdded, *, tag: str = "", value: str | None = None) -> str:
     sel = view.selected.get(c.key)
     agree = len(sel.claims) if sel is not None and sel.how is not How.MULTI else 1
+    shown = render_value(c.value) if value is None else value
     return (
-        f"- {tag}{render_key(c.key)}: {render_value(c.value)}"
+        f"- {tag}{render_key(c.key)}: {shown}"
         f"{_meta(c, agree, sel.how if sel else None, authority=not tag)}{_stale_mark(view, c)}"
     )
 
@@ -1128,10 +1211,109 @@ def _question_unit(meter: _Meter, claims: tuple[ClaimAdded, ...]) -> _Unit:
     return _Unit([line], list(claims), meter.line(line))
 
 
-def _working_line(view: View, c: ClaimAdded) -> str:
+#: Markers a clean working set shows in place of a value (`Transcript.CLEAN`).
+CORRECTED = "[corrected]"
+CORRECTED_NOW = "[corrected: now {key}]"
+REPEATED = "[= {key}]"
+
+
+class _Cleaner:
+    """Scrubs working-set values for one layout (`Transcript.CLEAN`): a retracted value the
+    View may show (``view.retracted``) that no claim shown outside the working set holds
+    becomes `CORRECTED` (`CORRECTED_NOW` naming the replacing claim when the View shows it),
+    and a value of a claim in ``shown`` (laid out above the working set) becomes a `REPEATED`
+    reference to it when that costs fewer tokens. Where both could apply, the shown claim
+    holds the value, so it is referenced (or left), never scrubbed."""
+
+    def __init__(self, prep: _Prepared, meter: _Meter, shown: Iterable[ClaimAdded] = ()) -> None:
+        self.prep = prep
+        self.meter = meter
+        self.retracted = prep.view.retracted
+        self.ref_of: dict[str, ClaimAdded] = {}
+        for c in sorted(shown, key=lambda c: (c.key, c.op_id)):
+            f = folded(value_text(c.value))
+            if findable(f):
+                self.ref_of.setdefault(f, c)
+        anchors = list(self.retracted.anchors) if self.retracted is not None else []
+        if self.ref_of:
+            anchors.append(anchors_of(self.ref_of))
+        self.anchors = tuple(anchors)
+        self._pays: dict[str, bool] = {}
+
+    def _reference(self, value: str) -> ClaimAdded | None:
+        ref = self.ref_of.get(value)
+        if ref is None:
+            return None
+        pays = self._pays.get(value)
+        if pays is None:
+            marker = REPEATED.format(key=render_key(ref.key))
+            # the text around a reference is quoted again: two more tokens, about
+            pays = self._pays[value] = self.meter.count(value) > self.meter.count(marker) + 2
+        return ref if pays else None
+
+    def _retracted(self, value: str) -> tuple[Retracted, ...]:
+        if self.retracted is None or value in self.ref_of:
+            return ()
+        found = self.retracted.claims(value)
+        return found if found and not self.prep.holds(value) else ()
+
+    def _accept(self, value: str) -> bool:
+        return self._reference(value) is not None or bool(self._retracted(value))
+
+    def render(self, v: Value) -> tuple[str, tuple[bytes, ...], tuple[bytes, ...]]:
+        """``v`` rendered with what is scrubbed replaced by markers (outside the quotes of the
+        text around them, so no value can forge one), the retracted claims scrubbed, and the
+        claims referenced."""
+        text = v if isinstance(v, str) else render_value(v)
+        matches = find(text, self.anchors, self._accept) if self.anchors else []
+        if not matches:
+            return render_value(v), (), ()
+        quote = isinstance(v, str)
+        pieces: list[str] = []
+        scrubbed: set[bytes] = set()
+        repeats: set[bytes] = set()
+        at = 0
+        for m in matches:
+            if m.start > at:
+                pieces.append(render_value(text[at : m.start]) if quote else text[at : m.start])
+            ref = self._reference(m.value)
+            if ref is not None:
+                pieces.append(REPEATED.format(key=render_key(ref.key)))
+                repeats.add(ref.op_id)
+            else:
+                gone = self._retracted(m.value)
+                scrubbed.update(r.claim.op_id for r in gone)
+                now = self._replacement(gone)
+                pieces.append(
+                    CORRECTED if now is None else CORRECTED_NOW.format(key=render_key(now.key))
+                )
+            at = m.end
+        if at < len(text):
+            pieces.append(render_value(text[at:]) if quote else text[at:])
+        return " ".join(pieces), tuple(sorted(scrubbed)), tuple(sorted(repeats))
+
+    def _replacement(self, gone: Sequence[Retracted]) -> ClaimAdded | None:
+        """The first claim (by id) a retraction names as replacing one of ``gone`` that the
+        View shows."""
+        for cid in sorted({b for r in gone for b in r.superseded_by}):
+            c = self.prep._find(cid)
+            if c is not None:
+                return c
+        return None
+
+
+def _working_unit(view: View, meter: _Meter, cleaner: _Cleaner | None, c: ClaimAdded) -> _Unit:
+    scrubbed: tuple[bytes, ...] = ()
+    repeats: tuple[bytes, ...] = ()
+    if cleaner is None:
+        value = render_value(c.value)
+    else:
+        value, scrubbed, repeats = cleaner.render(c.value)
     if c.kind == "turn":
-        return f"- {_part(c.subject)}: {render_value(c.value)}{_stale_mark(view, c)}"
-    return _claim_line(view, c)
+        line = f"- {_part(c.subject)}: {value}{_stale_mark(view, c)}"
+    else:
+        line = _claim_line(view, c, value=value)
+    return _Unit([line], [c], meter.line(line), scrubbed, repeats)
 
 
 def _environment_line(view: View, c: ClaimAdded) -> str:
@@ -1261,13 +1443,13 @@ def assemble_context(
     prep = cache.prepared(view) if cache is not None else _Prepared(view)
     prev = previous if previous is not None and policy.previous is PreviousValues.SHOW else {}
     facts = _Facts(prep, query=query, ranker=ranker, meter=meter, policy=policy, previous=prev)
-    units = _units(view, prep, meter, prev, viewer)
+    units = _units(view, prep, meter, prev, viewer, policy)
     excluded = dict(view.excluded)
     excluded["answered-question"] = prep.answered
 
     room = budget
     while True:
-        sections, omitted = _layout(units, facts, meter, policy, room)
+        sections, omitted, notes = _layout(units, facts, meter, policy, room)
         text = "\n\n".join(s.text for s in sections)
         count = tokenizer.count(text) if text else 0
         if count <= budget:
@@ -1283,6 +1465,8 @@ def assemble_context(
         policy=policy,
         omitted=omitted,
         excluded=excluded,
+        scrubbed={cid: gone for cid, gone, _ in sorted(notes) if gone},
+        repeated={cid: refs for cid, _, refs in sorted(notes) if refs},
     )
 
 
@@ -1297,6 +1481,9 @@ class _Units:
     working: _UnitList[Any]
     environment: _UnitList[Any]
     unknowns: _UnitList[Any]
+    #: The working set laid out below what ``shown`` claims (`_Cleaner`): None when the
+    #: policy keeps it verbatim (then ``working`` serves).
+    clean_working: Callable[[Iterable[ClaimAdded]], _UnitList[Any]] | None = None
 
 
 def _viewer_unit(meter: _Meter, viewer: Lens) -> _Unit | None:
@@ -1319,6 +1506,7 @@ def _units(
     meter: _Meter,
     previous: Mapping[bytes, Sequence[ClaimAdded]],
     viewer: Lens | None,
+    policy: ContextPolicy,
 ) -> _Units:
     """Every section but the facts, in priority order, each unit made when first laid out."""
 
@@ -1359,7 +1547,14 @@ def _units(
     newest_first = sorted(
         prep.section(_WORKING_ITEM), key=lambda c: (c.lamport, c.op_id), reverse=True
     )
-    working = _UnitList(newest_first, plain(lambda c: _working_line(view, c)), _alone)
+
+    def clean_working(shown: Iterable[ClaimAdded]) -> _UnitList[Any]:
+        cleaner = _Cleaner(prep, meter, shown)
+        return _UnitList(newest_first, lambda c: _working_unit(view, meter, cleaner, c), _alone)
+
+    clean = policy.transcript is Transcript.CLEAN and bool(newest_first)
+    scrub = _Cleaner(prep, meter) if clean and view.retracted is not None else None
+    working = _UnitList(newest_first, lambda c: _working_unit(view, meter, scrub, c), _alone)
     freshest_first = sorted(prep.section(_SIGNAL), key=lambda c: (c.lamport, c.op_id), reverse=True)
     environment = _UnitList(freshest_first, plain(lambda c: _environment_line(view, c)), _alone)
     unknowns = _UnitList(
@@ -1367,7 +1562,16 @@ def _units(
         lambda q: _question_unit(meter, q[1]),
         lambda q: q[1],
     )
-    return _Units(identity, constraints, review, conflicts, working, environment, unknowns)
+    return _Units(
+        identity,
+        constraints,
+        review,
+        conflicts,
+        working,
+        environment,
+        unknowns,
+        clean_working if clean else None,
+    )
 
 
 def _alone(c: ClaimAdded) -> tuple[ClaimAdded]:
@@ -1392,7 +1596,7 @@ def _need(
 
 def _layout(
     units: _Units, facts: _Facts, meter: _Meter, policy: ContextPolicy, room: int
-) -> tuple[list[Section], list[tuple[str, _Omitted]]]:
+) -> tuple[list[Section], list[tuple[str, _Omitted]], list[_Note]]:
     """Every section laid out within ``room`` tokens (by the sum of line costs)."""
     handles = _Handles()
     built: dict[SectionName, _Built] = {}
@@ -1422,6 +1626,9 @@ def _layout(
     built[SectionName.FACTS] = b = facts.layout(fact_room, handles, slack=left - fact_room)
     left -= b.cost
     for name, us, what, limit in later:
+        if name is SectionName.WORKING and units.clean_working is not None:
+            above = (SectionName.IDENTITY, SectionName.CONSTRAINTS, SectionName.FACTS)
+            us = units.clean_working([c for n in above for c in built[n].shown])
         built[name] = b = _greedy(
             name,
             us,
@@ -1433,15 +1640,38 @@ def _layout(
             oldest_first=name is SectionName.WORKING,
         )
         left -= b.cost
-    sections: list[Section] = []
-    omitted: list[tuple[str, _Omitted]] = []
+    notes = built[SectionName.WORKING].notes
+    return _sections(built), [o for name in SectionName for o in built[name].omitted], notes
+
+
+def _sections(built: Mapping[SectionName, _Built]) -> list[Section]:
+    """The sections in order, each line shown once: a line identical to one above it (two
+    turns that say the same, two items that render alike) is left out, and its claims are
+    listed with the section holding the first copy (a section left with no line goes)."""
+    seen: dict[str, int] = {}
+    lines: list[list[str]] = []
+    ids: list[list[bytes]] = []
+    names: list[SectionName] = []
     for name in SectionName:
         b = built[name]
-        omitted += b.omitted
-        if b.lines:
-            shown = tuple(c.op_id for c in b.shown)
-            sections.append(Section(name, TITLES[name], tuple(b.lines), shown))
-    return sections, omitted
+        if not b.lines:
+            continue
+        kept = []
+        for ln in b.lines:
+            if ln not in seen:
+                seen[ln] = len(lines)
+                kept.append(ln)
+        shown = [c.op_id for c in b.shown]
+        if not kept:
+            ids[seen[b.lines[0]]] += shown
+            continue
+        lines.append(kept)
+        ids.append(shown)
+        names.append(name)
+    return [
+        Section(name, TITLES[name], tuple(ls), tuple(cs))
+        for name, ls, cs in zip(names, lines, ids, strict=True)
+    ]
 
 
 # --- previous values and the one-call entry point ------------------------------------------------

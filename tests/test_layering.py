@@ -55,6 +55,7 @@ PURE_CORE = (
     "statefuse.view",
     "statefuse.projection",
     "statefuse.context",
+    "statefuse.scrub",
     "statefuse.ranker",
     "statefuse.tokenizer",
     "statefuse.history",
