@@ -33,6 +33,14 @@ from statefuse.error import (
     ValueTypeError,
 )
 from statefuse.history import HistoryEvent, key_history
+from statefuse.interpret import (
+    ClaimRequest,
+    Interpretation,
+    InterpretationError,
+    QuestionRequest,
+    RetractionRequest,
+    TurnInterpreter,
+)
 from statefuse.judge import CallableResolver, judge_payload
 from statefuse.keytext import KeyTextError, format_key, parse_key
 from statefuse.lens import Include, Lens, LensError
@@ -128,6 +136,7 @@ __all__ = [
     "Chain",
     "ClaimAdded",
     "ClaimLookupError",
+    "ClaimRequest",
     "ClaimRetracted",
     "ConflictSet",
     "Conservative",
@@ -146,6 +155,8 @@ __all__ = [
     "How",
     "Include",
     "InputError",
+    "Interpretation",
+    "InterpretationError",
     "KeyTextError",
     "LatestWins",
     "Layer",
@@ -166,6 +177,7 @@ __all__ = [
     "PreviousValues",
     "ProjectionError",
     "QuarantineRecord",
+    "QuestionRequest",
     "Ranker",
     "ReadOnlyError",
     "Registry",
@@ -177,6 +189,7 @@ __all__ = [
     "ResolverConfigError",
     "ResolverInput",
     "ResolverInputError",
+    "RetractionRequest",
     "Section",
     "SectionName",
     "Select",
@@ -195,6 +208,7 @@ __all__ = [
     "Tokenizer",
     "TokenizerError",
     "Transcript",
+    "TurnInterpreter",
     "UnknownClaimError",
     "Value",
     "ValueRuleError",

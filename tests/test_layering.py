@@ -56,6 +56,7 @@ PURE_CORE = (
     "statefuse.projection",
     "statefuse.context",
     "statefuse.scrub",
+    "statefuse.interpret",
     "statefuse.ranker",
     "statefuse.tokenizer",
     "statefuse.history",
