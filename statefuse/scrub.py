@@ -189,14 +189,11 @@ class RetractedIndex:
     killed: Mapping[bytes, tuple[bytes, ...]]
 
 
-_EMPTY = RetractedIndex({}, {})
-
-
 def retracted_index(state: State) -> RetractedIndex:
     """The `RetractedIndex` of ``state`` (use through ``state.derived``)."""
     killed = state._ix.killed
     if not killed:
-        return _EMPTY
+        return RetractedIndex({}, {})  # never a shared one: its maps are handed out
     since = state.changes_since()
     before = since[0].get(retracted_index) if since is not None else None
     if isinstance(before, RetractedIndex) and before.killed:

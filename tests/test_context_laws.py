@@ -29,7 +29,7 @@ from statefuse.context import (
     render_value,
 )
 from statefuse.ranker import LexicalRanker
-from statefuse.testing import TEST_REGISTRY, programs, run_program
+from statefuse.testing import TEST_REGISTRY, full_key_lines, programs, run_program
 from statefuse.tokenizer import BpeTokenizer, ByteEstimate, CachedTokenizer
 
 NOW = 1_000_000
@@ -212,7 +212,8 @@ def test_the_highest_ranked_included_fact_is_the_last_fact_line(world, budget):
     best = min(
         (state.claims[c] for c in shown), key=lambda c: (-scores.get(c.claim_id, 0.0), c.claim_id)
     )
-    last = [ln for ln in facts.lines if ln.startswith("- ") and not ln.startswith("- … ")][-1]
+    lines = full_key_lines(facts.lines)
+    last = [ln for ln in lines if ln.startswith("- ") and not ln.startswith("- … ")][-1]
     key, value = render_key(best.key), render_value(best.value)
     assert last.startswith((f"- {key}: {value}", f"- {key} = {value}")), (last, key, value)
 
