@@ -883,7 +883,7 @@ def _greedy(
         return out
     if oldest_first:
         taken.reverse()
-    body = _grouped([(u.lines, u.claims[0] if u.claims else None) for u in taken])
+    body = _grouped([(u.lines, u.claims[0] if u.claims else None) for u in taken], meter)
     out.lines = [*note, *body] if oldest_first else [*body, *note]
     out.shown = [c for u in taken for c in u.claims]
     out.notes = [
@@ -1131,7 +1131,7 @@ class _Facts:
         shown_items += [(u.lines, u.claims[0]) for u in reversed(full)]
         if not (shown_items or groups):
             return out
-        out.lines = [*groups, *_grouped(shown_items)]
+        out.lines = [*groups, *_grouped(shown_items, meter)]
         out.shown = [c for _, c in reversed(summaries)] + [
             c for u in reversed(full) for c in u.claims
         ]
@@ -1150,7 +1150,7 @@ GROUP_MIN = 3
 def _key_at(line: str, c: ClaimAdded) -> tuple[str, int] | None:
     """Where the key of ``c`` (or, for a question, the key it asks about) starts in the first
     line of its unit, with its namespace as rendered; None if the line names no key first."""
-    for key in (c.key, _asked_key(c)):
+    for key in (c.key, _asked_key(c)) if c.kind == "question" else (c.key,):
         at = line.find(render_key(key) + ":")
         if at < 0:
             at = line.find(render_key(key) + " = ")
@@ -1159,26 +1159,30 @@ def _key_at(line: str, c: ClaimAdded) -> tuple[str, int] | None:
     return None
 
 
-def _grouped(items: Sequence[tuple[Sequence[str], ClaimAdded | None]]) -> list[str]:
+def _grouped(items: Sequence[tuple[Sequence[str], ClaimAdded | None]], meter: _Meter) -> list[str]:
     """The lines of ``items`` (a unit's lines and its first claim) in order; when every unit
-    names a key first and `GROUP_MIN` or more consecutive ones share a namespace, each run of
-    one namespace goes under a ``[namespace]`` line with its keys written without it
-    (``subject/predicate``). All or none: in a grouped section every key is read under the
-    line above it, so no line is ambiguous."""
+    names a key first, `GROUP_MIN` or more consecutive ones share a namespace and it costs
+    fewer tokens, each run of one namespace goes under a ``[namespace]`` line with its keys
+    written without it (``subject/predicate``). All or none: in a grouped section every key is
+    read under the line above it, so no line is ambiguous. Never more tokens than the lines
+    as they were, so grouping never pushes a layout over its budget."""
+    plain = [ln for ls, _ in items for ln in ls]
+    if len(items) < GROUP_MIN:
+        return plain
     keyed = [_key_at(ls[0], c) if c is not None and ls else None for ls, c in items]
     runs: list[tuple[int, int]] = []
     i = 0
     while i < len(items):
         k = keyed[i]
         if k is None:
-            return [ln for ls, _ in items for ln in ls]
+            return plain
         j = i + 1
         while j < len(items) and (n := keyed[j]) is not None and n[0] == k[0]:
             j += 1
         runs.append((i, j))
         i = j
     if not any(j - i >= GROUP_MIN for i, j in runs):
-        return [ln for ls, _ in items for ln in ls]
+        return plain
     out: list[str] = []
     for i, j in runs:
         ns, _ = keyed[i]  # type: ignore[misc]
@@ -1188,7 +1192,7 @@ def _grouped(items: Sequence[tuple[Sequence[str], ClaimAdded | None]]) -> list[s
             assert n is not None
             out.append(ls[0][: n[1]] + ls[0][n[1] + cut :])
             out += ls[1:]
-    return out
+    return out if meter.lines(out) < meter.lines(plain) else plain
 
 
 # --- the other sections ---------------------------------------------------------------------------
