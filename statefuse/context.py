@@ -1159,6 +1159,20 @@ def _key_at(line: str, c: ClaimAdded) -> tuple[str, int] | None:
     return None
 
 
+def _has_run(namespaces: Sequence[str | None]) -> bool:
+    """Whether `GROUP_MIN` consecutive entries name one namespace (checked before any line
+    is read: most sections have no such run)."""
+    run, last = 0, None
+    for ns in namespaces:
+        if ns is None:
+            return False
+        run = run + 1 if ns == last else 1
+        last = ns
+        if run >= GROUP_MIN:
+            return True
+    return False
+
+
 def _grouped(items: Sequence[tuple[Sequence[str], ClaimAdded | None]], meter: _Meter) -> list[str]:
     """The lines of ``items`` (a unit's lines and its first claim) in order; when every unit
     names a key first, `GROUP_MIN` or more consecutive ones share a namespace and it costs
@@ -1167,7 +1181,7 @@ def _grouped(items: Sequence[tuple[Sequence[str], ClaimAdded | None]], meter: _M
     read under the line above it, so no line is ambiguous. Never more tokens than the lines
     as they were, so grouping never pushes a layout over its budget."""
     plain = [ln for ls, _ in items for ln in ls]
-    if len(items) < GROUP_MIN:
+    if not _has_run([c.namespace if c is not None else None for _, c in items]):
         return plain
     keyed = [_key_at(ls[0], c) if c is not None and ls else None for ls, c in items]
     runs: list[tuple[int, int]] = []
