@@ -15,8 +15,8 @@ Invariants:
 - **No line twice.** A fact laid out above the working set that a turn repeats word for word
   is shown once, as the fact: the fact is the current, attributed and ranked statement (what a
   retraction acts on), and the turn keeps its speaker, its place and its other words, pointing
-  at the fact with ``[= key]`` (only when that is shorter; `Context.repeated`). A line
-  identical to one above it is left out.
+  at the fact with ``[= key]`` (only when that is shorter; `Context.repeated`). Of identical
+  lines only the last copy is shown (`_sections`).
 - **The budget holds.** The final text is counted whole with the given tokenizer and is never
   over ``budget``; if joining lines costs more than their sum, the layout is redone with a
   smaller budget until it fits (an empty text costs nothing, so this ends).
@@ -1148,14 +1148,17 @@ GROUP_MIN = 3
 
 
 def _key_at(line: str, c: ClaimAdded) -> tuple[str, int] | None:
-    """Where the key of ``c`` (or, for a question, the key it asks about) starts in the first
-    line of its unit, with its namespace as rendered; None if the line names no key first."""
-    for key in (c.key, _asked_key(c)) if c.kind == "question" else (c.key,):
-        at = line.find(render_key(key) + ":")
-        if at < 0:
-            at = line.find(render_key(key) + " = ")
-        if at >= 2 and line[at - 1] == " " and line.startswith("- "):
-            return _part(key[0]), at
+    """Where the key of ``c`` starts in the first line of its unit (``- key…``, or ``- [tag]
+    key…`` for a constraint), with its namespace as rendered; None if the line names no key
+    of ``c`` there (a turn's line names its speaker)."""
+    ns = _part(c.namespace)
+    head = f"{ns}/{_part(c.subject)}/"
+    if line.startswith("- ") and line.startswith(head, 2):
+        return ns, 2
+    if c.kind == "constraint" or c.constraint:
+        at = 2 + len(_constraint_tag(c))
+        if line.startswith("- [") and line.startswith(head, at):
+            return ns, at
     return None
 
 
@@ -1716,35 +1719,37 @@ def _layout(
 
 
 def _sections(built: Mapping[SectionName, _Built]) -> list[Section]:
-    """The sections in order, each line shown once: a line identical to one above it (two
-    turns that say the same, two items that render alike) is left out, and its claims are
-    listed with the section holding the first copy (a section left with no line goes)."""
-    seen: dict[str, int] = {}
+    """The sections in order, each line shown once: of identical lines (two turns that say
+    the same, two values of a multi-valued key that read alike) the last copy stays, where
+    the most relevant fact and the newest turn sit; the claims of a section left with no line
+    of its own are listed with the section holding the copy that stays."""
+    names = [name for name in SectionName if built[name].lines]
+    last: dict[str, int] = {}
+    for i, name in enumerate(names):
+        for ln in built[name].lines:
+            if ln.startswith("- "):
+                last[ln] = i
     lines: list[list[str]] = []
-    ids: list[list[bytes]] = []
-    names: list[SectionName] = []
-    for name in SectionName:
-        b = built[name]
-        if not b.lines:
-            continue
-        kept = []
-        for ln in b.lines:
+    for i, name in enumerate(names):
+        kept: list[str] = []
+        seen: set[str] = set()
+        for ln in reversed(built[name].lines):
             if not ln.startswith("- "):  # a namespace line, a line under a fact
                 kept.append(ln)
-            elif ln not in seen:
-                seen[ln] = len(lines)
+            elif last[ln] == i and ln not in seen:
+                seen.add(ln)
                 kept.append(ln)
-        shown = [c.op_id for c in b.shown]
-        if not any(ln in seen and seen[ln] == len(lines) for ln in kept):
-            first = next(ln for ln in b.lines if ln in seen)
-            ids[seen[first]] += shown
-            continue
-        lines.append(kept)
-        ids.append(shown)
-        names.append(name)
+        kept.reverse()
+        lines.append(kept if seen else [])
+    ids: list[list[bytes]] = [[c.op_id for c in built[name].shown] for name in names]
+    for i, name in enumerate(names):
+        if not lines[i]:
+            first = next(ln for ln in built[name].lines if ln.startswith("- "))
+            ids[last[first]] += ids[i]
     return [
         Section(name, TITLES[name], tuple(ls), tuple(cs))
         for name, ls, cs in zip(names, lines, ids, strict=True)
+        if ls
     ]
 
 

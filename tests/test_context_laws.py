@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from statefuse import ClaimAdded, Lens, Op, Writer, materialize, project
@@ -195,6 +195,20 @@ def test_constraints_are_all_present_whenever_they_fit(world, budget):
 
 @fewer
 @given(worlds, budgets)
+@example(  # two values of a multi-valued key that read alike: the last copy is the one shown
+    world={
+        "program": [
+            ("claim", 1, 3, 0, 0, []),
+            ("reassert", 1, 0),
+            ("claim", 0, 0, 0, 0, []),
+            ("claim", 0, 0, 0, 0, []),
+        ],
+        "extras": [],
+        "hidden": [],
+        "query": "",
+    },
+    budget=58,
+)
 def test_the_highest_ranked_included_fact_is_the_last_fact_line(world, budget):
     ops, _ = build(world)
     state = materialize(ops, registry=TEST_REGISTRY)
