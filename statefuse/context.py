@@ -503,6 +503,16 @@ class _Prepared:
         self._sort_questions()
         self._held_text: str | None = None
         self._held: dict[str, bool] = {}
+        #: Folded values of shown claims (`statefuse.scrub.folded`), and `_grouped`'s answers,
+        #: kept for the calls to come.
+        self.folds: dict[bytes, str] = {}
+        self.grouped: dict[Any, list[str]] = {}
+
+    def folded(self, c: ClaimAdded) -> str:
+        f = self.folds.get(c.op_id)
+        if f is None:
+            f = self.folds[c.op_id] = folded(value_text(c.value))
+        return f
 
     @property
     def facts(self) -> dict[bytes, ClaimAdded]:
@@ -744,12 +754,14 @@ class _Prepared:
 class _Meter:
     """Token costs of lines (each with the newline that ends it) and of section titles."""
 
-    __slots__ = ("count", "newline", "tokenizer")
+    __slots__ = ("count", "grouped", "newline", "tokenizer")
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, grouped: dict[Any, list[str]] | None = None) -> None:
         self.tokenizer = tokenizer
         self.count = tokenizer.count
         self.newline = tokenizer.count("\n")
+        #: `_grouped`'s answers, by tokenizer and lines (kept with the View's preparation).
+        self.grouped: dict[Any, list[str]] = {} if grouped is None else grouped
 
     def line(self, text: str) -> int:
         return self.count(text + "\n")
@@ -1186,6 +1198,19 @@ def _grouped(items: Sequence[tuple[Sequence[str], ClaimAdded | None]], meter: _M
     plain = [ln for ls, _ in items for ln in ls]
     if not _has_run([c.namespace if c is not None else None for _, c in items]):
         return plain
+    memo = meter.grouped
+    key = (meter.tokenizer, tuple(plain))
+    found = memo.get(key)
+    if found is None:
+        if len(memo) >= 256:
+            memo.clear()
+        found = memo[key] = _regrouped(items, meter, plain)
+    return found
+
+
+def _regrouped(
+    items: Sequence[tuple[Sequence[str], ClaimAdded | None]], meter: _Meter, plain: list[str]
+) -> list[str]:
     keyed = [_key_at(ls[0], c) if c is not None and ls else None for ls, c in items]
     runs: list[tuple[int, int]] = []
     i = 0
@@ -1305,7 +1330,7 @@ class _Cleaner:
         self.retracted = prep.view.retracted
         self.ref_of: dict[str, ClaimAdded] = {}
         for c in sorted(shown, key=lambda c: (c.key, c.op_id)):
-            f = folded(value_text(c.value))
+            f = prep.folded(c)
             if findable(f):
                 self.ref_of.setdefault(f, c)
         anchors = list(self.retracted.anchors) if self.retracted is not None else []
@@ -1513,8 +1538,8 @@ def assemble_context(
         raise ContextError("ranker", "ranker", "ranker needs scores(query, claims)")
     if viewer is not None and not isinstance(viewer, Lens):
         raise ContextError("viewer", "lens-type", "viewer must be a Lens or None")
-    meter = _Meter(tokenizer)
     prep = cache.prepared(view) if cache is not None else _Prepared(view)
+    meter = _Meter(tokenizer, prep.grouped)
     prev = previous if previous is not None and policy.previous is PreviousValues.SHOW else {}
     facts = _Facts(prep, query=query, ranker=ranker, meter=meter, policy=policy, previous=prev)
     units = _units(view, prep, meter, prev, viewer, policy)
