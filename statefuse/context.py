@@ -1226,15 +1226,21 @@ def _regrouped(
     if not any(j - i >= GROUP_MIN for i, j in runs):
         return plain
     out: list[str] = []
+    line = meter.line
+    saved = 0  # tokens the grouped lines save; only first lines and headers differ
     for i, j in runs:
         ns, _ = keyed[i]  # type: ignore[misc]
-        out.append(f"[{ns}]")
+        header = f"[{ns}]"
+        out.append(header)
+        saved -= line(header)
         cut = len(ns) + 1
         for n, (ls, _) in zip(keyed[i:j], items[i:j], strict=True):
             assert n is not None
-            out.append(ls[0][: n[1]] + ls[0][n[1] + cut :])
+            short = ls[0][: n[1]] + ls[0][n[1] + cut :]
+            saved += line(ls[0]) - line(short)
+            out.append(short)
             out += ls[1:]
-    return out if meter.lines(out) < meter.lines(plain) else plain
+    return out if saved > 0 else plain
 
 
 # --- the other sections ---------------------------------------------------------------------------
