@@ -15,6 +15,7 @@ from statefuse.context import (
     PreviousValues,
     Section,
     SectionName,
+    Transcript,
     assemble_context,
     context_for,
     default_resolver,
@@ -33,6 +34,14 @@ from statefuse.error import (
     ValueTypeError,
 )
 from statefuse.history import HistoryEvent, key_history
+from statefuse.interpret import (
+    ClaimRequest,
+    Interpretation,
+    InterpretationError,
+    QuestionRequest,
+    RetractionRequest,
+    TurnInterpreter,
+)
 from statefuse.judge import CallableResolver, judge_payload
 from statefuse.keytext import KeyTextError, format_key, parse_key
 from statefuse.lens import Include, Lens, LensError
@@ -133,6 +142,7 @@ __all__ = [
     "Chain",
     "ClaimAdded",
     "ClaimLookupError",
+    "ClaimRequest",
     "ClaimRetracted",
     "ConflictSet",
     "Conservative",
@@ -154,6 +164,8 @@ __all__ = [
     "How",
     "Include",
     "InputError",
+    "Interpretation",
+    "InterpretationError",
     "KeyTextError",
     "LatestWins",
     "Layer",
@@ -177,6 +189,7 @@ __all__ = [
     "PreviousValues",
     "ProjectionError",
     "QuarantineRecord",
+    "QuestionRequest",
     "Ranker",
     "ReadOnlyError",
     "Registry",
@@ -188,6 +201,7 @@ __all__ = [
     "ResolverConfigError",
     "ResolverInput",
     "ResolverInputError",
+    "RetractionRequest",
     "Section",
     "SectionName",
     "Select",
@@ -205,6 +219,8 @@ __all__ = [
     "SurfacedConflict",
     "Tokenizer",
     "TokenizerError",
+    "Transcript",
+    "TurnInterpreter",
     "UnknownClaimError",
     "Value",
     "ValueRuleError",

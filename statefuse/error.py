@@ -27,6 +27,8 @@
     │   │                                   ids (bytes) mapped to names (non-empty str)
     │   ├── TokenizerError (ValueError)     a tokenizer asked for with a bad argument, or one
     │   │                                   whose package is not installed
+    │   ├── InterpretationError (TypeError) a turn interpreter's answer that is not a
+    │   │                                   well-formed Interpretation (`statefuse.interpret`)
     │   ├── StoreError (RuntimeError)       a store for another space or a newer schema, locked
     │   │                                   by a live writer, or missing or unreadable
     │   ├── CliError (ValueError)           a command-line usage error (printed as ``Error: …``)

@@ -58,6 +58,7 @@ from statefuse.resolver import (
     _check_order,
     run_resolver,
 )
+from statefuse.scrub import RetractedValues, retracted_index
 from statefuse.state import ConflictSet, State
 from statefuse.view import (
     ExplanationMap,
@@ -750,7 +751,21 @@ class _Run:
             excluded_ids=_ExcludedIds(out, seen.outcomes),
             explanations=ExplanationMap(parts, seen.explanations),
             _lineage=(next(_serials), *_parent(before, seen)),
+            retracted=self._retracted(),
         )
+
+    def _retracted(self) -> RetractedValues | None:
+        """The buckets of retracted values in a visibility and scope this lens sees."""
+        index = self.state.derived(retracted_index)
+        if not index.buckets:
+            return None
+        roles = self.lens.roles
+        seen = tuple(
+            b
+            for b in index.buckets.values()
+            if (not b.visibility or not roles.isdisjoint(b.visibility)) and self.sees_scope(b.scope)
+        )
+        return RetractedValues(seen, self.lens.now) if seen else None
 
     def _conflict(self, p: _Conflict) -> None:
         if self.sees(p.visibility, p.scope, len(p.ids), p.ids):

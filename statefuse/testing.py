@@ -223,3 +223,25 @@ def assert_same_state(a: State, b: State) -> None:
     for k in sa:
         assert sa[k] == sb[k], f"states differ in {k}: {sa[k]!r} != {sb[k]!r}"
     assert a.digest() == b.digest(), "summaries agree but digests differ"
+
+
+def full_key_lines(lines: Sequence[str]) -> list[str]:
+    """A context section's lines as they would read ungrouped: the ``[namespace]`` lines
+    dropped and that namespace put back in front of each key under them (a section is grouped
+    all or none, see `statefuse.context`); counted ``- …`` lines and lines under a fact are
+    left as they are."""
+    out: list[str] = []
+    ns: str | None = None
+    for ln in lines:
+        if ln.startswith("[") and ln.endswith("]"):
+            ns = ln[1:-1]
+            continue
+        if ns is not None and ln.startswith("- ") and not ln.startswith("- … "):
+            rest = ln[2:]
+            if rest.startswith("[") and "] " in rest:  # a constraint's tag comes first
+                tag, _, rest = rest.partition("] ")
+                ln = f"- {tag}] {ns}/{rest}"
+            else:
+                ln = f"- {ns}/{rest}"
+        out.append(ln)
+    return out

@@ -17,10 +17,13 @@ import json
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, TypeVar, Union
+from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from statefuse.op import ClaimAdded
 from statefuse.registry.value import FrozenList, FrozenMap, Value
+
+if TYPE_CHECKING:
+    from statefuse.scrub import RetractedValues
 
 Key = tuple[str, str, str]
 _V = TypeVar("_V")
@@ -353,6 +356,9 @@ class View:
     _lineage: tuple[int, int, frozenset[Key]] | None = field(
         default=None, compare=False, repr=False
     )
+    #: The retracted claims this lens may see (roles, scope, not expired) whose values context
+    #: assembly looks for in free text to scrub them (`statefuse.scrub`); None: none.
+    retracted: RetractedValues | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> str:
         """Deterministic JSON (sorted keys; ids in hex; bytes values as ``{"$bytes": hex}``)."""

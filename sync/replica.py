@@ -56,6 +56,7 @@ from statefuse.clitable import plural
 from statefuse.context import DEFAULT_BUDGET, Context, ContextCache, context_for
 from statefuse.error import ClaimLookupError
 from statefuse.history import HistoryEvent, key_history
+from statefuse.interpret import TurnInterpreter, check_interpretation
 from statefuse.keytext import parse_key
 from statefuse.lens import Lens
 from statefuse.materializer import Materializer
@@ -1213,9 +1214,73 @@ class Replica:
         return self._layered(self.writer.constraint(namespace, subject, predicate, value, **meta))
 
     @_locked
-    def add_turn(self, /, speaker: str, text: str, *, session: str, **meta: Any) -> ClaimAdded:
-        """A conversation turn in the working set of ``session``: `Writer.add_turn`."""
-        return self._layered(self.writer.add_turn(speaker, text, session=session, **meta))
+    def add_turn(
+        self,
+        /,
+        speaker: str,
+        text: str,
+        *,
+        session: str,
+        interpret: TurnInterpreter | None = None,
+        **meta: Any,
+    ) -> ClaimAdded:
+        """A conversation turn in the working set of ``session``: `Writer.add_turn`.
+
+        ``interpret``: a `TurnInterpreter` called with the turn and the current state; the
+        claims, retractions and questions it returns are written with the turn, in one change
+        signed by this replica's key (so attributed to this replica's author, who ran the
+        interpreter), each citing the turn: claims by provenance ``turn <turn id in hex>``
+        unless the request names one, retractions by their reason. Written in the order
+        turn, claims, questions, retractions. A retraction's
+        ``superseded_by`` may name a claim of the same answer by index. Raises
+        InterpretationError naming the field of a malformed answer, and the writer's errors
+        for a value it refuses; then nothing is written, not even the turn."""
+        self._check_open()
+        turn = self.writer.add_turn(speaker, text, session=session, **meta)
+        if interpret is None:
+            return self._layered(turn)
+        if not callable(interpret):
+            raise ReplicaError("interpret", "callable", "interpret must be a TurnInterpreter")
+        answer = check_interpretation(interpret(turn, self.state()))
+        cite = f"turn {turn.claim_id.hex()}"
+        with self.batch():
+            self._emit(turn)
+            made: list[ClaimAdded] = []
+            for c in answer.claims:
+                made.append(
+                    self._emit(
+                        self.writer.claim(
+                            c.namespace,
+                            c.subject,
+                            c.predicate,
+                            c.value,
+                            scope=c.scope,
+                            confidence=c.confidence,
+                            authority=c.authority,
+                            provenance=c.provenance or cite,
+                            layer=c.layer,
+                            kind=c.kind,
+                            constraint=c.constraint,
+                        )
+                    )
+                )
+            for q in answer.questions:
+                self._emit(
+                    self.writer.question(q.namespace, q.subject, q.predicate, q.text, scope=q.scope)
+                )
+            for r in answer.retractions:
+                by = r.superseded_by
+                if isinstance(by, int):
+                    by = made[by].claim_id
+                self._emit(
+                    self.writer.retract(
+                        claim_id=r.claim_id,
+                        claim_ref=r.claim_ref,
+                        reason=r.reason or f"corrected in {cite}",
+                        superseded_by=by,
+                    )
+                )
+        return turn
 
     @_locked
     def add_signal(

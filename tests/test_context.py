@@ -21,6 +21,7 @@ from statefuse import (
 )
 from statefuse.context import (
     SYSTEM_PROMPT,
+    TITLES,
     ContextCache,
     ContextError,
     ContextPolicy,
@@ -30,6 +31,7 @@ from statefuse.context import (
     context_for,
 )
 from statefuse.lens import Include
+from statefuse.testing import full_key_lines
 from statefuse.tokenizer import BpeTokenizer, CachedTokenizer
 
 TOK = CachedTokenizer(BpeTokenizer())
@@ -54,8 +56,9 @@ def section_text(ctx, name: SectionName) -> str:
 
 
 def fact_lines(ctx) -> list[str]:
+    """The fact lines, with full keys (as `full_key_lines` reads a grouped section)."""
     s = ctx.section(SectionName.FACTS)
-    return [] if s is None else [ln for ln in s.lines if ln.startswith("- ")]
+    return [] if s is None else [ln for ln in full_key_lines(s.lines) if ln.startswith("- ")]
 
 
 # --- the specification's test vectors -------------------------------------------------------------
@@ -184,7 +187,7 @@ def test_constraints_are_marked_with_kind_and_authority_and_come_before_every_fa
         "- [capacity] proj/x/cap: 3",
         '- [deadline; authority=pm] proj/x/deadline: "2026-05-01"',
     )
-    assert ctx.text.index("CONSTRAINTS") < ctx.text.index("CURRENT FACTS")
+    assert ctx.text.index("CONSTRAINTS:") < ctx.text.index("FACTS:")
     assert fact_lines(ctx) == ["- proj/x/cost: 10"]
 
 
@@ -605,7 +608,7 @@ def test_when_facts_do_not_fit_the_lowest_ranked_collapse_to_summaries_then_coun
     full = [ln for ln in facts.lines if ln.startswith("- ") and ": " in ln and "…" not in ln]
     summaries = [ln for ln in facts.lines if " = " in ln]
     groups = [ln for ln in facts.lines if ln.startswith("- … ")]
-    assert facts.lines[-1] == '- ns0/launch/deadline: "2026-03-25"'
+    assert full_key_lines(facts.lines)[-1] == '- ns0/launch/deadline: "2026-03-25"'
     assert full and summaries and groups
     # Groups first, then summaries, then full lines (least relevant first).
     assert facts.lines.index(groups[-1]) < facts.lines.index(summaries[0])
@@ -657,7 +660,9 @@ def test_constraints_go_in_before_facts_get_any_budget():
     a = w("a")
     rules = [a.constraint("p", f"r{i}", "rule", f"rule number {i}") for i in range(5)]
     ctx = ctx_of([*rules, *many_facts(50)], budget=160)
-    assert len(ctx.section(SectionName.CONSTRAINTS).lines) == 5
+    lines = ctx.section(SectionName.CONSTRAINTS).lines
+    assert lines[0] == "[p]"  # five keys of one namespace: written once, above them
+    assert full_key_lines(lines) == [f'- [policy] p/r{i}/rule: "rule number {i}"' for i in range(5)]
     assert ctx.token_count <= 160
 
 
@@ -700,21 +705,19 @@ def test_a_context_cache_changes_no_result_and_tells_views_apart():
 
 
 def test_the_system_prompt_explains_every_marker_the_text_uses():
+    for title in TITLES.values():
+        assert f"- {title}" in SYSTEM_PROMPT
     for marker in (
-        "IDENTITY",
-        "CONSTRAINTS",
-        "CURRENT FACTS",
         "RECALCULATE",
-        "NEEDS REVIEW",
-        "UNRESOLVED CONFLICTS",
-        "WORKING SET",
-        "ENVIRONMENT",
-        "KNOWN UNKNOWNS",
         "(changed from:",
         "key = value",
         "(expand:",
+        "[corrected]",
+        "[corrected: now K]",
+        "[= K]",
+        "`[ns]`",
     ):
-        assert marker in SYSTEM_PROMPT
+        assert SYSTEM_PROMPT.count(marker) == 1, marker
     assert TOK.count(SYSTEM_PROMPT) < 600
 
 
@@ -787,3 +790,20 @@ def test_multi_valued_facts_are_one_line_per_value():
         '- p/x/tags: "blue"',
         '- p/x/tags: "red"',
     ]
+
+
+def test_keys_of_one_namespace_are_written_once_per_group_and_a_section_is_grouped_whole():
+    a = w("a")
+    eight = [a.claim("procurement", f"v{i}", "price", i + 10) for i in range(8)]
+    lone = a.claim("ops", "office", "city", "Lisbon")
+    ctx = ctx_of([*eight, lone], query="price")  # the prices rank above the city: last, together
+    lines = ctx.section(SectionName.FACTS).lines
+    # a run of eight of one namespace groups the section; the lone key gets its own group above
+    assert [ln for ln in lines if ln.startswith("[")] == ["[ops]", "[procurement]"]
+    assert all(ln.count("/") == 1 for ln in lines if ln.startswith("- "))
+    assert sorted(full_key_lines(lines)) == sorted(
+        ['- ops/office/city: "Lisbon"', *(f"- procurement/v{i}/price: {i + 10}" for i in range(8))]
+    )
+    # grouping is used only where it saves tokens: two keys stay as they are
+    two = ctx_of(eight[:2], query="")
+    assert all(ln.startswith("- procurement/") for ln in two.section(SectionName.FACTS).lines)

@@ -151,4 +151,10 @@ def test_a_plugged_in_ranker_decides_which_fact_comes_last():
     assert isinstance(ByLength(), Ranker)
     claims = [W.claim("p", f"k{i}", "v", "x" * (i + 1)) for i in range(4)]
     ctx = context_for(materialize(claims), Lens(), budget=500, ranker=ByLength())
-    assert ctx.sections[-1].lines[-1] == '- p/k3/v: "xxxx"'
+    assert ctx.sections[-1].lines == (
+        "[p]",  # four keys of one namespace: written once, above them
+        '- k0/v: "x"',
+        '- k1/v: "xx"',
+        '- k2/v: "xxx"',
+        '- k3/v: "xxxx"',
+    )

@@ -56,6 +56,8 @@ PURE_CORE = (
     "statefuse.projection",
     "statefuse.context",
     "statefuse.authorname",
+    "statefuse.scrub",
+    "statefuse.interpret",
     "statefuse.ranker",
     "statefuse.tokenizer",
     "statefuse.history",

@@ -37,6 +37,7 @@ from statefuse.mcp import CONTEXT_URI, build_server
 from statefuse.sync.http import serve
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import Replica
+from statefuse.testing import full_key_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = "team"
@@ -288,7 +289,8 @@ def test_recall_is_the_token_budgeted_context_a_viewer_may_see(store, session):
     names = [s["name"] for s in got["sections"]]
     assert names.index("constraints") < names.index("facts")
     (facts,) = [s for s in got["sections"] if s["name"] == "facts"]
-    assert facts["lines"][-1] == '- vendor/vendor_a/pricing: "$95,000/year"'  # most relevant last
+    last = full_key_lines(facts["lines"])[-1]
+    assert last == '- vendor/vendor_a/pricing: "$95,000/year"'  # most relevant last
     shown = {cid for s in got["sections"] for cid in s["claim_ids"]}
     assert shown <= {c.claim_id.hex() for c in store.state().active_claims()}
     assert "$2.1M" not in got["text"] and "tense" not in got["text"]
