@@ -70,7 +70,7 @@ NONCE_BYTES = 16
 #: Length of a server id (a store id).
 SERVER_ID_BYTES = 16
 #: (author, nonce) pairs a server remembers at most.
-MAX_NONCES = 1_000_000
+MAX_NONCES = 100_000
 #: The request headers, in the order of the module docstring.
 HEADERS = (
     "StateFuse-Author",
