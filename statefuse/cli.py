@@ -800,17 +800,29 @@ def _stop_on_sigterm(signum: int, frame: object) -> NoReturn:
 
 
 def _cmd_serve(s: Session) -> int:
-    from statefuse.sync.http import serve
+    from statefuse.sync.http import SyncApp, serve
 
+    a = s.args
+    if (a.tls_cert is None) != (a.tls_key is None):
+        raise CliError("--tls-cert", "tls-pair", "--tls-cert and --tls-key go together")
     rep = s.replica()
     s.warn_damage()  # served read-only: pushes are refused until `statefuse repair`
-    server = serve(rep, host=s.args.host, port=s.args.port)
+    server = serve(
+        rep,
+        host=a.host,
+        port=a.port,
+        auth=a.auth,
+        window=a.clock_window,
+        tls=None if a.tls_cert is None else (a.tls_cert, a.tls_key),
+    )
+    auth = server.app.auth.value if isinstance(server.app, SyncApp) else "open"
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if main_thread else None
     try:
         s.emit(
-            {"url": server.url, "space": rep.space, "store": str(s.path)},
-            f"Serving space {rep.space!r} from {s.path} at {server.url} (Ctrl-C to stop)",
+            {"url": server.url, "space": rep.space, "store": str(s.path), "auth": auth},
+            f"Serving space {rep.space!r} from {s.path} at {server.url}, auth {auth}"
+            " (Ctrl-C to stop)",
         )
         server.serve_forever()  # returns on Ctrl-C or SIGTERM: stopping is not a failure
     finally:
@@ -827,7 +839,9 @@ def _cmd_sync(s: Session) -> int:
     rep = s.replica()
     bar = s.progress("sync")
     try:
-        outcomes = sync_all(rep, s.args.peers, timeout=s.args.timeout, progress=bar)
+        outcomes = sync_all(
+            rep, s.args.peers, timeout=s.args.timeout, progress=bar, cafile=s.args.cafile
+        )
     finally:
         if bar is not None:
             bar.finish()
@@ -1456,6 +1470,21 @@ def _file_argument(p: argparse.ArgumentParser) -> None:
 def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
     p.add_argument("--port", type=int, default=0, help="port (default: any free port)")
+    p.add_argument(
+        "--auth",
+        choices=["open", "signed", "members"],
+        help="who may read and push: anyone, any signed request, or the root and admitted"
+        " authors (default: members in a closed space, open in an open one)",
+    )
+    p.add_argument(
+        "--clock-window",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how far a signed request's time may be off this clock (default 120)",
+    )
+    p.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate")
+    p.add_argument("--tls-key", metavar="FILE", help="the PEM private key of --tls-cert")
 
 
 def _mcp_arguments(p: argparse.ArgumentParser) -> None:
@@ -1493,6 +1522,12 @@ def _repair_arguments(p: argparse.ArgumentParser) -> None:
 def _sync_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("peers", metavar="URL", nargs="+", help="a peer's `statefuse serve` URL")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
+    p.add_argument(
+        "--cafile",
+        metavar="FILE",
+        help="trust https:// peers whose certificate this PEM file vouches for"
+        " (default: $STATEFUSE_CAFILE, else the system's CAs)",
+    )
 
 
 def _keys_arguments(p: argparse.ArgumentParser) -> None:

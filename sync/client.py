@@ -15,6 +15,12 @@ Invariants:
   raises MalformedResponseError and nothing of it is applied.
 - Every failure is a `SyncError` (see `sync.protocol` for the tree), mapped from socket and
   HTTP errors at one seam (`_Connection.post`); pages fetched before a failure stay received.
+- Every request is signed with the replica's author key when it has one (`sync.auth`), once
+  the client knows the server's id: a server names itself in every answer, and a 401 that
+  names another id than the one signed for (or a first, unsigned request) is sent once more,
+  signed for the named id. Known ids are remembered per URL for the process.
+- ``https://`` peers are verified against the system's CAs, or only those of ``cafile`` (or
+  the ``STATEFUSE_CAFILE`` environment variable); verification is never turned off.
 - The replica is touched only in short calls that hold its own lock (and ``lock`` too, when
   given), never while waiting on the network, so a replica that is also being served, or
   followed, can sync out without blocking its server for long.
@@ -25,13 +31,17 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
+from statefuse.sync.auth import sign_request
+from statefuse.sync.key import SigningKey
 from statefuse.sync.protocol import (
     CONTENT_TYPE,
     MAX_BODY_BYTES,
@@ -52,7 +62,16 @@ from statefuse.sync.protocol import (
 from statefuse.sync.reconcile import ReconcileError, Reconciler
 from statefuse.sync.replica import MergeReport, Replica
 
-__all__ = ["DEFAULT_TIMEOUT", "Progress", "SyncReport", "check_url", "sync_all", "sync_with"]
+__all__ = [
+    "CAFILE_ENV",
+    "DEFAULT_TIMEOUT",
+    "Progress",
+    "SyncReport",
+    "check_url",
+    "client_context",
+    "sync_all",
+    "sync_with",
+]
 
 #: Seconds one request may take (connect, send, answer) before PeerTimeoutError.
 DEFAULT_TIMEOUT = 10.0
@@ -60,6 +79,12 @@ DEFAULT_TIMEOUT = 10.0
 _RESTARTS = 3
 #: Rules of a 409 to a reconcile message that mean "my ids changed since your last round".
 _RESTART_RULES = frozenset({"answer-length", "answer-id-known"})
+#: The environment variable that names a CA file when no ``cafile`` is given.
+CAFILE_ENV = "STATEFUSE_CAFILE"
+#: Server ids the process remembers, by URL (the oldest is forgotten first).
+_MAX_SERVER_IDS = 1024
+_server_ids: dict[str, bytes] = {}
+_server_ids_lock = threading.Lock()
 
 #: ``progress(done, total)``: changes fetched and pushed so far, of all to move in this sync.
 Progress = Callable[[int, int], object]
@@ -96,21 +121,75 @@ class SyncReport:
 
 
 def check_url(url: object) -> SplitResult:
-    """The parts of a peer's URL, ``http://host[:port][/prefix]`` or ``https://...`` (a
-    server behind a TLS proxy). Raises SyncError (field ``url``; rule ``url`` for one that
-    does not parse, ``http-url`` for another shape) naming the URL."""
+    """The parts of a peer's URL, ``http://host[:port][/prefix]`` or ``https://...``. Raises
+    SyncError (field ``url``; rule ``url`` for one that does not parse, ``http-url`` for
+    another shape, ``credentials`` for one with a user or password, which this protocol never
+    sends: signed requests say who asks) naming the URL without its credentials."""
     if not isinstance(url, str):
         raise SyncError("url", "url", f"a peer URL is a str, got {type(url).__name__}")
+    shown = _redacted(url)
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - parsing the port is what may fail
-    except ValueError as e:
-        raise SyncError("url", "url", f"not a valid URL {url!r}: {e}") from None
+    except ValueError:
+        raise SyncError("url", "url", f"not a valid URL {shown!r}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SyncError("url", "http-url", f"expected http(s)://host[:port][/prefix], got {url!r}")
+        raise SyncError(
+            "url", "http-url", f"expected http(s)://host[:port][/prefix], got {shown!r}"
+        )
+    if "@" in parts.netloc:
+        raise SyncError(
+            "url", "credentials", f"a peer URL carries no user name or password: {shown!r}"
+        )
     if parts.query or parts.fragment:
-        raise SyncError("url", "http-url", f"a peer URL has no query or fragment: {url!r}")
+        raise SyncError("url", "http-url", f"a peer URL has no query or fragment: {shown!r}")
     return parts
+
+
+def _redacted(url: str) -> str:
+    """``url`` with whatever stands before an ``@`` in its authority masked."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    return f"{scheme}{sep}{authority}{slash}{path}"
+
+
+def client_context(cafile: str | os.PathLike[str] | None = None) -> ssl.SSLContext:
+    """The TLS context for ``https://`` peers: certificates and host names verified against
+    ``cafile`` alone when given (else the file ``STATEFUSE_CAFILE`` names, else the system's
+    CAs). Raises SyncError (field ``cafile``, rule ``cafile``) for a file that does not load."""
+    chosen = cafile if cafile is not None else os.environ.get(CAFILE_ENV) or None
+    try:
+        return ssl.create_default_context(cafile=chosen)
+    except (OSError, ssl.SSLError, ValueError) as e:
+        raise SyncError(
+            "cafile", "cafile", f"cannot load CA certificates from {chosen}: {type(e).__name__}"
+        ) from None
+
+
+def _known_server(url: str) -> bytes | None:
+    with _server_ids_lock:
+        return _server_ids.get(url)
+
+
+def _learn_server(url: str, server: bytes) -> None:
+    with _server_ids_lock:
+        _server_ids.pop(url, None)
+        _server_ids[url] = server
+        while len(_server_ids) > _MAX_SERVER_IDS:
+            del _server_ids[next(iter(_server_ids))]
+
+
+def _server_header(value: str | None) -> bytes | None:
+    if value is None or len(value) != 32:
+        return None
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        return None
 
 
 class _Connection:
@@ -119,18 +198,28 @@ class _Connection:
     `post` is the one seam where socket and HTTP errors become SyncErrors.
     """
 
-    def __init__(self, url: str, timeout: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float,
+        *,
+        space: str = "",
+        key: SigningKey | None = None,
+        cafile: str | os.PathLike[str] | None = None,
+    ) -> None:
         parts = check_url(url)
         assert parts.hostname is not None  # `check_url` refuses a URL without one
         self.url = url
         self.prefix = parts.path.rstrip("/")
+        self.space = space
+        self.key = key
         self._http: http.client.HTTPConnection
         if parts.scheme == "https":
             self._http = http.client.HTTPSConnection(
                 parts.hostname,
                 parts.port or 443,
                 timeout=timeout,
-                context=ssl.create_default_context(),
+                context=client_context(cafile),
             )
         else:
             self._http = http.client.HTTPConnection(
@@ -150,15 +239,40 @@ class _Connection:
         or MalformedResponseError (a broken HTTP answer, or one longer than the protocol allows).
         """
         path = f"{self.prefix}/v1/{endpoint}"
+        signed_for = self._signed_for()
+        status, data, content_type, server = self._send(endpoint, path, body, signed_for)
+        if status == 401 and self.key is not None and server not in (None, signed_for):
+            # The server named itself (a first request, or another server now at this URL):
+            # the request changed nothing there, so it goes again, signed for that id.
+            status, data, content_type, _ = self._send(endpoint, path, body, server)
+        if status != 200:
+            raise _rejected(self.url, path, status, data, content_type)
+        return data
+
+    def _signed_for(self) -> bytes | None:
+        return None if self.key is None else _known_server(self.url)
+
+    def _send(
+        self, endpoint: str, path: str, body: bytes, server: bytes | None
+    ) -> tuple[int, bytes, str, bytes | None]:
+        """One request (signed for ``server`` when it is given): the answer's status, body,
+        content type and server id. The mapping seam of `post`."""
+        headers = {"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE}
+        if self.key is not None and server is not None:
+            headers.update(
+                sign_request(
+                    self.key,
+                    space=self.space,
+                    server=server,
+                    method="POST",
+                    endpoint=f"/v1/{endpoint}",
+                    body=body,
+                )
+            )
         self.requests += 1
         self.sent += len(body)
         try:
-            self._http.request(
-                "POST",
-                path,
-                body,
-                headers={"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE},
-            )
+            self._http.request("POST", path, body, headers=headers)
             response = self._http.getresponse()
             declared = response.getheader("Content-Length")
             if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
@@ -172,6 +286,7 @@ class _Connection:
             if not response.isclosed():
                 self._http.close()  # unread bytes left: this connection cannot be reused
             content_type = response.getheader("Content-Type") or ""
+            named = _server_header(response.getheader("StateFuse-Server"))
         except TimeoutError:
             self._http.close()
             raise PeerTimeoutError(
@@ -181,6 +296,19 @@ class _Connection:
             self._http.close()
             raise MalformedResponseError(
                 f"response.{endpoint}", "http", f"{self.url} sent a broken HTTP answer: {e!r}"
+            ) from None
+        except ssl.SSLCertVerificationError as e:
+            self._http.close()
+            raise PeerUnreachableError(
+                "url",
+                "tls-verify",
+                f"TLS verification of {self.url} failed ({e.verify_message}); trust its"
+                f" certificate with cafile= (statefuse sync --cafile, {CAFILE_ENV})",
+            ) from None
+        except ssl.SSLError as e:
+            self._http.close()
+            raise PeerUnreachableError(
+                "url", "tls", f"no TLS connection to {self.url}: {e.reason or type(e).__name__}"
             ) from None
         except OSError as e:
             self._http.close()
@@ -192,9 +320,9 @@ class _Connection:
             raise MalformedResponseError(
                 f"response.{endpoint}", "max-body-bytes", f"answer longer than {MAX_BODY_BYTES} B"
             )
-        if response.status != 200:
-            raise _rejected(self.url, path, response.status, data, content_type)
-        return data
+        if named is not None and self.key is not None:
+            _learn_server(self.url, named)
+        return response.status, data, content_type, named
 
     def frames(self, endpoint: str, frames: Sequence[bytes], *, max_frames: int) -> list[bytes]:
         """POST a frame list, and check the framing of the answer (MalformedResponseError)."""
@@ -314,6 +442,7 @@ def sync_with(
     progress: Progress | None = None,
     lock: Lock | None = None,
     page_size: int = MAX_PAGE_CHANGES,
+    cafile: str | os.PathLike[str] | None = None,
 ) -> SyncReport:
     """Sync ``replica`` with the peer served at ``url`` (both ways); returns what moved.
 
@@ -322,18 +451,23 @@ def sync_with(
     held too whenever the replica is used (the replica holds its own lock for each call, so
     none is needed; it serves callers that serialize other work with one). ``page_size`` caps
     the changes per fetch or push request. Fetched changes reach the replica's observers with
-    ``url`` as their source.
+    ``url`` as their source. Requests are signed with the replica's key (`Replica.key`; none
+    for a replica opened without it), which servers of closed spaces require. ``cafile``: the
+    CA certificates (PEM) an ``https://`` peer's certificate must chain to, instead of the
+    system's (default: the file ``STATEFUSE_CAFILE`` names, if set).
 
     Raises SyncError for a bad argument, and its subclasses (see `sync.protocol`) when the peer
-    is unreachable, too slow, answers with an error (another space: PeerRejectedError with rule
-    ``same-space``) or breaks the protocol. Pages fetched before an error stay received.
+    is unreachable (a certificate that does not verify: PeerUnreachableError rule
+    ``tls-verify``), too slow, answers with an error (another space: PeerRejectedError with
+    rule ``same-space``; a server that does not let this author in: status 401 or 403, with
+    the rule of `sync.auth`) or breaks the protocol. Pages fetched before an error stay received.
     """
     if not isinstance(replica, Replica):
         raise SyncError("replica", "replica-type", f"expected a Replica, got {replica!r}")
     seconds = check_seconds("timeout", timeout)
     page_size = _check_page_size(page_size)
     start = time.perf_counter()
-    conn = _Connection(url, seconds)
+    conn = _Connection(url, seconds, space=replica.space, key=replica.key, cafile=cafile)
     merge = peer_merge = MergeReport()
     try:
         reconciler = _reconcile(conn, replica, lock)
@@ -409,13 +543,15 @@ def sync_all(
     timeout: float = DEFAULT_TIMEOUT,
     progress: Progress | None = None,
     lock: Lock | None = None,
+    cafile: str | os.PathLike[str] | None = None,
 ) -> list[SyncReport | SyncError]:
     """Sync with every peer in ``urls``; one entry per URL, in order: its report, or the
     SyncError that ended its sync (one dead peer does not stop the others).
 
     Peers that synced before a later peer brought new changes are synced once more (their
     report adds up both), so every peer that answered ends with the union of all changes.
-    Raises SyncError (rule ``urls``) when ``urls`` is a single string.
+    ``cafile`` is `sync_with`'s. Raises SyncError (rule ``urls``) when ``urls`` is a single
+    string.
     """
     if isinstance(urls, str):
         raise SyncError("urls", "urls", "expected a list of URLs, got one string")
@@ -423,7 +559,9 @@ def sync_all(
     last_news = -1
     for k, url in enumerate(urls):
         try:
-            report = sync_with(replica, url, timeout=timeout, progress=progress, lock=lock)
+            report = sync_with(
+                replica, url, timeout=timeout, progress=progress, lock=lock, cafile=cafile
+            )
         except SyncError as e:
             results.append(e)
             continue
@@ -434,7 +572,9 @@ def sync_all(
         first = results[k]
         if isinstance(first, SyncReport):
             try:
-                again = sync_with(replica, urls[k], timeout=timeout, progress=progress, lock=lock)
+                again = sync_with(
+                    replica, urls[k], timeout=timeout, progress=progress, lock=lock, cafile=cafile
+                )
             except SyncError as e:
                 results[k] = e
                 continue

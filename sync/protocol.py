@@ -7,7 +7,8 @@ the server lacks, a page at a time.
 
 Endpoints (every POST body is a frame list whose first frame names the space)::
 
-    GET  /v1/info       -> JSON {"protocol": 1, "space": str, "changes": int, "limits": {...}}
+    GET  /v1/info       -> JSON {"protocol": 1, "space": str, "server": hex, "auth": mode,
+                                 "limits": {...}, "changes": int (to a request that may read)}
     POST /v1/reconcile  [space, message]       -> [reply message]
     POST /v1/fetch      [space, id, id, ...]   -> [change, change, ...]   (a prefix of the ids;
                                                   an empty frame: the server lacks that id)
@@ -15,10 +16,11 @@ Endpoints (every POST body is a frame list whose first frame names the space)::
                                                   was refused and quarantined)
 
 Errors come back as JSON ``{"error": message, "field": field, "rule": rule}`` with a 4xx or 5xx
-status: 400 malformed body or message, 404 unknown endpoint, 405 wrong method, 409 another space
-(rule ``same-space``) or a reconcile message that contradicts the server's changes (they changed
-during the exchange: start it again), 413 body too large, 422 changes quarantined, 503 the
-replica stayed busy past the server's timeout, 500 a fault of the server.
+status: 400 malformed body or message, 401 / 403 a request the server's `sync.auth.AuthMode`
+does not let through (rules in `sync.auth`), 404 unknown endpoint, 405 wrong method, 409
+another space (rule ``same-space``) or a reconcile message that contradicts the server's
+changes (they changed during the exchange: start it again), 413 body too large, 422 changes
+quarantined, 503 the replica stayed busy past the server's timeout, 500 a fault of the server.
 
 Body framing, version 1 (every length is checked against a limit before anything is read)::
 

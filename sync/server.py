@@ -19,6 +19,10 @@ Invariants:
   garbage with its reason. Any other fault becomes a JSON 500 and is logged.
 - A request costs work bounded by the protocol's limits: a reconcile reply is at most one
   frame of `sync.reconcile.MAX_MESSAGE_BYTES`, a fetch answer at most `PAGE_BYTES`.
+- No change id or change leaves, and nothing is received, before the request passed the
+  server's `AuthMode` (`sync.auth`): in ``members`` mode (the default for closed spaces) only
+  requests signed by the root or an admitted, unrevoked author, fresh and never seen before.
+  A request for another space is told so (409) before it is authenticated.
 """
 
 from __future__ import annotations
@@ -30,15 +34,19 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from blake3 import blake3
 from waitress import trigger, wasyncore
 from waitress.channel import HTTPChannel
 from waitress.server import BaseWSGIServer, create_server
 
 from statefuse.registry.error import RegistryError
+from statefuse.sync.auth import DEFAULT_WINDOW, HEADERS, AuthMode, RequestGate
 from statefuse.sync.changelog import AreaFullError
 from statefuse.sync.protocol import (
     CONTENT_TYPE,
@@ -58,8 +66,10 @@ from statefuse.sync.protocol import (
 )
 from statefuse.sync.reconcile import ID_BYTES, MAX_MESSAGE_BYTES, ReconcileError, Reconciler
 from statefuse.sync.replica import ReadOnlyError, Replica
+from statefuse.sync.tls import TLSSyncServer
+from statefuse.sync.trust import TrustMode
 
-__all__ = ["DEFAULT_TIMEOUT", "SyncApp", "SyncServer", "serve"]
+__all__ = ["DEFAULT_TIMEOUT", "AuthMode", "SyncApp", "SyncServer", "TLSSyncServer", "serve"]
 
 log = logging.getLogger("statefuse.sync.server")
 
@@ -91,6 +101,8 @@ class _Reject(Exception):
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
@@ -99,6 +111,16 @@ _REASONS = {
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What a handler gets: the endpoint it was routed by, the body and the auth headers."""
+
+    method: str
+    endpoint: str
+    body: bytes
+    headers: dict[str, str]
 
 
 class SyncApp:
@@ -110,6 +132,11 @@ class SyncApp:
     long a request waits for the locks before a 503. ``page_bytes`` caps the change bytes in
     one fetch answer (at most the protocol's `PAGE_BYTES`; a lower value makes clients page
     sooner).
+
+    ``auth`` says which requests are answered (`AuthMode`; default ``members`` for a closed
+    space, ``open`` for an open one) and ``window`` how many seconds a signed request's time may
+    be off the server's clock. The server's id, which signed requests name, is the served
+    store's id (`server_id`).
     """
 
     def __init__(
@@ -119,6 +146,8 @@ class SyncApp:
         lock: Lock | None = None,
         lock_timeout: float = DEFAULT_TIMEOUT,
         page_bytes: int = PAGE_BYTES,
+        auth: AuthMode | str | None = None,
+        window: float = DEFAULT_WINDOW,
     ) -> None:
         if not isinstance(replica, Replica):
             raise SyncError("replica", "replica-type", f"expected a Replica, got {replica!r}")
@@ -129,15 +158,20 @@ class SyncApp:
                 "range",
                 f"expected an int in [{MAX_CHANGE_FRAME_BYTES}, {PAGE_BYTES}]",
             )
+        self.auth = _auth_mode(auth, replica)
+        check_seconds("window", window)
         self.replica = replica
         self.space = replica.space
+        #: The id signed requests must name: the served store's id.
+        self.server_id = _server_id(replica)
+        self.gate = RequestGate(space=replica.space, server=self.server_id, window=window)
         #: The locks a request holds, in the order taken: the caller's (if any), the replica's.
         self.locks: tuple[Lock, ...] = (replica.lock,) if lock is None else (lock, replica.lock)
         self.lock_timeout = float(lock_timeout)
         self.page_bytes = page_bytes
         # (accepted-change count it was built at, reconciler, ids it has learned since)
         self._reconciler: tuple[int, Reconciler, int] | None = None
-        self._routes: dict[str, tuple[str, Callable[[bytes], tuple[int, str, bytes]]]] = {
+        self._routes: dict[str, tuple[str, Callable[[_Request], tuple[int, str, bytes]]]] = {
             "/v1/reconcile": ("POST", self._reconcile),
             "/v1/fetch": ("POST", self._fetch),
             "/v1/push": ("POST", self._push),
@@ -161,7 +195,10 @@ class SyncApp:
             ("Content-Type", content_type),
             ("Content-Length", str(len(body))),
             ("Cache-Control", "no-store"),
+            ("StateFuse-Server", self.server_id.hex()),
         ]
+        if status == 401:
+            headers.append(("WWW-Authenticate", f'StateFuse server="{self.server_id.hex()}"'))
         if status == 405:
             headers.append(("Allow", self._routes[_path(environ)][0]))
         start_response(f"{status} {_REASONS[status]}", headers)
@@ -176,7 +213,12 @@ class SyncApp:
         if environ.get("REQUEST_METHOD") != method:
             raise _Reject(405, "method", "method", f"{path} takes {method}")
         body = _read_body(environ) if method == "POST" else b""
-        return handler(body)
+        headers = {
+            name.lower(): str(environ[key])
+            for name in HEADERS
+            if (key := "HTTP_" + name.upper().replace("-", "_")) in environ
+        }
+        return handler(_Request(method, path, body, headers))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -193,10 +235,60 @@ class SyncApp:
 
     # --- endpoints -------------------------------------------------------------------------------
 
-    def _request(self, body: bytes, *, max_frames: int, max_frame_bytes: int) -> list[bytes]:
-        """The frames after the space frame, once the framing and the space are checked."""
+    def _signer(self, request: _Request) -> bytes | None:
+        """The author who signed ``request`` (None: unsigned), once this server's `auth` lets
+        the request through and its nonce is spent; else 401, 403 or 503 (see `sync.auth`)."""
         try:
-            frames = decode_frames(body, max_frames=max_frames, max_frame_bytes=max_frame_bytes)
+            signed = self.gate.authenticate(
+                request.headers, method=request.method, endpoint=request.endpoint, body=request.body
+            )
+        except SyncError as e:
+            log.info("refused %s: %s", request.endpoint, e.rule)
+            raise _Reject(401, e.field, e.rule, e.message) from None
+        if signed is None:
+            if self.auth is not AuthMode.OPEN:
+                log.info("refused %s: signature-required", request.endpoint)
+                raise _Reject(
+                    401,
+                    "StateFuse-Signature",
+                    "signature-required",
+                    f"this server answers only signed requests (auth {self.auth.value})",
+                )
+            return None
+        if self.auth is AuthMode.MEMBERS and not self._member(signed.author):
+            log.info("refused %s: not-a-member %s", request.endpoint, signed.author.hex()[:16])
+            raise _Reject(
+                403,
+                "StateFuse-Author",
+                "not-a-member",
+                f"author {signed.author.hex()[:16]}… is not the root or an admitted author of"
+                f" space {self.space!r}",
+            )
+        try:
+            self.gate.consume(signed)
+        except SyncError as e:
+            log.info("refused %s: %s", request.endpoint, e.rule)
+            raise _Reject(503 if e.rule == "busy" else 401, e.field, e.rule, e.message) from None
+        return signed.author
+
+    def _member(self, author: bytes) -> bool:
+        """Whether ``author`` is the root, or admitted and not revoked, as the replica's trust
+        says now."""
+        with self._locked():
+            trust = self.replica.trust()
+        if author == self.replica.root:
+            return True
+        return (
+            author in trust.admitted and author not in trust.cutoffs and author not in trust.keeps
+        )
+
+    def _request(self, request: _Request, *, max_frames: int, max_frame_bytes: int) -> list[bytes]:
+        """The frames after the space frame, once the framing, the space and the signer are
+        checked."""
+        try:
+            frames = decode_frames(
+                request.body, max_frames=max_frames, max_frame_bytes=max_frame_bytes
+            )
             if not frames:
                 raise SyncError("body", "space-frame", "the first frame must name the space")
             if len(frames[0]) > MAX_SPACE_BYTES:
@@ -208,9 +300,10 @@ class SyncApp:
             raise _Reject(
                 409, "space", "same-space", f"this server holds space {self.space!r}, not {space!r}"
             )
+        self._signer(request)
         return frames[1:]
 
-    def _reconcile(self, body: bytes) -> tuple[int, str, bytes]:
+    def _reconcile(self, body: _Request) -> tuple[int, str, bytes]:
         frames = self._request(body, max_frames=2, max_frame_bytes=MAX_MESSAGE_BYTES)
         if len(frames) != 1:
             raise _Reject(400, "body", "frame-count", "a reconcile request carries one message")
@@ -229,7 +322,7 @@ class SyncApp:
         answer = [] if reply.message is None else [reply.message]
         return 200, CONTENT_TYPE, encode_frames(answer)
 
-    def _fetch(self, body: bytes) -> tuple[int, str, bytes]:
+    def _fetch(self, body: _Request) -> tuple[int, str, bytes]:
         ids = self._request(body, max_frames=1 + MAX_PAGE_CHANGES, max_frame_bytes=MAX_SPACE_BYTES)
         for k, cid in enumerate(ids):
             if len(cid) != ID_BYTES:
@@ -246,7 +339,7 @@ class SyncApp:
                 out.append(data)
         return 200, CONTENT_TYPE, encode_frames(out)
 
-    def _push(self, body: bytes) -> tuple[int, str, bytes]:
+    def _push(self, body: _Request) -> tuple[int, str, bytes]:
         changes = self._request(
             body, max_frames=1 + MAX_PAGE_CHANGES, max_frame_bytes=MAX_CHANGE_FRAME_BYTES
         )
@@ -270,16 +363,42 @@ class SyncApp:
             )
         return 200, "application/json", _json(counts)
 
-    def _info(self, body: bytes) -> tuple[int, str, bytes]:
-        with self._locked():
-            count = len(self.replica)
-        document = {
+    def _info(self, request: _Request) -> tuple[int, str, bytes]:
+        """Anyone may ask (it names the space, the server and its auth mode); the change count
+        only a request that may also read changes."""
+        document: dict[str, object] = {
             "protocol": PROTOCOL_VERSION,
             "space": self.space,
-            "changes": count,
+            "server": self.server_id.hex(),
+            "auth": self.auth.value,
             "limits": {**limits(), "page_bytes": self.page_bytes},
         }
+        try:
+            self._signer(request)
+        except _Reject as r:
+            if r.status == 503:
+                raise
+        else:
+            with self._locked():
+                document["changes"] = len(self.replica)
         return 200, "application/json", _json(document)
+
+
+def _auth_mode(auth: object, replica: Replica) -> AuthMode:
+    if auth is None:
+        return AuthMode.MEMBERS if replica.mode is TrustMode.CLOSED else AuthMode.OPEN
+    try:
+        return AuthMode(auth)
+    except ValueError:
+        raise SyncError(
+            "auth", "auth-mode", f"auth is 'open', 'signed' or 'members', not {auth!r}"
+        ) from None
+
+
+def _server_id(replica: Replica) -> bytes:
+    info = replica.store.info()
+    store_id = info.store_id if info is not None else b""
+    return store_id or blake3(b"statefuse/server-id:" + replica.author).digest(length=16)
 
 
 def _path(environ: dict[str, Any]) -> str:
@@ -506,17 +625,32 @@ def serve(
     threads: int = 4,
     timeout: float = DEFAULT_TIMEOUT,
     lock: Lock | None = None,
-) -> SyncServer:
-    """A bound, not yet running `SyncServer` for ``replica`` (loopback, an OS-chosen port).
+    auth: AuthMode | str | None = None,
+    window: float = DEFAULT_WINDOW,
+    tls: tuple[str | Path, str | Path] | None = None,
+) -> SyncServer | TLSSyncServer:
+    """A bound, not yet running server for ``replica`` (loopback, an OS-chosen port).
 
-    Anyone who can reach the port can read every change and push signed changes (which the
-    replica verifies and, in closed mode, ignores unless their author is admitted), so serve
-    beyond loopback only on a network you trust, or behind a proxy that authenticates.
+    ``auth`` says who may read and push (`AuthMode`): by default only the root and admitted
+    authors in a closed space (``members``), anyone in an open one (``open``: whoever reaches
+    the port reads every change, restricted claims included); ``signed`` asks any author key.
+    ``window`` is how many seconds a signed request's time may be off this server's clock.
+    ``tls=(certfile, keyfile)`` serves HTTPS with that PEM certificate (chain) and key (a
+    `TLSSyncServer`); without it, plain HTTP (a `SyncServer`, on waitress): serve beyond
+    loopback only with TLS or behind a TLS proxy, since signatures prove who asks but do not
+    hide what moves.
+
     ``timeout`` bounds how long a request waits for the replica and how long an idle connection
     stays open. The replica locks itself (`Replica.lock`), so the serving process may go on
     using it from any thread; ``lock`` is optional and, when given, held too by every request
-    (see `SyncApp`). Raises SyncError for a bad argument or a port that cannot be bound.
+    (see `SyncApp`). Raises SyncError for a bad argument, a certificate or key that does not
+    load (rule ``tls``) or a port that cannot be bound.
     """
     check_seconds("timeout", timeout)
-    app = SyncApp(replica, lock=lock, lock_timeout=timeout)
+    app = SyncApp(replica, lock=lock, lock_timeout=timeout, auth=auth, window=window)
+    if tls is not None:
+        certfile, keyfile = tls
+        return TLSSyncServer(
+            app, certfile=certfile, keyfile=keyfile, host=host, port=port, timeout=timeout
+        )
     return SyncServer(app, host=host, port=port, threads=threads, timeout=timeout)

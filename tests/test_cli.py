@@ -966,10 +966,10 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
 
 
 @contextmanager
-def served(path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def served(path: Path, *options: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """``statefuse serve`` on ``path`` in a real process; yields its URL and the process."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "statefuse", "--store", str(path), "serve"],
+        [sys.executable, "-m", "statefuse", "--store", str(path), "serve", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -979,8 +979,8 @@ def served(path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
         assert proc.stdout is not None
         first = proc.stdout.readline()
         match = re.fullmatch(
-            rf"Serving space 'team' from {re.escape(str(path))} at (http://127\.0\.0\.1:\d+)"
-            r" \(Ctrl-C to stop\)\n",
+            rf"Serving space 'team' from {re.escape(str(path))} at (https?://127\.0\.0\.1:\d+),"
+            r" auth (open|signed|members) \(Ctrl-C to stop\)\n",
             first,
         )
         assert match, (first, proc.stderr.read() if proc.poll() is not None else "")

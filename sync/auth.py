@@ -1,0 +1,272 @@
+"""Who is asking: signed sync requests, and which requests a server lets through.
+
+A client proves it holds an author key by signing every request it sends. The signature covers
+the space, the server it was meant for, the endpoint, the body and a time and a nonce, so a
+captured request cannot be sent again (to this server within the window: the nonce was seen; to
+another server, for another space or endpoint, or with another body: the signature no longer
+verifies; later: its time left the window).
+
+Request headers (all five, or none for an unsigned request)::
+
+    StateFuse-Author     64 hex digits: the author id (the Ed25519 public key)
+    StateFuse-Server     32 hex digits: the id of the server it is meant for (every answer of
+                         a server carries it in its own StateFuse-Server header)
+    StateFuse-Time       the client's clock, unix milliseconds, decimal
+    StateFuse-Nonce      32 hex digits: 16 random bytes, never used twice
+    StateFuse-Signature  128 hex digits: Ed25519 over the message below
+
+Signed message, the sync framing (`sync.protocol.encode_frames`) of eight frames::
+
+    b"statefuse/request/v1", space (UTF-8), server id (16 bytes), method (b"POST"),
+    endpoint path (b"/v1/push"; without any proxy prefix), blake3(body) (32 bytes),
+    time (decimal ASCII), nonce (16 bytes)
+
+A server accepts a signature when the headers are well formed (else 401 rule ``auth-header``),
+name this server (401 ``server-identity``: the client learns the right id from the answer and
+signs again), carry a time within ``window`` of the server's clock (401 ``clock-window``), and
+verify (401 ``signature``); then, if the request is allowed at all (`AuthMode`; 403
+``not-a-member``), its (author, nonce) must be new (401 ``replay``). Nonces are remembered
+until their time leaves the window, so the memory they take is bounded by the request rate; past
+``max_nonces`` the server answers 503 (rule ``busy``) rather than forget one early.
+
+Invariant: `RequestGate.consume` refuses every (author, nonce) it has accepted before, for as
+long as a request carrying it could pass the time check.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+import blake3
+
+from statefuse.sync.key import PublicKeyError, SigningKey, verify_signature
+from statefuse.sync.protocol import SyncError, encode_frames
+
+__all__ = [
+    "DEFAULT_WINDOW",
+    "HEADERS",
+    "NONCE_BYTES",
+    "REQUEST_DOMAIN",
+    "AuthMode",
+    "RequestGate",
+    "Signed",
+    "request_message",
+    "sign_request",
+]
+
+#: First frame of every signed request message.
+REQUEST_DOMAIN = b"statefuse/request/v1"
+#: Seconds a request's time may differ from the server's clock, either way.
+DEFAULT_WINDOW = 120.0
+#: Length of a request nonce.
+NONCE_BYTES = 16
+#: Length of a server id (a store id).
+SERVER_ID_BYTES = 16
+#: (author, nonce) pairs a server remembers at most.
+MAX_NONCES = 100_000
+#: The request headers, in the order of the module docstring.
+HEADERS = (
+    "StateFuse-Author",
+    "StateFuse-Server",
+    "StateFuse-Time",
+    "StateFuse-Nonce",
+    "StateFuse-Signature",
+)
+
+_HEX = {
+    "StateFuse-Author": re.compile(r"[0-9a-f]{64}"),
+    "StateFuse-Server": re.compile(r"[0-9a-f]{32}"),
+    "StateFuse-Time": re.compile(r"[0-9]{1,16}"),
+    "StateFuse-Nonce": re.compile(r"[0-9a-f]{32}"),
+    "StateFuse-Signature": re.compile(r"[0-9a-f]{128}"),
+}
+
+
+class AuthMode(Enum):
+    """Which requests a server answers.
+
+    ``open``: every request, signed or not (a signature, when present, must still verify and
+    not be replayed). ``signed``: requests signed by any author key. ``members``: requests
+    signed by the space's root or an admitted author that is not revoked (as the served
+    replica's trust decides when the request arrives); the default for closed spaces.
+    """
+
+    OPEN = "open"
+    SIGNED = "signed"
+    MEMBERS = "members"
+
+
+@dataclass(frozen=True, slots=True)
+class Signed:
+    """A request whose signature verified: who signed it, and the nonce it spent."""
+
+    author: bytes
+    nonce: bytes
+    time_ms: int
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def request_message(
+    *,
+    space: str,
+    server: bytes,
+    method: str,
+    endpoint: str,
+    body: bytes,
+    time_ms: int,
+    nonce: bytes,
+) -> bytes:
+    """The bytes a request's signature covers (see the module docstring)."""
+    return encode_frames(
+        [
+            REQUEST_DOMAIN,
+            space.encode(),
+            server,
+            method.encode("ascii"),
+            endpoint.encode("ascii"),
+            blake3.blake3(body).digest(),
+            str(time_ms).encode("ascii"),
+            nonce,
+        ]
+    )
+
+
+def sign_request(
+    key: SigningKey,
+    *,
+    space: str,
+    server: bytes,
+    method: str,
+    endpoint: str,
+    body: bytes,
+    time_ms: int | None = None,
+    nonce: bytes | None = None,
+) -> dict[str, str]:
+    """The headers that sign one request with ``key`` (now, a fresh random nonce, unless given)."""
+    when = _wall_ms() if time_ms is None else time_ms
+    once = os.urandom(NONCE_BYTES) if nonce is None else nonce
+    message = request_message(
+        space=space,
+        server=server,
+        method=method,
+        endpoint=endpoint,
+        body=body,
+        time_ms=when,
+        nonce=once,
+    )
+    return {
+        "StateFuse-Author": key.author.hex(),
+        "StateFuse-Server": server.hex(),
+        "StateFuse-Time": str(when),
+        "StateFuse-Nonce": once.hex(),
+        "StateFuse-Signature": key.sign(message).hex(),
+    }
+
+
+class RequestGate:
+    """A server's check of request signatures, and its memory of the nonces they spent.
+
+    ``headers`` maps header names (any case) to values. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        *,
+        space: str,
+        server: bytes,
+        window: float = DEFAULT_WINDOW,
+        max_nonces: int = MAX_NONCES,
+        clock: Callable[[], int] = _wall_ms,
+    ) -> None:
+        self.space = space
+        self.server = server
+        self.window_ms = round(window * 1000)
+        self.max_nonces = max_nonces
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._seen: set[tuple[bytes, bytes]] = set()
+        self._expiry: list[tuple[int, bytes, bytes]] = []
+
+    def authenticate(
+        self, headers: Mapping[str, str], *, method: str, endpoint: str, body: bytes
+    ) -> Signed | None:
+        """The signer of a request, or None when it carries no signature headers at all.
+
+        Raises SyncError (the server answers 401) with rule ``auth-header``,
+        ``server-identity``, ``clock-window`` or ``signature``; see the module docstring.
+        """
+        found = {name: headers.get(name.lower()) for name in HEADERS}
+        if all(v is None for v in found.values()):
+            return None
+        values: dict[str, str] = {}
+        for name, value in found.items():
+            if value is None or not _HEX[name].fullmatch(value):
+                raise SyncError(name, "auth-header", f"{name} is missing or malformed")
+            values[name] = value
+        if bytes.fromhex(values["StateFuse-Server"]) != self.server:
+            raise SyncError(
+                "StateFuse-Server",
+                "server-identity",
+                f"the request was signed for another server; this is {self.server.hex()}",
+            )
+        sent = int(values["StateFuse-Time"])
+        self._check_time(sent, self._clock())
+        author = bytes.fromhex(values["StateFuse-Author"])
+        nonce = bytes.fromhex(values["StateFuse-Nonce"])
+        message = request_message(
+            space=self.space,
+            server=self.server,
+            method=method,
+            endpoint=endpoint,
+            body=body,
+            time_ms=sent,
+            nonce=nonce,
+        )
+        try:
+            good = verify_signature(author, bytes.fromhex(values["StateFuse-Signature"]), message)
+        except PublicKeyError:
+            good = False
+        if not good:
+            raise SyncError(
+                "StateFuse-Signature",
+                "signature",
+                "the request signature does not verify for this space, server and request",
+            )
+        return Signed(author, nonce, sent)
+
+    def consume(self, signed: Signed) -> None:
+        """Spend the request's nonce. Raises SyncError rule ``replay`` if it was spent before,
+        ``busy`` if the server remembers `max_nonces` already."""
+        key = (signed.author, signed.nonce)
+        with self._lock:
+            now = self._clock()
+            # Checked again under the lock: a nonce is forgotten only once its time is out.
+            self._check_time(signed.time_ms, now)
+            while self._expiry and self._expiry[0][0] < now:
+                _, author, nonce = heapq.heappop(self._expiry)
+                self._seen.discard((author, nonce))
+            if key in self._seen:
+                raise SyncError("StateFuse-Nonce", "replay", "this request was sent before")
+            if len(self._seen) >= self.max_nonces:
+                raise SyncError("server", "busy", "too many recent requests; try again later")
+            self._seen.add(key)
+            heapq.heappush(self._expiry, (signed.time_ms + self.window_ms, *key))
+
+    def _check_time(self, sent: int, now: int) -> None:
+        if abs(now - sent) > self.window_ms:
+            raise SyncError(
+                "StateFuse-Time",
+                "clock-window",
+                f"the request time is more than {self.window_ms / 1000:g} s from the server's"
+                " clock (check both clocks)",
+            )
