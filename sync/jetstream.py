@@ -26,8 +26,14 @@ Invariants:
   a change is marked only after the broker's PubAck. So a broker outage, a crash between the
   write and the publish, or a lost PubAck delays a change and never loses it (it is published
   again; the broker's dedupe window or the receivers' idempotence absorb the repeat).
-- The replica is touched only in the caller's thread (inside ``lock`` when given): the event
-  loop thread that the link owns does network I/O only.
+- The replica is touched only in the caller's thread, holding the replica's own lock (and
+  ``lock`` first, when given): the event loop thread that the link owns does network I/O only.
+- A URL's secret (password, or a token given as its user name) never shows: statuses, errors
+  and the ``source`` of what is received carry the URL masked (`sync.protocol.masked_url`).
+
+Following: `FollowedBroker` is the ``nats`` / ``tls`` transport of `sync.follower`, so
+`Replica.follow` takes broker URLs; `probe` and `unpublished` read where a store stands with a
+broker without changing anything (``statefuse status``).
 
 Catch-up: a new or long-offline replica's consumer replays the stream from where it left off.
 When the stream's retention dropped messages the consumer had not taken in yet, `LinkStatus.gap`
@@ -279,11 +285,11 @@ class JetStreamLink:
     """A replica's link to one JetStream stream: publish its own changes, take in the rest.
 
     ``url``: the NATS server (``nats://host:port``). ``peers``: HTTP sync URLs asked to fill
-    what the stream's retention dropped. ``lock``: held whenever the replica is used (pass the
-    serving lock when it is also served over HTTP). ``max_msgs`` / ``duplicate_window``
-    (seconds) configure the stream when this link creates it (an existing stream is used as it
-    is). Raises JetStreamError (rule ``replica-type``, ``readonly``) for a replica that cannot
-    be linked.
+    what the stream's retention dropped. ``lock``: a lock of the caller's, held (before the
+    replica's own, `Replica.lock`) whenever the link uses the replica; not needed.
+    ``max_msgs`` / ``duplicate_window`` (seconds) configure the stream when this link creates
+    it (an existing stream is used as it is). Raises JetStreamError (rule ``replica-type``,
+    ``readonly``) for a replica that cannot be linked.
 
     The API is synchronous; `start` connects, `sync_once` runs one round, `stop` disconnects.
     """
