@@ -280,10 +280,12 @@ class Session:
         (they take no lock, so they work beside a running writer or ``serve``)."""
         return self._replica if self._replica is not None else self.open(readonly=readonly)
 
-    def emit(self, data: Any, text: str) -> None:
-        """Print ``data`` as JSON with ``--json``, else ``text``."""
+    def emit(self, data: Any, text: str, *, compact: bool = False) -> None:
+        """Print ``data`` as JSON with ``--json``, else ``text``. ``compact``: the JSON on one
+        line (a command that goes on printing writes one document per line)."""
         if self.json:
-            print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False), flush=True)
+            indent = None if compact else 2
+            print(json.dumps(data, indent=indent, sort_keys=True, ensure_ascii=False), flush=True)
         elif text:
             print(text, flush=True)
 
@@ -799,81 +801,336 @@ def _stop_on_sigterm(signum: int, frame: object) -> NoReturn:
     raise KeyboardInterrupt  # the server shuts down on it as on Ctrl-C
 
 
+#: URL schemes that name a NATS broker (the JetStream transport); any other is an HTTP peer.
+BROKER_SCHEMES = ("nats", "tls")
+
+
+def _is_broker(url: str) -> bool:
+    try:
+        return urlsplit(url).scheme.lower() in BROKER_SCHEMES
+    except ValueError:
+        return False
+
+
+def _jetstream() -> Any:
+    """`statefuse.sync.jetstream`, or a CliError saying which extra it needs."""
+    try:
+        import statefuse.sync.jetstream as jetstream
+    except ImportError:
+        raise CliError(
+            "URL", "transport-missing", "NATS needs nats-py: pip install 'statefuse[nats]'"
+        ) from None
+    return jetstream
+
+
+def _shown(url: str) -> str:
+    from statefuse.sync.protocol import masked_url
+
+    return masked_url(url)
+
+
 def _cmd_serve(s: Session) -> int:
     from statefuse.sync.http import SyncApp, serve
 
     a = s.args
     if (a.tls_cert is None) != (a.tls_key is None):
         raise CliError("--tls-cert", "tls-pair", "--tls-cert and --tls-key go together")
+    for url in a.nats:
+        if not _is_broker(url):
+            raise CliError("--nats", "url-scheme", f"--nats takes a nats:// URL, got {_shown(url)}")
+    followed = [*a.nats, *a.peers]
+    if a.interval is not None and not 0 < a.interval <= 86_400:
+        raise CliError("--interval", "seconds", "--interval is seconds in (0, 86400]")
+    if followed and a.nats:
+        _jetstream()
     rep = s.replica()
     s.warn_damage()  # served read-only: pushes are refused until `statefuse repair`
-    server = serve(
-        rep,
-        host=a.host,
-        port=a.port,
-        auth=a.auth,
-        window=a.clock_window,
-        tls=None if a.tls_cert is None else (a.tls_cert, a.tls_key),
+    server = (
+        serve(
+            rep,
+            host=a.host,
+            port=a.port,
+            auth=a.auth,
+            window=a.clock_window,
+            tls=None if a.tls_cert is None else (a.tls_cert, a.tls_key),
+        )
+        if a.http or not followed
+        else None
     )
-    auth = server.app.auth.value if isinstance(server.app, SyncApp) else "open"
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if main_thread else None
     try:
-        s.emit(
-            {"url": server.url, "space": rep.space, "store": str(s.path), "auth": auth},
-            f"Serving space {rep.space!r} from {s.path} at {server.url}, auth {auth}"
-            " (Ctrl-C to stop)",
-        )
-        server.serve_forever()  # returns on Ctrl-C or SIGTERM: stopping is not a failure
+        if not followed:
+            assert server is not None
+            auth = server.app.auth.value if isinstance(server.app, SyncApp) else "open"
+            s.emit(
+                {"url": server.url, "space": rep.space, "store": str(s.path), "auth": auth},
+                f"Serving space {rep.space!r} from {s.path} at {server.url}, auth {auth}"
+                " (Ctrl-C to stop)",
+            )
+            server.serve_forever()  # returns on Ctrl-C or SIGTERM: stopping is not a failure
+        else:
+            if server is not None:
+                server.start()
+            _follow_until_stopped(s, rep, followed, server.url if server else None)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C or SIGTERM while following: stopping is not a failure
     finally:
-        server.close()
+        if server is not None:
+            server.close()
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
     print("Stopped.", file=sys.stderr)
     return EXIT_OK
 
 
+def _follow_until_stopped(s: Session, rep: Replica, urls: list[str], http: str | None) -> None:
+    """Follow ``urls`` until Ctrl-C / SIGTERM (KeyboardInterrupt): one line for each round that
+    moved something, one ``Error:`` line when a peer starts failing (or fails another way), one
+    line when it answers again."""
+    interval = s.args.interval if s.args.interval is not None else 1.0
+    shown = [_shown(u) for u in urls]
+    s.emit(
+        {
+            "event": "following",
+            "peers": shown,
+            "url": http,
+            "space": rep.space,
+            "store": str(s.path),
+        },
+        f"Following {', '.join(shown)} for space {rep.space!r} from {s.path}"
+        + (f", serving at {http}" if http else "")
+        + " (Ctrl-C to stop)",
+        compact=True,
+    )
+    follower = rep.follow(urls, interval=interval, timeout=s.args.timeout)
+    seen = {p.url: type(p)(p.url) for p in follower.status.peers}  # nothing moved yet
+
+    def look() -> None:
+        for p in follower.status.peers:
+            before = seen[p.url]
+            seen[p.url] = p
+            if p.attempts != before.attempts:
+                _tell_round(s, before, p)
+
+    try:
+        while follower.running:
+            time.sleep(min(interval, 0.5))
+            look()
+    finally:
+        follower.stop()
+        look()  # what the last rounds moved, told before "Stopped."
+
+
+def _tell_round(s: Session, before: Any, now: Any) -> None:
+    """What changed for one peer between two looks at its `PeerStatus`."""
+    url = _shown(now.url)
+    queue = "" if now.outbox is None else f"; outbox {now.outbox}, lag {_count(now.lag)}"
+    if now.failures:
+        if before.failures and before.last_error == now.last_error:
+            return  # still down the same way: said once
+        print(f"Error: {_about(url, now.last_error)} (retrying)", file=sys.stderr, flush=True)
+        if s.json:
+            s.emit({"event": "error", "url": url, "error": now.last_error}, "", compact=True)
+        return
+    received, pushed = now.received - before.received, now.pushed - before.pushed
+    back = before.failures > 0
+    if not (received or pushed or back or now.quarantined != before.quarantined):
+        return
+    data = {
+        "event": "synced",
+        "url": url,
+        "received": received,
+        "pushed": pushed,
+        "quarantined": now.quarantined - before.quarantined,
+        "outbox": now.outbox,
+        "lag": now.lag,
+    }
+    text = f"{url}: received {received}, sent {pushed}{queue}"
+    if now.quarantined != before.quarantined:
+        text += f"; {now.quarantined - before.quarantined} quarantined"
+    if back:
+        text += " (reachable again)"
+    s.emit(data, text, compact=True)
+
+
+def _about(url: str, message: str | None) -> str:
+    """``message`` naming ``url`` (shown masked), unless it names it already."""
+    text = message or "failed"
+    return text if url in text else f"{url}: {text}"
+
+
+def _count(n: int | None) -> str:
+    return "?" if n is None else str(n)
+
+
 def _cmd_sync(s: Session) -> int:
     from statefuse.sync.http import SyncError, sync_all
 
+    urls = s.args.peers
+    web = [u for u in urls if not _is_broker(u)]
+    brokers = [u for u in urls if _is_broker(u)]
+    jetstream = _jetstream() if brokers else None
     rep = s.replica()
+    results: dict[str, dict[str, Any]] = {}
+    texts: dict[str, str] = {}
+    # the stream first: what it brings then goes on to the HTTP peers
+    for url in brokers:
+        results[url], texts[url] = _sync_broker(jetstream, rep, url, web, s.args.timeout)
     bar = s.progress("sync")
     try:
-        outcomes = sync_all(
-            rep, s.args.peers, timeout=s.args.timeout, progress=bar, cafile=s.args.cafile
-        )
+        outcomes = sync_all(rep, web, timeout=s.args.timeout, progress=bar, cafile=s.args.cafile)
     finally:
         if bar is not None:
             bar.finish()
-    peers: list[dict[str, Any]] = []
-    lines = []
-    for url, outcome in zip(s.args.peers, outcomes, strict=True):
+    for url, outcome in zip(web, outcomes, strict=True):
         if isinstance(outcome, SyncError):
-            print(f"Error: {outcome.message}", file=sys.stderr)
-            peers.append({"url": url, "ok": False, "error": outcome.message, "rule": outcome.rule})
-            continue
-        peers.append(
-            {
-                "url": url,
-                "ok": True,
-                "error": None,
-                "rule": None,
-                "round_trips": outcome.round_trips,
-                "bytes_sent": outcome.bytes_sent,
-                "bytes_received": outcome.bytes_received,
-                "fetched": outcome.fetched,
-                "pushed": outcome.pushed,
-                "merge": _report_json(outcome.merge),
+            results[url] = {
+                "url": _shown(url),
+                "ok": False,
+                "error": outcome.message,
+                "rule": outcome.rule,
             }
-        )
-        lines.append(
-            f"Synced with {url}: fetched {outcome.fetched}, pushed {outcome.pushed}"
+            continue
+        results[url] = {
+            "url": _shown(url),
+            "ok": True,
+            "error": None,
+            "rule": None,
+            "round_trips": outcome.round_trips,
+            "bytes_sent": outcome.bytes_sent,
+            "bytes_received": outcome.bytes_received,
+            "fetched": outcome.fetched,
+            "pushed": outcome.pushed,
+            "merge": _report_json(outcome.merge),
+        }
+        texts[url] = (
+            f"Synced with {_shown(url)}: fetched {outcome.fetched}, pushed {outcome.pushed}"
             f" in {plural(outcome.round_trips, 'round trip')}"
             f" ({byte_size(outcome.bytes_sent)} sent, {byte_size(outcome.bytes_received)}"
             f" received); {_report_text(outcome.merge)}"
         )
-    s.emit({"peers": peers}, "\n".join(lines))
+    peers = [results[u] for u in urls]
+    for p in peers:
+        if not p["ok"]:
+            print(f"Error: {p['error']}", file=sys.stderr)
+    s.emit({"peers": peers}, "\n".join(texts[u] for u in urls if u in texts))
     return EXIT_OK if all(p["ok"] for p in peers) else EXIT_ERROR
+
+
+def _sync_broker(
+    jetstream: Any, rep: Replica, url: str, web: list[str], timeout: float
+) -> tuple[dict[str, Any], str]:
+    """One round with the broker at ``url`` (gaps filled from the HTTP peers ``web``): its
+    JSON entry and its line of text."""
+    link = jetstream.JetStreamLink(rep, url, peers=web, connect_timeout=min(2.0, timeout))
+    try:
+        round_ = link.sync_once(timeout=timeout)
+    except jetstream.JetStreamError as exc:
+        status = link.status()
+        data = {
+            "url": status.url,
+            "ok": False,
+            "error": _about(status.url, status.last_error or exc.message),
+            "rule": exc.rule,
+            "outbox": status.outbox,
+        }
+        return data, ""
+    finally:
+        link.stop()
+    status = link.status()
+    merge = round_.merge
+    for report in round_.reconciled:
+        merge = merge + report.merge
+    data = {
+        "url": status.url,
+        "ok": True,
+        "error": status.last_error,
+        "rule": None,
+        "published": round_.published,
+        "fetched": round_.fetched,
+        "reconciled": [r.fetched for r in round_.reconciled],
+        "outbox": status.outbox,
+        "lag": status.lag,
+        "gap": list(status.gap) if status.gap else None,
+        "merge": _report_json(merge),
+    }
+    text = (
+        f"Synced with {status.url}: published {round_.published}, fetched {round_.fetched}"
+        f"; outbox {status.outbox}, lag {_count(status.lag)}; {_report_text(merge)}"
+    )
+    if round_.reconciled:
+        filled = sum(r.fetched for r in round_.reconciled)
+        text += f"\n  a gap in the stream: {plural(filled, 'change')} fetched from HTTP peers"
+    elif status.gap:
+        text += f"\n  Warning: the stream dropped messages {status.gap[0]}..{status.gap[1] - 1}"
+        text += " before this store took them in; give an HTTP peer to fill the gap"
+    return data, text
+
+
+def _cmd_status(s: Session) -> int:
+    a = s.args
+    for url in a.nats:
+        if not _is_broker(url):
+            raise CliError("--nats", "url-scheme", f"--nats takes a nats:// URL, got {_shown(url)}")
+    rep = s.replica(readonly=True)
+    jetstream: Any = None
+    try:
+        import statefuse.sync.jetstream as jetstream
+    except ImportError:
+        if a.nats:
+            _jetstream()  # the error that says which extra it needs
+    own = sum(1 for c in rep.log.changes() if c.author == rep.author)
+    counts = {
+        "accepted": len(rep),
+        "own": own,
+        "pending": len(rep.pending()),
+        "quarantined": len(rep.quarantine()),
+    }
+    outbox: dict[str, int] = {}
+    if jetstream is not None:
+        outbox[jetstream.stream_name(rep.space)] = len(jetstream.unpublished(rep))
+    brokers = [jetstream.probe(rep, url, timeout=a.timeout) for url in a.nats]
+    data = {
+        "store": str(s.path),
+        "space": rep.space,
+        "changes": counts,
+        "outbox": outbox,
+        "brokers": [
+            {
+                "url": b.url,
+                "connected": b.connected,
+                "stream": b.stream,
+                "consumer": b.consumer,
+                "outbox": b.outbox,
+                "lag": b.lag,
+                "last_error": b.last_error,
+            }
+            for b in brokers
+        ],
+    }
+    lines = [
+        ("store", str(s.path)),
+        ("space", rep.space),
+        (
+            "changes",
+            f"{counts['accepted']} accepted ({own} yours), {counts['pending']} pending,"
+            f" {counts['quarantined']} quarantined",
+        ),
+    ]
+    for target, n in outbox.items():
+        lines.append(("outbox", f"{target}: {plural(n, 'own change')} to publish"))
+    for b in brokers:
+        if b.connected:
+            lag = "no stream yet" if b.lag is None else f"lag {b.lag}"
+            lines.append((b.url, f"reachable; {lag} (consumer {b.consumer})"))
+        else:
+            lines.append((b.url, f"unreachable: {b.last_error}"))
+    s.emit(data, fields(lines))
+    for b in brokers:
+        if not b.connected:
+            print(f"Error: {_about(b.url, b.last_error)}", file=sys.stderr)
+    return EXIT_OK if all(b.connected for b in brokers) else EXIT_ERROR
 
 
 def _cmd_mcp(s: Session) -> int:
@@ -1485,6 +1742,46 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate")
     p.add_argument("--tls-key", metavar="FILE", help="the PEM private key of --tls-cert")
+    p.add_argument(
+        "--nats",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="follow this NATS JetStream broker: publish and take in (repeatable)",
+    )
+    p.add_argument(
+        "--peer",
+        dest="peers",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="follow this `statefuse serve` peer over HTTP too; it fills gaps (repeatable)",
+    )
+    p.add_argument(
+        "--http",
+        action="store_true",
+        help="serve over HTTP as well while following (the default without --nats / --peer)",
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between rounds with each followed peer (default 1)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds per round or request (default 10)"
+    )
+
+
+def _status_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--nats",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="also ask this NATS broker how far behind this store is (repeatable)",
+    )
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a broker")
 
 
 def _mcp_arguments(p: argparse.ArgumentParser) -> None:
@@ -1520,7 +1817,9 @@ def _repair_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _sync_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("peers", metavar="URL", nargs="+", help="a peer's `statefuse serve` URL")
+    p.add_argument(
+        "peers", metavar="URL", nargs="+", help="a `statefuse serve` URL, or a nats:// broker"
+    )
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
     p.add_argument(
         "--cafile",
@@ -1623,8 +1922,19 @@ COMMANDS: tuple[Command, ...] = (
     Command("decide", "decide a conflict for one candidate", _decide_arguments, _cmd_decide),
     Command("export", "write every change to a signed bundle file", _file_argument, _cmd_export),
     Command("import", "verify and take in a bundle file", _file_argument, _cmd_import),
-    Command("serve", "serve this store to peers over HTTP", _serve_arguments, _cmd_serve),
-    Command("sync", "sync with peers over HTTP", _sync_arguments, _cmd_sync),
+    Command(
+        "serve",
+        "serve this store over HTTP, or follow NATS brokers and peers",
+        _serve_arguments,
+        _cmd_serve,
+    ),
+    Command("sync", "sync with peers (HTTP) and NATS brokers once", _sync_arguments, _cmd_sync),
+    Command(
+        "status",
+        "changes held, the outbox, how far behind a broker",
+        _status_arguments,
+        _cmd_status,
+    ),
     Command("keys", "show, admit or revoke author keys", _keys_arguments, _cmd_keys),
     Command("name", "show or set the name your author key goes by", _name_arguments, _cmd_name),
     Command(

@@ -9,8 +9,12 @@ once and waits for it; `Follower.status` tells how each peer fares (`FollowStatu
 
 How a peer is reached is the transport of its URL's scheme (`Transport`, looked up in
 `TRANSPORTS`, extended with `register_transport`): ``http`` and ``https`` run the HTTP sync
-protocol (`sync.client.sync_with`, both ways). A URL whose scheme no transport handles is a
-`FollowError` naming it (rule ``url-scheme``) when the follower is made, never a silent skip.
+protocol (`sync.client.sync_with`, both ways); ``nats`` and ``tls`` follow a NATS JetStream
+broker (`sync.jetstream.FollowedBroker`: each sync publishes this replica's own changes and takes
+in the stream; needs nats-py). A link that fills gaps from other peers (`GapFilling`, as the
+NATS one) is given the HTTP peers of the same call; a link that queues (`Queued`) reports its
+outbox and lag in its `PeerStatus`. A URL whose scheme no transport handles is a `FollowError`
+naming it (rule ``url-scheme``) when the follower is made, never a silent skip.
 
 Invariants:
 
@@ -45,25 +49,28 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from statefuse.error import StateFuseError
 from statefuse.registry.error import InputError
 from statefuse.sync.client import DEFAULT_TIMEOUT, check_url, sync_with
-from statefuse.sync.protocol import SyncError, check_seconds
+from statefuse.sync.protocol import SyncError, check_seconds, masked_url
 from statefuse.sync.replica import MergeReport, Replica
 
 __all__ = [
     "MAX_BACKOFF_INTERVALS",
     "TRANSPORTS",
+    "Backlog",
     "Exchange",
     "FollowError",
     "FollowStatus",
     "Follower",
+    "GapFilling",
     "HttpLink",
     "Link",
     "PeerStatus",
+    "Queued",
     "Transport",
     "register_transport",
 ]
@@ -104,6 +111,34 @@ class Link(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """What waits between this replica and a peer that queues (a broker): ``outbox``, own
+    changes it has not acknowledged; ``lag``, changes it holds that this replica has not taken
+    in (at the last look). None: not known yet."""
+
+    outbox: int | None = None
+    lag: int | None = None
+
+
+@runtime_checkable
+class Queued(Protocol):
+    """A `Link` that can tell its `Backlog` (asked after every sync, failed ones too)."""
+
+    def backlog(self) -> Backlog:
+        """The backlog now; cheap, no network."""
+        ...
+
+
+@runtime_checkable
+class GapFilling(Protocol):
+    """A `Link` that fills what its peer lost from other peers (a broker's retention)."""
+
+    def use_peers(self, urls: Sequence[str]) -> None:
+        """Fill gaps from these HTTP sync URLs (the HTTP peers of the same follow call)."""
+        ...
+
+
 #: ``transport(url, timeout)`` -> a `Link` to that peer; raises a `StateFuseError` naming the
 #: URL when it cannot use it. ``timeout`` (seconds per request) is None for the default.
 Transport = Callable[[str, float | None], Link]
@@ -131,8 +166,26 @@ class HttpLink:
         return f"HttpLink({self.url!r})"
 
 
+def _broker_link(url: str, timeout: float | None) -> Link:
+    """The ``nats`` / ``tls`` transport, imported on first use (nats-py is an extra)."""
+    try:
+        from statefuse.sync.jetstream import FollowedBroker
+    except ImportError:
+        raise FollowError(
+            "peers",
+            "transport-missing",
+            "following a NATS broker needs nats-py: pip install 'statefuse[nats]'",
+        ) from None
+    return FollowedBroker(url, timeout)
+
+
 #: The transport of each URL scheme (lower case).
-TRANSPORTS: dict[str, Transport] = {"http": HttpLink, "https": HttpLink}
+TRANSPORTS: dict[str, Transport] = {
+    "http": HttpLink,
+    "https": HttpLink,
+    "nats": _broker_link,
+    "tls": _broker_link,
+}
 
 
 def register_transport(scheme: str, transport: Transport) -> None:
@@ -186,6 +239,11 @@ class PeerStatus:
     received: int = 0
     pushed: int = 0
     quarantined: int = 0
+    #: For a peer that queues (a NATS broker; None for HTTP peers): own changes it has not
+    #: acknowledged yet, and changes it holds that this replica has not taken in, after the
+    #: last sync (failed ones too: a broker that is down shows its outbox growing).
+    outbox: int | None = None
+    lag: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -219,6 +277,16 @@ class _Peer:
         self.link = link
         self.status = PeerStatus(url)
         self.due = 0.0
+
+
+def _backlog(link: Link) -> Backlog:
+    if not isinstance(link, Queued):
+        return Backlog()
+    try:
+        return link.backlog()
+    except Exception:  # a status must not end the loop either
+        log.exception("reading the backlog of %r failed", link)
+        return Backlog()
 
 
 def _one_line(exc: BaseException) -> str:
@@ -267,6 +335,12 @@ class Follower:
         self.interval = float(interval)
         links = [_link(url, timeout, f"peers[{k}]") for k, url in enumerate(urls)]
         self._peers = [_Peer(str(url), link) for url, link in zip(urls, links, strict=True)]
+        web = [
+            str(url) for url, link in zip(urls, links, strict=True) if isinstance(link, HttpLink)
+        ]
+        for link in links:
+            if isinstance(link, GapFilling):
+                link.use_peers(web)
         self._cond = threading.Condition()
         self._stopping = False
         self._finished = False
@@ -411,13 +485,16 @@ class Follower:
             self._failed(p, exc)
             return None
         except Exception as exc:  # a transport's bug must not end the loop
-            log.exception("following %s failed", p.status.url)
+            log.exception("following %s failed", masked_url(p.status.url))
             self._failed(p, exc)
             return None
+        backlog = _backlog(p.link)
         with self._cond:
             s = p.status
             p.status = replace(
                 s,
+                outbox=backlog.outbox,
+                lag=backlog.lag,
                 attempts=s.attempts + 1,
                 failures=0,
                 last_success=time.time(),
@@ -429,11 +506,14 @@ class Follower:
         return exchange
 
     def _failed(self, p: _Peer, exc: BaseException) -> None:
+        backlog = _backlog(p.link)
         with self._cond:
             s = p.status
             failures = s.failures + 1
             p.status = replace(
                 s,
+                outbox=backlog.outbox,
+                lag=backlog.lag,
                 attempts=s.attempts + 1,
                 failures=failures,
                 last_error=_one_line(exc),

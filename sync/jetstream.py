@@ -26,8 +26,14 @@ Invariants:
   a change is marked only after the broker's PubAck. So a broker outage, a crash between the
   write and the publish, or a lost PubAck delays a change and never loses it (it is published
   again; the broker's dedupe window or the receivers' idempotence absorb the repeat).
-- The replica is touched only in the caller's thread (inside ``lock`` when given): the event
-  loop thread that the link owns does network I/O only.
+- The replica is touched only in the caller's thread, holding the replica's own lock (and
+  ``lock`` first, when given): the event loop thread that the link owns does network I/O only.
+- A URL's secret (password, or a token given as its user name) never shows: statuses, errors
+  and the ``source`` of what is received carry the URL masked (`sync.protocol.masked_url`).
+
+Following: `FollowedBroker` is the ``nats`` / ``tls`` transport of `sync.follower`, so
+`Replica.follow` takes broker URLs; `probe` and `unpublished` read where a store stands with a
+broker without changing anything (``statefuse status``).
 
 Catch-up: a new or long-offline replica's consumer replays the stream from where it left off.
 When the stream's retention dropped messages the consumer had not taken in yet, `LinkStatus.gap`
@@ -55,6 +61,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import blake3
 
@@ -79,20 +86,24 @@ except ImportError as exc:  # pragma: no cover - the extra is part of the test i
 
 from statefuse.sync.change import MAX_CHANGE_BYTES
 from statefuse.sync.client import SyncReport, sync_with
-from statefuse.sync.protocol import Lock, SyncError, check_seconds
+from statefuse.sync.follower import Backlog, Exchange
+from statefuse.sync.protocol import Lock, SyncError, check_seconds, masked_url
 from statefuse.sync.replica import MergeReport, Replica
 
 __all__ = [
     "BrokerRefusedError",
     "BrokerUnavailableError",
+    "FollowedBroker",
     "JetStreamError",
     "JetStreamLink",
     "LinkRound",
     "LinkStatus",
     "consumer_name",
+    "probe",
     "space_token",
     "stream_name",
     "subject_of",
+    "unpublished",
 ]
 
 #: Header naming the change a chunk belongs to (hex change id).
@@ -196,16 +207,29 @@ class _Assembly:
     msgs: list[Msg] = field(default_factory=list)
 
 
-@contextlib.contextmanager
-def _holding(lock: Lock | None) -> Iterator[None]:
-    if lock is None:
-        yield
-        return
-    lock.acquire()
+def _scrubbed(text: str, url: str) -> str:
+    """``text`` without the secret of ``url`` (its password, or a token given as its user
+    name): a library's message might quote the URL."""
     try:
-        yield
+        parts = urlsplit(url)
+        secret = parts.password or parts.username
+    except ValueError:
+        return text
+    return text.replace(secret, "***") if secret else text
+
+
+@contextlib.contextmanager
+def _holding(lock: Lock | None, replica: Replica) -> Iterator[None]:
+    """The caller's lock (when given), then the replica's own: the link reads the replica's
+    log and store directly, which its public methods would otherwise lock for it."""
+    if lock is not None:
+        lock.acquire()
+    try:
+        with replica.lock:
+            yield
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 class _Loop:
@@ -261,11 +285,11 @@ class JetStreamLink:
     """A replica's link to one JetStream stream: publish its own changes, take in the rest.
 
     ``url``: the NATS server (``nats://host:port``). ``peers``: HTTP sync URLs asked to fill
-    what the stream's retention dropped. ``lock``: held whenever the replica is used (pass the
-    serving lock when it is also served over HTTP). ``max_msgs`` / ``duplicate_window``
-    (seconds) configure the stream when this link creates it (an existing stream is used as it
-    is). Raises JetStreamError (rule ``replica-type``, ``readonly``) for a replica that cannot
-    be linked.
+    what the stream's retention dropped. ``lock``: a lock of the caller's, held (before the
+    replica's own, `Replica.lock`) whenever the link uses the replica; not needed.
+    ``max_msgs`` / ``duplicate_window`` (seconds) configure the stream when this link creates
+    it (an existing stream is used as it is). Raises JetStreamError (rule ``replica-type``,
+    ``readonly``) for a replica that cannot be linked.
 
     The API is synchronous; `start` connects, `sync_once` runs one round, `stop` disconnects.
     """
@@ -295,6 +319,8 @@ class JetStreamLink:
             raise JetStreamError("max_msgs", "range", f"expected an int >= 1, got {max_msgs!r}")
         self.replica = replica
         self.url = url
+        #: The URL as it may be shown: its password, if any, masked (`masked_url`).
+        self.shown_url = masked_url(url)
         self.peers = tuple(peers)
         self.lock = lock
         self._duplicate_window = check_seconds("duplicate_window", duplicate_window)
@@ -323,6 +349,8 @@ class JetStreamLink:
         self._lag: int | None = None
         self._gap: tuple[int, int] | None = None
         self._last_error: str | None = None
+        #: Why the last round could not fill a gap from ``peers`` (None: it could, or needn't).
+        self._peer_error: str | None = None
 
     # --- life ---------------------------------------------------------------------------------
 
@@ -335,7 +363,7 @@ class JetStreamLink:
         try:
             self._loop.run(self._connect(), seconds)
         except JetStreamError as exc:
-            self._last_error = exc.message
+            self._last_error = self._scrub(exc.message)
             raise
         return self
 
@@ -356,7 +384,7 @@ class JetStreamLink:
 
     async def _connect(self) -> None:
         if self._nc is None or self._nc.is_closed:
-            async with _mapped(f"connecting to {self.url}"):
+            async with _mapped(f"connecting to {self.shown_url}"):
                 self._nc = await nats.connect(
                     self.url,
                     connect_timeout=self._connect_timeout,
@@ -421,10 +449,13 @@ class JetStreamLink:
             await nc.close()
 
     async def _on_error(self, exc: Exception) -> None:
-        self._last_error = f"{type(exc).__name__}: {exc}".strip()
+        self._last_error = self._scrub(f"{type(exc).__name__}: {exc}".strip())
 
     async def _on_disconnect(self) -> None:
-        self._last_error = f"disconnected from {self.url}"
+        self._last_error = f"disconnected from {self.shown_url}"
+
+    def _scrub(self, text: str) -> str:
+        return _scrubbed(text, self.url)
 
     # --- one round ----------------------------------------------------------------------------
 
@@ -443,9 +474,9 @@ class JetStreamLink:
         try:
             result = self._round(deadline, progress)
         except JetStreamError as exc:
-            self._last_error = exc.message
+            self._last_error = self._scrub(exc.message)
             raise
-        self._last_error = None
+        self._last_error = self._peer_error
         return result
 
     def _left(self, deadline: float) -> float:
@@ -461,6 +492,7 @@ class JetStreamLink:
         published = self._publish(deadline, progress)
         fetched, merge = self._take_in(deadline)
         reconciled: tuple[SyncReport, ...] = ()
+        self._peer_error = None
         if self.peers and (self._gap is not None or self.replica.pending()):
             reconciled = self._reconcile()
         return LinkRound(published=published, fetched=fetched, merge=merge, reconciled=reconciled)
@@ -485,7 +517,7 @@ class JetStreamLink:
 
     def _publish(self, deadline: float, progress: Callable[[int, int], object] | None) -> int:
         assert self._loop is not None
-        with _holding(self.lock):
+        with _holding(self.lock, self.replica):
             outbox = self._own_unpublished()
         if not outbox:
             return 0
@@ -497,7 +529,7 @@ class JetStreamLink:
             error = exc
         done = list(done)  # the loop thread appends no more
         if done:
-            with _holding(self.lock):
+            with _holding(self.lock, self.replica):
                 self.replica.store.mark_published(self.stream, done)
             assert self._marks is not None
             for cid in done:
@@ -556,8 +588,8 @@ class JetStreamLink:
             msgs, pending = self._loop.run(self._fetch(), self._left(deadline))
             datas, finished = self._decode(msgs)
             if datas:
-                with _holding(self.lock):
-                    report = self.replica.receive(datas)
+                with _holding(self.lock, self.replica):
+                    report = self.replica.receive(datas, source=self.shown_url)
                 merge = merge + report
                 self._received = self._received + report
                 fetched += len(datas)
@@ -660,11 +692,11 @@ class JetStreamLink:
             try:
                 reports.append(sync_with(self.replica, url, lock=self.lock))
             except SyncError as exc:
-                errors.append(f"{url}: {exc.message}")
+                errors.append(f"{masked_url(url)}: {exc.message}")
         if reports:
             self._gap = None
         if errors:
-            self._last_error = "; ".join(errors)
+            self._peer_error = self._scrub("; ".join(errors))
         return tuple(reports)
 
     # --- reading ------------------------------------------------------------------------------
@@ -672,10 +704,10 @@ class JetStreamLink:
     def status(self) -> LinkStatus:
         """Where the link stands; cheap, asks the broker nothing (the lag is the last look)."""
         nc = self._nc
-        with _holding(self.lock):
+        with _holding(self.lock, self.replica):
             outbox = len(self._own_unpublished())
         return LinkStatus(
-            url=self.url,
+            url=self.shown_url,
             stream=self.stream,
             consumer=self.consumer,
             connected=nc is not None and nc.is_connected,
@@ -687,6 +719,147 @@ class JetStreamLink:
             gap=self._gap,
             last_error=self._last_error,
         )
+
+
+def unpublished(replica: Replica) -> list[bytes]:
+    """Ids of ``replica``'s own accepted changes that carry no publish mark for its space's
+    stream, oldest first: the outbox any link of its store starts from. Works on a read-only
+    replica (beside a live writer), so a status can show it."""
+    stream = stream_name(replica.space)
+    with replica.lock:
+        marks = replica.store.published(stream)
+        log = replica.log
+        own = []
+        for cid in log.accepted_since(0):
+            change = log.get(cid)
+            if change is not None and change.author == replica.author and cid not in marks:
+                own.append(cid)
+    return own
+
+
+def probe(replica: Replica, url: str, *, timeout: float = 5.0) -> LinkStatus:
+    """Where ``replica``'s store stands with the broker at ``url``, asked once and changing
+    nothing there (no stream or consumer is made): ``lag`` is what its consumer has not taken
+    in yet (every message of the stream when it has no consumer yet; None when the broker
+    could not be asked, or holds no stream for the space), ``outbox`` what `unpublished`
+    counts, ``last_error`` why the broker could not be asked. Works on a read-only replica.
+    Raises JetStreamError (rule ``url``) for a URL that is not a string."""
+    if not isinstance(url, str) or not url:
+        raise JetStreamError("url", "url", f"expected a nats:// URL, got {url!r}")
+    seconds = check_seconds("timeout", timeout)
+    shown = masked_url(url)
+    stream = stream_name(replica.space)
+    info = replica.store.info()
+    assert info is not None  # a replica's store is initialized
+    consumer = consumer_name(info.store_id or replica.author)
+    outbox = len(unpublished(replica))
+
+    async def look() -> int | None:
+        async with _mapped(f"connecting to {shown}"):
+            nc = await nats.connect(
+                url,
+                connect_timeout=seconds,
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0.2,
+                error_cb=_quiet,
+            )
+        try:
+            js = nc.jetstream(timeout=seconds)
+            async with _mapped(f"reading the state of stream {stream}"):
+                try:
+                    state = (await js.stream_info(stream)).state
+                except nats.js.errors.NotFoundError:
+                    return None
+                try:
+                    mine = await js.consumer_info(stream, consumer)
+                except nats.js.errors.NotFoundError:
+                    return state.messages
+                return (mine.num_pending or 0) + (mine.num_ack_pending or 0)
+        finally:
+            await nc.close()
+
+    lag: int | None = None
+    error: str | None = None
+    try:
+        lag = asyncio.run(asyncio.wait_for(look(), seconds * 2))
+    except JetStreamError as exc:
+        error = exc.message
+    except asyncio.TimeoutError:
+        error = f"the broker did not answer within {seconds * 2:g} s"
+    if error is not None:
+        error = _scrubbed(error, url)
+    return LinkStatus(
+        url=shown,
+        stream=stream,
+        consumer=consumer,
+        connected=error is None,
+        outbox=outbox,
+        lag=lag,
+        published=0,
+        received=MergeReport(),
+        rejected=0,
+        gap=None,
+        last_error=error,
+    )
+
+
+async def _quiet(exc: Exception) -> None:
+    """nats-py logs every connection error with a traceback unless given a callback: the
+    error that matters is the one `probe` returns."""
+
+
+class FollowedBroker:
+    """The follower's link to a NATS broker (the ``nats`` and ``tls`` transports of
+    `sync.follower`): one `JetStreamLink`, kept open across rounds, whose `sync` is one
+    `JetStreamLink.sync_once`. The follower gives it the HTTP peers of the same call
+    (`use_peers`) to fill what the stream's retention dropped."""
+
+    __slots__ = ("_link", "_peers", "timeout", "url")
+
+    def __init__(self, url: str, timeout: float | None = None) -> None:
+        if not isinstance(url, str) or not url:
+            raise JetStreamError("url", "url", f"expected a nats:// URL, got {url!r}")
+        self.url = url
+        self.timeout = 10.0 if timeout is None else check_seconds("timeout", timeout)
+        self._link: JetStreamLink | None = None
+        self._peers: tuple[str, ...] = ()
+
+    def use_peers(self, urls: Sequence[str]) -> None:
+        """Fill gaps from these HTTP sync URLs."""
+        self._peers = tuple(urls)
+        if self._link is not None:
+            self._link.peers = self._peers
+
+    def sync(self, replica: Replica) -> Exchange:
+        if self._link is None or self._link.replica is not replica:
+            self.close()
+            self._link = JetStreamLink(
+                replica,
+                self.url,
+                peers=self._peers,
+                connect_timeout=min(2.0, self.timeout),
+            )
+        round_ = self._link.sync_once(timeout=self.timeout)
+        merge = round_.merge
+        fetched = round_.fetched
+        for report in round_.reconciled:
+            merge = merge + report.merge
+            fetched += report.fetched
+        return Exchange(fetched=fetched, pushed=round_.published, merge=merge)
+
+    def backlog(self) -> Backlog:
+        if self._link is None:
+            return Backlog()
+        status = self._link.status()
+        return Backlog(outbox=status.outbox, lag=status.lag)
+
+    def close(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            link.stop()
+
+    def __repr__(self) -> str:
+        return f"FollowedBroker({masked_url(self.url)!r})"
 
 
 def _chunk_of(headers: dict[str, str]) -> tuple[bytes, int, int] | None:

@@ -50,6 +50,7 @@ import math
 import struct
 from collections.abc import Sequence
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 from statefuse.registry.error import InputError
 from statefuse.sync.change import MAX_CHANGE_BYTES, MAX_SPACE_CHARS
@@ -75,6 +76,7 @@ __all__ = [
     "decode_space",
     "encode_frames",
     "limits",
+    "masked_url",
 ]
 
 #: Version of the endpoints and of the body framing (the ``/v1/`` in every path).
@@ -142,6 +144,22 @@ def check_seconds(field: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
         raise SyncError(field, "range", f"expected a positive number of seconds, got {value!r}")
     return float(value)
+
+
+def masked_url(url: str) -> str:
+    """``url`` fit to print: a password in it (``nats://user:secret@host``) becomes ``***``,
+    and so does a NATS token (``nats://secret@host``, a user name without a password)."""
+    try:
+        parts = urlsplit(url)
+        user, password = parts.username, parts.password
+    except ValueError:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    if password:
+        return urlunsplit(parts._replace(netloc=f"{user or ''}:***@{host}"))
+    if user and parts.scheme.lower() in ("nats", "tls", "ws", "wss"):
+        return urlunsplit(parts._replace(netloc=f"***@{host}"))
+    return url
 
 
 def limits() -> dict[str, int]:

@@ -254,7 +254,7 @@ def test_an_observer_on_the_follower_thread_may_read_write_and_stop_the_follower
 @pytest.mark.parametrize(
     ("peers", "kwargs", "field", "rule"),
     [
-        ("nats://127.0.0.1:4222", {}, "peers[0]", "url-scheme"),
+        ("mqtt://127.0.0.1:1883", {}, "peers[0]", "url-scheme"),
         (["http://127.0.0.1:1", "ftp://x"], {}, "peers[1]", "url-scheme"),
         ("127.0.0.1:1", {}, "peers[0]", "url-scheme"),
         ("http://", {}, "peers[0]", "http-url"),

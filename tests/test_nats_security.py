@@ -156,11 +156,6 @@ def test_a_publish_outside_the_authors_subject_is_refused_by_the_broker(broker, 
     assert any("permissions violation for publish" in e.lower() and other in e for e in errors)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 15: JetStreamLink names its URL, password included, in connection errors"
-    " (sync/jetstream.py; to mask there)",
-)
 def test_a_wrong_password_is_refused_without_the_password_in_the_error(broker, scout):
     wrong = secrets.token_hex(12)
     with pytest.raises(BrokerUnavailableError) as refused:
