@@ -716,6 +716,7 @@ def test_the_system_prompt_explains_every_marker_the_text_uses():
         "[corrected: now K]",
         "[= K]",
         "`[ns]`",
+        "`[ns] (authority=A)`",
     ):
         assert SYSTEM_PROMPT.count(marker) == 1, marker
     assert TOK.count(SYSTEM_PROMPT) < 600
