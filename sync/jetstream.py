@@ -118,6 +118,15 @@ _MAX_CHUNKS = MAX_CHANGE_BYTES // 1024 + 1
 _MAX_ASSEMBLIES = 64
 #: Messages asked of the broker per fetch.
 _FETCH_BATCH = 256
+#: Publishes awaiting their PubAck at once.
+_PUBLISH_WINDOW = 64
+#: Longest the broker is asked to hold one long-poll (`JetStreamLink.wait` asks again after).
+_POLL_SECONDS = 2.0
+#: A round that took a long-poll's messages still asks the broker for the stream's state (to
+#: see a retention gap) when this many seconds passed since it last asked.
+_CHECK_SECONDS = 1.0
+#: Longest a round waits for a long-poll in flight when the broker says messages wait.
+_HARVEST_SECONDS = 0.5
 #: A space name used as it is in stream and subject names.
 _PLAIN = re.compile(r"[A-Za-z0-9-]{1,64}")
 
@@ -351,6 +360,21 @@ class JetStreamLink:
         self._last_error: str | None = None
         #: Why the last round could not fill a gap from ``peers`` (None: it could, or needn't).
         self._peer_error: str | None = None
+        #: The long-poll fetch `wait` started (on the loop; never cancelled while connected,
+        #: so no message it took is lost), and the loop-side event `wake` sets to end a wait.
+        self._poll: asyncio.Future[list[Msg]] | None = None
+        self._interrupt: asyncio.Event | None = None
+        #: Set by `wake`, cleared by the `wait` it ends (a wake before a wait ends that wait).
+        self._woken = threading.Event()
+        #: When the last round asked the broker for the stream's state (monotonic), and the
+        #: stream sequence of the last message taken in (a jump past it may be a gap).
+        self._checked_at: float | None = None
+        self._last_seq: int | None = None
+        #: The first sequence a skip passed over, until `_check_gap` looked at it.
+        self._suspect: int | None = None
+        #: When a round stops taking in more batches (half its time): a long backlog is
+        #: taken in over several rounds, each ending well, rather than one that times out.
+        self._enough = 0.0
 
     # --- life ---------------------------------------------------------------------------------
 
@@ -400,6 +424,10 @@ class JetStreamLink:
             self._nc.options["max_reconnect_attempts"] = -1
             self._js = self._nc.jetstream(timeout=self._connect_timeout)
             self._sub = None
+            self._drop_poll()
+            self._checked_at = None
+        if self._interrupt is None:
+            self._interrupt = asyncio.Event()
         if self._sub is None:
             await self._ensure_stream()
             await self._ensure_consumer()
@@ -444,6 +472,7 @@ class JetStreamLink:
             )
 
     async def _close(self) -> None:
+        self._drop_poll()
         nc, self._nc, self._js, self._sub = self._nc, None, None, None
         if nc is not None and not nc.is_closed:
             await nc.close()
@@ -463,14 +492,17 @@ class JetStreamLink:
         self, *, timeout: float = 10.0, progress: Callable[[int, int], object] | None = None
     ) -> LinkRound:
         """Publish the outbox, take in everything the stream holds for this consumer, and fill
-        a gap from ``peers``; returns what moved. ``progress(done, total)`` is called (in the
-        link's thread) after each change the stream acknowledged.
+        a gap from ``peers``; returns what moved. A backlog that takes longer than half of
+        ``timeout`` to take in is left for the next round (`LinkStatus.lag` says how much):
+        the round ends well rather than running out of time. ``progress(done, total)`` is
+        called (in the link's loop thread) after each change the stream acknowledged.
 
         Raises BrokerUnavailableError / BrokerRefusedError (what moved before it stays: marked
         published, or received and acknowledged), and what `Replica.receive` raises.
         """
         seconds = check_seconds("timeout", timeout)
         deadline = time.monotonic() + seconds
+        self._enough = time.monotonic() + seconds / 2
         try:
             result = self._round(deadline, progress)
         except JetStreamError as exc:
@@ -478,6 +510,13 @@ class JetStreamLink:
             raise
         self._last_error = self._peer_error
         return result
+
+    def _within(self, deadline: float, step: Callable[..., Any], *args: Any) -> Any:
+        """Run ``step(*args)`` on the loop within what is left of the round (the time is
+        checked first, so a round out of time makes no coroutine it would never run)."""
+        assert self._loop is not None
+        left = self._left(deadline)
+        return self._loop.run(step(*args), left)
 
     def _left(self, deadline: float) -> float:
         left = deadline - time.monotonic()
@@ -488,7 +527,7 @@ class JetStreamLink:
     def _round(self, deadline: float, progress: Callable[[int, int], object] | None) -> LinkRound:
         if self._loop is None:
             self._loop = _Loop()
-        self._loop.run(self._connect(), self._left(deadline))
+        self._within(deadline, self._connect)
         published = self._publish(deadline, progress)
         fetched, merge = self._take_in(deadline)
         reconciled: tuple[SyncReport, ...] = ()
@@ -524,7 +563,7 @@ class JetStreamLink:
         done: list[bytes] = []
         error: JetStreamError | None = None
         try:
-            self._loop.run(self._send(outbox, done, progress), self._left(deadline))
+            self._within(deadline, self._send, outbox, done, progress)
         except JetStreamError as exc:
             error = exc
         done = list(done)  # the loop thread appends no more
@@ -555,22 +594,58 @@ class JetStreamLink:
                 f"the server's max_payload ({self._nc.max_payload} bytes) leaves no room for"
                 " a chunk of 1 KiB",
             )
-        for cid, data in outbox:
-            async with _mapped(f"publishing change {cid.hex()[:12]}…"):
-                if len(data) <= room:
-                    await self._put(data, {"Nats-Msg-Id": cid.hex()})
-                else:
-                    count = -(-len(data) // room)
-                    for i in range(count):
-                        headers = {
-                            "Nats-Msg-Id": f"{cid.hex()}.{i}",
-                            CHANGE_HEADER: cid.hex(),
-                            CHUNK_HEADER: f"{i}/{count}",
-                        }
-                        await self._put(data[i * room : (i + 1) * room], headers)
-            done.append(cid)
-            if progress is not None:
-                progress(len(done), len(outbox))
+        # up to `_PUBLISH_WINDOW` publishes await their PubAck at once (sent in order); a
+        # change counts as done, in outbox order, once its own PubAck came
+        window: list[tuple[bytes, asyncio.Future[None]]] = []
+        try:
+            for cid, data in outbox:
+                window.append((cid, asyncio.ensure_future(self._publish_one(cid, data, room))))
+                if len(window) >= _PUBLISH_WINDOW:
+                    await self._settle(window, done, progress, len(outbox))
+            await self._settle(window, done, progress, len(outbox))
+        finally:
+            for _, task in window:  # cancelled, or a failure ended the settling early
+                task.cancel()
+
+    async def _publish_one(self, cid: bytes, data: bytes, room: int) -> None:
+        async with _mapped(f"publishing change {cid.hex()[:12]}…"):
+            if len(data) <= room:
+                await self._put(data, {"Nats-Msg-Id": cid.hex()})
+                return
+            count = -(-len(data) // room)
+            for i in range(count):
+                headers = {
+                    "Nats-Msg-Id": f"{cid.hex()}.{i}",
+                    CHANGE_HEADER: cid.hex(),
+                    CHUNK_HEADER: f"{i}/{count}",
+                }
+                await self._put(data[i * room : (i + 1) * room], headers)
+
+    @staticmethod
+    async def _settle(
+        window: list[tuple[bytes, asyncio.Future[None]]],
+        done: list[bytes],
+        progress: Callable[[int, int], object] | None,
+        total: int,
+    ) -> None:
+        """Wait for every publish of ``window`` (emptied); note the acknowledged ones in
+        ``done``, then raise the first failure, if any."""
+        batch = list(window)
+        window.clear()
+        if not batch:
+            return
+        await asyncio.wait([task for _, task in batch])
+        failure: BaseException | None = None
+        for cid, task in batch:
+            error = task.exception() if not task.cancelled() else asyncio.CancelledError()
+            if error is None:
+                done.append(cid)
+                if progress is not None:
+                    progress(len(done), total)
+            elif failure is None:
+                failure = error
+        if failure is not None:
+            raise failure
 
     async def _put(self, payload: bytes, headers: dict[str, str]) -> None:
         assert self._js is not None
@@ -580,39 +655,99 @@ class JetStreamLink:
     # --- taking in ----------------------------------------------------------------------------
 
     def _take_in(self, deadline: float) -> tuple[int, MergeReport]:
+        """Take in what the stream holds for this consumer. A long-poll that finished (see
+        `wait`) is taken first; the broker is asked for the stream's state (retention gap,
+        what is left) unless that poll brought messages in sequence and it was asked less than
+        `_CHECK_SECONDS` ago: a follower woken by each change pays one round trip for it."""
         assert self._loop is not None
-        pending = self._loop.run(self._check_gap(), self._left(deadline))
         fetched = 0
         merge = MergeReport()
-        while pending > 0:
-            msgs, pending = self._loop.run(self._fetch(), self._left(deadline))
-            datas, finished = self._decode(msgs)
-            if datas:
-                with _holding(self.lock, self.replica):
-                    report = self.replica.receive(datas, source=self.shown_url)
-                merge = merge + report
-                self._received = self._received + report
-                fetched += len(datas)
-            if finished:
-                self._loop.run(self._ack(finished), self._left(deadline))
+        pending = 0
+        taken = False
+        if self._poll is not None and self._poll.done():
+            msgs = self._within(deadline, self._harvest, 0.0)
+            assert msgs is not None  # a finished poll
+            pending, taken = self._pending_after(msgs), bool(msgs)
+            fetched, merge = self._absorb(msgs, deadline)
+        if not taken or self._suspect is not None or self._check_due():
+            pending = self._within(deadline, self._check_gap)
+        while pending > 0 and time.monotonic() < self._enough:
+            if self._poll is not None:  # in flight: the broker hands it what waits first
+                polled = self._within(deadline, self._harvest, _HARVEST_SECONDS)
+                if polled is None:
+                    break  # nothing came (what waits is delivered, not yet acknowledged)
+                msgs, pending = polled, self._pending_after(polled)
+            else:
+                msgs, pending = self._within(deadline, self._fetch)
+            more, report = self._absorb(msgs, deadline)
+            fetched += more
+            merge = merge + report
             if not msgs:
                 break
+        if self._suspect is not None:
+            self._within(deadline, self._check_gap)
         self._lag = pending + sum(len(a.msgs) for a in self._assemblies.values())
         return fetched, merge
 
+    def _absorb(self, msgs: list[Msg], deadline: float) -> tuple[int, MergeReport]:
+        """Receive the changes ``msgs`` carry, then acknowledge the messages done with."""
+        assert self._loop is not None
+        self._note_sequences(msgs)
+        datas, finished = self._decode(msgs)
+        report = MergeReport()
+        if datas:
+            with _holding(self.lock, self.replica):
+                report = self.replica.receive(datas, source=self.shown_url)
+            self._received = self._received + report
+        if finished:
+            self._within(deadline, self._ack, finished)
+        return len(datas), report
+
+    def _note_sequences(self, msgs: list[Msg]) -> None:
+        """Remember the highest stream sequence taken in; a message past the next one may mean
+        retention dropped what lies between (or only that it is delivered again later): the
+        round then asks the broker (`_check_gap`), which tells the two apart."""
+        for msg in msgs:
+            seq = _stream_sequence(msg)
+            if seq is None:
+                continue
+            last = self._last_seq
+            if last is not None and seq > last + 1 and self._suspect is None:
+                self._suspect = last + 1
+            if last is None or seq > last:
+                self._last_seq = seq
+
+    def _check_due(self) -> bool:
+        return self._checked_at is None or time.monotonic() - self._checked_at >= _CHECK_SECONDS
+
+    @staticmethod
+    def _pending_after(msgs: list[Msg]) -> int:
+        """What the broker had not delivered yet when it sent the last of ``msgs``."""
+        if not msgs:
+            return 0
+        try:
+            return int(msgs[-1].metadata.num_pending or 0)
+        except (ValueError, TypeError, AttributeError, nats.errors.Error):
+            return 0
+
     async def _check_gap(self) -> int:
         """Note in `LinkStatus.gap` whether retention dropped messages this consumer had not
-        taken in: its next sequence is below the stream's first, or a consumer made in this
-        run finds a stream that no longer starts at 1. Returns what the consumer has left to
-        take in: messages not yet delivered, and delivered ones not yet acknowledged that this
-        link does not hold (delivered again once their wait runs out)."""
+        taken in: its next sequence is below the stream's first, a consumer made in this
+        run finds a stream that no longer starts at 1, or a message skipped sequences the
+        stream no longer holds. Returns what the consumer has left to take in: messages not
+        yet delivered, and delivered ones not yet acknowledged that this link does not hold
+        (delivered again once their wait runs out)."""
         assert self._js is not None
         async with _mapped(f"reading the state of stream {self.stream}"):
             stream = await self._js.stream_info(self.stream)
             consumer = await self._js.consumer_info(self.stream, self.consumer)
+        self._checked_at = time.monotonic()
         first = stream.state.first_seq
         delivered = consumer.delivered.stream_seq if consumer.delivered is not None else 0
         wanted = 1 if self._new_consumer else delivered + 1
+        if self._suspect is not None:
+            wanted = min(wanted, self._suspect)
+            self._suspect = None
         self._new_consumer = False
         if wanted < first:
             self._gap = (wanted, first)
@@ -625,10 +760,101 @@ class JetStreamLink:
         async with _mapped(f"fetching from stream {self.stream}"):
             try:
                 msgs = await self._sub.fetch(_FETCH_BATCH, timeout=0.5)
-            except nats.errors.TimeoutError:
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
                 msgs = []
-            info = await self._sub.consumer_info()
-        return msgs, info.num_pending or 0
+        return msgs, self._pending_after(msgs)
+
+    # --- waiting --------------------------------------------------------------------------------
+
+    def wait(self, seconds: float) -> bool:
+        """Block up to ``seconds`` until the stream holds something for this replica (True: a
+        `sync_once` now takes it in without a poll's delay), `wake` is called, or the time
+        passes (False). A long-poll: the broker holds the request and answers the moment a
+        message arrives, so a follower waiting this way takes a change in about a round trip
+        after it is published and costs nothing while nothing happens. Not connected (before
+        the first round, or while the broker is away) it only sleeps, until `wake`. Never
+        raises for the broker: a poll that failed ends the wait (True) and the next round
+        reports why. Call it from one thread at a time, between rounds."""
+        seconds = check_seconds("seconds", seconds)
+        loop = self._loop
+        if loop is None or self._sub is None or self._interrupt is None:
+            self._woken.wait(seconds)
+            self._woken.clear()
+            return False
+        try:
+            return bool(loop.run(self._await_news(seconds), seconds + self._connect_timeout + 1))
+        except JetStreamError:
+            return False
+
+    def wake(self) -> None:
+        """End a `wait` now (or the next one, when none runs); safe from any thread."""
+        self._woken.set()
+        loop, interrupt = self._loop, self._interrupt
+        if loop is not None and interrupt is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.loop.call_soon_threadsafe(interrupt.set)
+
+    async def _await_news(self, seconds: float) -> bool:
+        interrupt = self._interrupt
+        assert interrupt is not None
+        interrupt.clear()
+        clock = asyncio.get_running_loop()
+        end = clock.time() + seconds
+        while True:
+            if self._woken.is_set():
+                self._woken.clear()
+                return False
+            if self._sub is None:
+                return False
+            if self._poll is None:
+                self._poll = asyncio.ensure_future(self._long_poll(self._sub))
+                # its error is the next round's to report; a poll dropped unharvested (the
+                # link closing) must not log "exception never retrieved" either
+                self._poll.add_done_callback(_retrieved)
+            poll = self._poll
+            if poll.done():
+                if poll.cancelled() or poll.exception() is not None or poll.result():
+                    return True
+                self._poll = None  # the broker held it to the end: nothing came, ask again
+                continue
+            left = end - clock.time()
+            if left <= 0:
+                return False
+            waker: asyncio.Future[Any] = asyncio.ensure_future(interrupt.wait())
+            waiting: set[asyncio.Future[Any]] = {poll, waker}
+            try:
+                await asyncio.wait(waiting, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waker.cancel()
+            interrupt.clear()
+
+    @staticmethod
+    async def _long_poll(sub: JetStreamContext.PullSubscription) -> list[Msg]:
+        try:
+            return await sub.fetch(_FETCH_BATCH, timeout=_POLL_SECONDS)
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            return []
+
+    async def _harvest(self, seconds: float) -> list[Msg] | None:
+        """The messages of the long-poll in flight, waiting up to ``seconds`` for it to end;
+        None when it has not."""
+        poll = self._poll
+        if poll is None:
+            return []
+        if not poll.done():
+            await asyncio.wait({poll}, timeout=seconds)
+            if not poll.done():
+                return None
+        self._poll = None
+        async with _mapped(f"fetching from stream {self.stream}"):
+            return poll.result()
+
+    def _drop_poll(self) -> None:
+        """Forget the long-poll (the connection it used is gone). Messages it held unacknowledged
+        are delivered again once their acknowledgement wait runs out: delayed, never lost."""
+        poll, self._poll = self._poll, None
+        if poll is not None and not poll.done():
+            poll.cancel()
 
     async def _ack(self, msgs: list[Msg]) -> None:
         assert self._nc is not None
@@ -814,7 +1040,7 @@ class FollowedBroker:
     `JetStreamLink.sync_once`. The follower gives it the HTTP peers of the same call
     (`use_peers`) to fill what the stream's retention dropped."""
 
-    __slots__ = ("_link", "_peers", "timeout", "url")
+    __slots__ = ("_idle", "_link", "_peers", "timeout", "url")
 
     def __init__(self, url: str, timeout: float | None = None) -> None:
         if not isinstance(url, str) or not url:
@@ -823,6 +1049,8 @@ class FollowedBroker:
         self.timeout = 10.0 if timeout is None else check_seconds("timeout", timeout)
         self._link: JetStreamLink | None = None
         self._peers: tuple[str, ...] = ()
+        #: What `wait` sleeps on before the first round made the link.
+        self._idle = threading.Event()
 
     def use_peers(self, urls: Sequence[str]) -> None:
         """Fill gaps from these HTTP sync URLs."""
@@ -847,6 +1075,22 @@ class FollowedBroker:
             fetched += report.fetched
         return Exchange(fetched=fetched, pushed=round_.published, merge=merge)
 
+    def wait(self, seconds: float) -> bool:
+        """`JetStreamLink.wait` (the follower waits between rounds this way)."""
+        link = self._link
+        if link is None:
+            self._idle.wait(check_seconds("seconds", seconds))
+            self._idle.clear()
+            return False
+        return link.wait(seconds)
+
+    def wake(self) -> None:
+        """`JetStreamLink.wake`: a local write to publish, a stop or a `sync_now`."""
+        self._idle.set()
+        link = self._link
+        if link is not None:
+            link.wake()
+
     def backlog(self) -> Backlog:
         if self._link is None:
             return Backlog()
@@ -860,6 +1104,19 @@ class FollowedBroker:
 
     def __repr__(self) -> str:
         return f"FollowedBroker({masked_url(self.url)!r})"
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def _stream_sequence(msg: Msg) -> int | None:
+    """The stream sequence of a JetStream message (None for one without its metadata)."""
+    try:
+        return int(msg.metadata.sequence.stream)
+    except (ValueError, TypeError, AttributeError, nats.errors.Error):
+        return None
 
 
 def _chunk_of(headers: dict[str, str]) -> tuple[bytes, int, int] | None:

@@ -313,3 +313,98 @@ def test_closing_the_replica_while_holding_its_lock_does_not_wait_for_a_blocked_
         assert entered.wait(5)
         replica.close()  # returns: it does not join a thread that waits for this lock
     eventually(lambda: not follower.running and _followers_alive() == [])
+
+
+# --- links that wait (a broker's long-poll) ------------------------------------------------------
+
+
+class WaitingLink(FakeLink):
+    """A `Waiting` fake: ``wait`` blocks on an event that ``news()`` or ``wake()`` sets, and
+    records how each wait ended."""
+
+    def __init__(self, step: Callable[[Replica], Exchange]) -> None:
+        super().__init__(step)
+        self._cond = threading.Condition()
+        self._news = False
+        self._woken = False
+        self.waits: list[str] = []
+
+    def news(self) -> None:
+        with self._cond:
+            self._news = True
+            self._cond.notify_all()
+
+    def wait(self, seconds: float) -> bool:
+        with self._cond:
+            self._cond.wait_for(lambda: self._news or self._woken, seconds)
+            news, woken = self._news, self._woken
+            self._news = self._woken = False
+        self.waits.append("news" if news else "woken" if woken else "time")
+        return news
+
+    def wake(self) -> None:
+        with self._cond:
+            self._woken = True
+            self._cond.notify_all()
+
+
+@pytest.fixture
+def waiting(monkeypatch: pytest.MonkeyPatch) -> Callable[[WaitingLink], WaitingLink]:
+    """Make ``fake://peer`` reach the given `WaitingLink`."""
+
+    def install(link: WaitingLink) -> WaitingLink:
+        monkeypatch.setitem(TRANSPORTS, "fake", lambda url, timeout: link)
+        return link
+
+    return install
+
+
+def test_a_waiting_link_is_synced_when_it_has_news_not_at_the_interval(waiting):
+    link = waiting(WaitingLink(lambda replica: Exchange()))
+    agent = Replica.memory(space=SPACE)
+    with agent.follow("fake://peer", interval=60) as follower:
+        eventually(lambda: link.calls)  # the first round
+        eventually(lambda: follower.status.rounds == 1)
+        link.news()
+        eventually(lambda: len(link.calls) == 2)
+        link.news()
+        eventually(lambda: len(link.calls) == 3)
+        assert follower.status.peer("fake://peer").ok
+
+
+def test_a_local_write_wakes_a_waiting_link_and_a_write_during_a_sync_is_not_left_for_later(
+    waiting,
+):
+    in_sync, release = threading.Event(), threading.Event()
+
+    def step(replica: Replica) -> Exchange:
+        if len(link.calls) == 2:  # the sync the first write asked for: hold it
+            in_sync.set()
+            assert release.wait(10)
+        return Exchange()
+
+    link = waiting(WaitingLink(step))
+    agent = Replica.memory(space=SPACE)
+    with agent.follow("fake://peer", interval=60) as follower:
+        eventually(lambda: follower.status.rounds == 1)
+        agent.add_claim("project/launch/owner", "dana")  # wakes the wait: sync 2
+        assert in_sync.wait(5)
+        agent.add_claim("project/launch/date", "May")  # written while sync 2 runs
+        release.set()
+        eventually(lambda: len(link.calls) == 3)  # synced again for it, not in 60 s
+        assert "woken" in link.waits
+
+
+def test_a_received_change_does_not_wake_a_waiting_link_and_stop_ends_a_wait_at_once(waiting):
+    link = waiting(WaitingLink(lambda replica: Exchange()))
+    agent, other = Replica.memory(space=SPACE), Replica.memory(space=SPACE)
+    follower = agent.follow("fake://peer", interval=60)
+    eventually(lambda: follower.status.rounds == 1)
+    other.add_claim("vendor/acme/price", 1150)
+    agent.receive(other.change_bytes(other.change_ids()))  # RECEIVED: nothing to publish
+    eventually(lambda: follower._waiting is not None)
+    assert len(link.calls) == 1
+    start = time.monotonic()
+    follower.stop()
+    assert time.monotonic() - start < 5 and not follower.running
+    assert link.waits[-1] == "woken"

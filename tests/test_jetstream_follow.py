@@ -100,6 +100,39 @@ def test_http_and_nats_peers_mix_and_a_broker_link_fills_gaps_from_the_http_ones
         assert status.peer(web.url).outbox is None and status.peer(server.url).outbox == 0
 
 
+def test_followers_long_poll_a_broker_so_a_burst_of_writes_arrives_long_before_the_interval(
+    server,
+):
+    """With a 60 s interval, only the long-poll (news) and the local-write wake can move the
+    changes: every claim of a burst (written while the writer's follower is mid-publish) must
+    arrive within seconds, and an idle follower runs no rounds."""
+    a, b = Replica.memory(space="team"), Replica.memory(space="team")
+    with a.follow(server.url, interval=60) as fa, b.follow(server.url, interval=60) as fb:
+        fa.sync_now(timeout=10)
+        fb.sync_now(timeout=10)
+        idle = fb.status.rounds
+        time.sleep(0.3)  # a window in which a polling follower would have run rounds
+        assert fb.status.rounds == idle
+        claims = [a.add_claim(f"user/u{k}/city", f"town-{k}") for k in range(40)]
+        eventually(lambda: all(c.claim_id in b.state().claims for c in claims), 10)
+        eventually(lambda: fa.status.peer(server.url).outbox == 0, 10)
+        start = time.monotonic()
+    assert time.monotonic() - start < 5  # stop ended both waits at once
+    assert not fa.running and not fb.running
+
+
+def test_a_poll_cut_by_a_broker_restart_resumes_and_loses_nothing(server):
+    a, b = Replica.memory(space="team"), Replica.memory(space="team")
+    with a.follow(server.url, interval=0.5) as fa, b.follow(server.url, interval=0.5):
+        fa.sync_now(timeout=10)
+        first = a.add_claim("user/ada/city", "Paris")
+        eventually(lambda: first.claim_id in b.state().claims)
+        server.kill()
+        server.start()  # same port, same store: the stream and the consumers survive
+        second = a.add_claim("user/bob/city", "Rome")
+        eventually(lambda: second.claim_id in b.state().claims, 20)
+
+
 def test_a_password_in_a_broker_url_is_never_shown():
     url = f"nats://scout:s3cret-pw@127.0.0.1:{free_port()}"
     a = Replica.memory(space="team")
