@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from statefuse import (
     Cardinality,
@@ -29,6 +31,7 @@ from statefuse.context import (
     SectionName,
     assemble_context,
     context_for,
+    render_value,
 )
 from statefuse.lens import Include
 from statefuse.testing import full_key_lines
@@ -81,7 +84,7 @@ def test_emphatic_repetition_does_not_outweigh_one_correction():
     # A semantic correction kills every assertion of the value, however often it was made.
     retract = w("d").retract(claim_ref=mentions[0].claim_ref, superseded_by=fix.claim_id)
     ctx = ctx_of([*mentions, fix, retract], query="Should we proceed with the order?")
-    assert fact_lines(ctx) == ['- order/o2/decision: "cancelled"']
+    assert fact_lines(ctx) == ["- order/o2/decision: cancelled"]
     assert "approved" not in ctx.text and ctx.section(SectionName.CONFLICTS) is None
 
 
@@ -103,7 +106,7 @@ def test_authority_override_keeps_the_cfo_policy_over_the_interns_suggestion():
         authority_order=("cfo", "manager", "intern"),
     )
     constraints = section_text(ctx, SectionName.CONSTRAINTS)
-    assert '[policy; authority=cfo] sales/discount/max_discount: "15%"' in constraints
+    assert "[policy; authority=cfo] sales/discount/max_discount: 15%" in constraints
     assert "25%" not in constraints and ctx.section(SectionName.CONFLICTS) is None
     assert ctx.section(SectionName.FACTS) is None  # the suggestion holds no fact
     # The suggestion is only what was said in the conversation, after the rules.
@@ -148,13 +151,13 @@ def test_the_procurement_example_reads_constraints_first_and_the_query_fact_last
     ]
     facts = ctx.section(SectionName.FACTS)
     assert facts.lines[-2:] == (
-        '- vendor/vendor_a/pricing: "$95,000/year"',
-        '  ⚠ RECALCULATE proj/estimate/total_cost: "$180,000" — depends on'
+        "- vendor/vendor_a/pricing: $95,000/year",
+        "  ⚠ RECALCULATE proj/estimate/total_cost: $180,000 — depends on"
         " vendor/vendor_a/pricing, which changed; recompute it from the value above",
     )
     assert "unlimited" not in ctx.text and "$120,000" not in ctx.text
     unknowns = section_text(ctx, SectionName.UNKNOWNS)
-    assert 'vendor/vendor_b/maintenance_cost: "What does Vendor B charge?"' in unknowns
+    assert "vendor/vendor_b/maintenance_cost: What does Vendor B charge?" in unknowns
 
 
 # --- sections -------------------------------------------------------------------------------------
@@ -169,8 +172,7 @@ def test_identity_claims_and_the_viewer_open_the_context():
     ops = [w("a").identity("alice", "role", "manager"), w("a").claim("p", "x", "y", 1)]
     ctx = ctx_of(ops)
     assert ctx.text.startswith(
-        "IDENTITY:\n- viewer: roles=planner; task=t1; session=s1\n"
-        '- identity/alice/role: "manager"\n'
+        "IDENTITY:\n- viewer: roles=planner; task=t1; session=s1\n- identity/alice/role: manager\n"
     )
 
 
@@ -185,7 +187,7 @@ def test_constraints_are_marked_with_kind_and_authority_and_come_before_every_fa
     constraints = ctx.section(SectionName.CONSTRAINTS)
     assert constraints.lines == (
         "- [capacity] proj/x/cap: 3",
-        '- [deadline; authority=pm] proj/x/deadline: "2026-05-01"',
+        "- [deadline; authority=pm] proj/x/deadline: 2026-05-01",
     )
     assert ctx.text.index("CONSTRAINTS:") < ctx.text.index("FACTS:")
     assert fact_lines(ctx) == ["- proj/x/cost: 10"]
@@ -200,9 +202,9 @@ def test_facts_are_printed_least_relevant_first_so_the_most_relevant_is_last():
     ]
     ctx = ctx_of(ops, query="When is the launch deadline?")
     lines = fact_lines(ctx)
-    assert lines[-1] == '- proj/launch/deadline: "next friday launch"'
-    assert lines[-2] == '- proj/launch/owner: "dana"'  # "launch" only
-    assert lines[0] == '- ops/office/city: "Lisbon"'  # nothing in common with the query
+    assert lines[-1] == "- proj/launch/deadline: next friday launch"
+    assert lines[-2] == "- proj/launch/owner: dana"  # "launch" only
+    assert lines[0] == "- ops/office/city: Lisbon"  # nothing in common with the query
 
 
 def test_an_identifier_in_the_query_outranks_a_plain_word_match():
@@ -242,7 +244,7 @@ def test_a_stale_claim_whose_correction_is_not_visible_goes_to_needs_review():
     ctx = ctx_of(ops)
     review = ctx.section(SectionName.NEEDS_REVIEW)
     assert review.lines == (
-        '- p/x/plan: "ship in march" ⚠ NEEDS REVIEW — what it depends on was withdrawn',
+        "- p/x/plan: ship in march ⚠ NEEDS REVIEW — what it depends on was withdrawn",
     )
     assert "april" not in ctx.text and 'march"' not in section_text(ctx, SectionName.FACTS)
     admin = ctx_of(ops, lens=Lens(roles={"admin"}))
@@ -294,7 +296,7 @@ def test_an_unset_confidence_is_never_shown_and_a_stated_one_speaks_for_its_valu
         "    • 1150 (confidence=0.3; 2 claims agree; by a, b)",
         "    • 1200 (1 claim; by c)",
     )
-    assert '- vendor/acme/owner: "dana"' in ctx.text.splitlines()
+    assert "- vendor/acme/owner: dana" in ctx.text.splitlines()
 
 
 def test_a_conflict_candidate_says_who_asserted_it_and_from_where_in_bounded_length():
@@ -362,10 +364,10 @@ def test_working_set_turns_are_shown_oldest_first_and_the_oldest_are_dropped_fir
     working = ctx.section(SectionName.WORKING)
     assert working.lines == (
         "- … 2 earlier working-set items not shown (expand: W1)",
-        '- agent: "turn number 2"',
-        '- user: "turn number 3"',
-        '- agent: "turn number 4"',
-        '- user: "turn number 5"',
+        "- agent: turn number 2",
+        "- user: turn number 3",
+        "- agent: turn number 4",
+        "- user: turn number 5",
     )
     assert {c.claim_id for c in ctx.expand("W1")} == {turns[0].claim_id, turns[1].claim_id}
     assert "another session" not in ctx.text
@@ -398,7 +400,7 @@ def test_an_open_question_is_a_known_unknown_until_its_key_is_answered():
     q = a.question("vendor", "b", "maintenance", "What is Vendor B's maintenance cost?")
     open_ctx = ctx_of([q])
     assert section_text(open_ctx, SectionName.UNKNOWNS).endswith(
-        '- vendor/b/maintenance: "What is Vendor B\'s maintenance cost?" — not answered'
+        "- vendor/b/maintenance: What is Vendor B's maintenance cost? — not answered"
     )
     answered = ctx_of([q, a.claim("vendor", "b", "maintenance", 1200)])
     assert answered.section(SectionName.UNKNOWNS) is None
@@ -464,7 +466,7 @@ def test_a_key_with_a_visible_answer_is_never_a_known_unknown(form, answer):
 def test_two_conflicting_questions_are_one_known_unknown_until_answered():
     asked = questions("two conflicting")
     open_ctx = ctx_of(asked)
-    texts = " | ".join(f'"{q.value}"' for q in sorted(asked, key=lambda q: q.claim_id))
+    texts = " | ".join(q.value for q in sorted(asked, key=lambda q: q.claim_id))
     assert section_text(open_ctx, SectionName.UNKNOWNS).splitlines()[1:] == [
         f"- vendor/acme/price: {texts} — not answered"
     ]
@@ -563,10 +565,10 @@ def test_retracted_values_appear_only_when_the_policy_opts_in():
     shown = ctx_of(ops, query="vendor_a", policy=ContextPolicy(previous=PreviousValues.SHOW))
     facts = shown.section(SectionName.FACTS)
     assert facts.lines[-2] == (
-        '- vendor/vendor_a/pricing: "$95,000/year" (changed from: "$120,000/year")'
+        "- vendor/vendor_a/pricing: $95,000/year (changed from: $120,000/year)"
     )
     assert facts.lines[-1].startswith(
-        '  ⚠ RECALCULATE proj/estimate/total_cost: "$180,000" (was based on: "$120,000/year")'
+        "  ⚠ RECALCULATE proj/estimate/total_cost: $180,000 (was based on: $120,000/year)"
     )
 
 
@@ -578,7 +580,7 @@ def test_opting_in_to_previous_values_never_reveals_a_restricted_one():
     policy = ContextPolicy(previous=PreviousValues.SHOW)
     assert "SECRET-OLD" not in ctx_of(ops, policy=policy).to_json()
     hr = ctx_of(ops, policy=policy, lens=Lens(roles={"hr"}))
-    assert '(changed from: "SECRET-OLD")' in hr.text
+    assert "(changed from: SECRET-OLD)" in hr.text
 
 
 def test_a_value_cannot_forge_a_section_or_a_marker():
@@ -608,7 +610,7 @@ def test_when_facts_do_not_fit_the_lowest_ranked_collapse_to_summaries_then_coun
     full = [ln for ln in facts.lines if ln.startswith("- ") and ": " in ln and "…" not in ln]
     summaries = [ln for ln in facts.lines if " = " in ln]
     groups = [ln for ln in facts.lines if ln.startswith("- … ")]
-    assert full_key_lines(facts.lines)[-1] == '- ns0/launch/deadline: "2026-03-25"'
+    assert full_key_lines(facts.lines)[-1] == "- ns0/launch/deadline: 2026-03-25"
     assert full and summaries and groups
     # Groups first, then summaries, then full lines (least relevant first).
     assert facts.lines.index(groups[-1]) < facts.lines.index(summaries[0])
@@ -662,7 +664,7 @@ def test_constraints_go_in_before_facts_get_any_budget():
     ctx = ctx_of([*rules, *many_facts(50)], budget=160)
     lines = ctx.section(SectionName.CONSTRAINTS).lines
     assert lines[0] == "[p]"  # five keys of one namespace: written once, above them
-    assert full_key_lines(lines) == [f'- [policy] p/r{i}/rule: "rule number {i}"' for i in range(5)]
+    assert full_key_lines(lines) == [f"- [policy] p/r{i}/rule: rule number {i}" for i in range(5)]
     assert ctx.token_count <= 160
 
 
@@ -788,8 +790,8 @@ def test_multi_valued_facts_are_one_line_per_value():
     a = w("a", reg)
     ops = [a.claim("p", "x", "tags", t) for t in ("red", "blue")]
     assert sorted(fact_lines(ctx_of(ops, registry=reg))) == [
-        '- p/x/tags: "blue"',
-        '- p/x/tags: "red"',
+        "- p/x/tags: blue",
+        "- p/x/tags: red",
     ]
 
 
@@ -803,8 +805,46 @@ def test_keys_of_one_namespace_are_written_once_per_group_and_a_section_is_group
     assert [ln for ln in lines if ln.startswith("[")] == ["[ops]", "[procurement]"]
     assert all(ln.count("/") == 1 for ln in lines if ln.startswith("- "))
     assert sorted(full_key_lines(lines)) == sorted(
-        ['- ops/office/city: "Lisbon"', *(f"- procurement/v{i}/price: {i + 10}" for i in range(8))]
+        ["- ops/office/city: Lisbon", *(f"- procurement/v{i}/price: {i + 10}" for i in range(8))]
     )
     # grouping is used only where it saves tokens: two keys stay as they are
     two = ctx_of(eight[:2], query="")
     assert all(ln.startswith("- procurement/") for ln in two.section(SectionName.FACTS).lines)
+
+
+# --- how a value is written -----------------------------------------------------------------------
+
+
+@given(st.text(max_size=30))
+@settings(max_examples=min(settings.default.max_examples, 300), deadline=None)
+def test_a_string_is_written_bare_only_when_it_reads_back_as_itself_and_holds_no_mark(s):
+    shown = render_value(s)
+    if shown.startswith('"'):
+        assert json.loads(shown) == s  # quoted: JSON, one line
+        assert "\n" not in shown
+    else:
+        assert shown == s and s == s.strip() and s.isprintable()
+        assert not set(shown) & set('"\\[](){}⚠—…|')  # no marker, group or metadata
+        with pytest.raises(ValueError):
+            json.loads(shown)  # not a number, true, false or null in disguise
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("Paris", "Paris"),
+        ("$120,000 total budget", "$120,000 total budget"),
+        ("2026-04-01", "2026-04-01"),
+        ("42", '"42"'),
+        ("true", '"true"'),
+        ("", '""'),
+        (" padded", '" padded"'),
+        ("over (budget)", '"over (budget)"'),
+        ("[corrected]", '"[corrected]"'),
+        ("two\nlines", '"two\\nlines"'),
+        (42, "42"),
+        (True, "true"),
+    ],
+)
+def test_render_value_writes_plain_text_bare_and_everything_else_as_json(value, shown):
+    assert render_value(value) == shown

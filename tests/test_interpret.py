@@ -65,7 +65,7 @@ def test_a_correction_made_in_conversation_becomes_a_retraction_and_is_scrubbed(
     assert ret.superseded_by == new.claim_id and turn.claim_id.hex() in ret.reason
     ctx = rep.context("budget", lens=LENS)
     assert "$40k" not in ctx.text
-    assert "[corrected: now fact/budget/value]" in ctx.text
+    assert "[corrected: now budget/value]" in ctx.text
 
 
 def test_questions_and_retractions_by_ref_are_written_too():

@@ -290,7 +290,7 @@ def test_recall_is_the_token_budgeted_context_a_viewer_may_see(store, session):
     assert names.index("constraints") < names.index("facts")
     (facts,) = [s for s in got["sections"] if s["name"] == "facts"]
     last = full_key_lines(facts["lines"])[-1]
-    assert last == '- vendor/vendor_a/pricing: "$95,000/year"'  # most relevant last
+    assert last == "- vendor/vendor_a/pricing: $95,000/year"  # most relevant last
     shown = {cid for s in got["sections"] for cid in s["claim_ids"]}
     assert shown <= {c.claim_id.hex() for c in store.state().active_claims()}
     assert "$2.1M" not in got["text"] and "tense" not in got["text"]
@@ -309,9 +309,9 @@ def test_the_context_resource_is_the_current_memory_every_time_it_is_read(sessio
         return content.text  # type: ignore[union-attr]
 
     session.ok("remember", key="project/launch/owner", value="dana")
-    assert '"dana"' in read()
+    assert "owner: dana" in read()
     session.ok("remember", key="project/launch/owner", value="eli")
-    assert '"eli"' in read() and '"dana"' not in read()
+    assert "owner: eli" in read() and "dana" not in read()
 
 
 # --- search ---------------------------------------------------------------------------------------
@@ -544,7 +544,7 @@ def test_statefuse_mcp_over_stdio_serves_the_store_and_leaves_it_closed(tmp_path
             got = s.ok("remember", key="svc/api/status", value="up", provenance="probe")
             (event,) = s.ok("history", key="svc/api/status")["events"]
             assert event["author_name"] == "watcher"
-            assert '"up"' in s.ok("recall", query="api status")["text"]
+            assert "svc/api/status: up" in s.ok("recall", query="api status")["text"]
             assert s.refused("remember", key="svc/api", value=1).endswith("[rule: key-syntax]")
         errlog.seek(0)
         log = errlog.read()

@@ -75,7 +75,8 @@ def test_a_superseded_value_in_a_turn_is_replaced_by_a_marker_naming_its_replace
     ctx = context([old, turn, new, w.retract(claim_id=old.op_id, superseded_by=new.op_id)])
     line = turn_lines(ctx)[0]
     assert "40" not in line
-    assert line == '- user: "the budget moved from " [corrected: now fact/budget/value] " to $50k"'
+    # the fact is the one key shown with subject/predicate budget/value: named without its ns
+    assert line == '- user: "the budget moved from " [corrected: now budget/value] " to $50k"'
     assert ctx.scrubbed == {turn.op_id: (old.op_id,)}
     assert json.loads(ctx.to_json())["scrubbed"] == {turn.op_id.hex(): [old.op_id.hex()]}
 
@@ -86,7 +87,7 @@ def test_a_retracted_value_another_shown_claim_still_holds_is_kept():
     cap = w.claim("fact", "cap", "value", "at most $40k per order")
     turn = w.add_turn("user", "we said $40k", session="s1")
     ctx = context([old, cap, turn, w.retract(claim_id=old.op_id)])
-    assert turn_lines(ctx) == ['- user: "we said $40k"']
+    assert turn_lines(ctx) == ["- user: we said $40k"]
     assert ctx.scrubbed == {}
 
 
@@ -103,7 +104,7 @@ def test_hidden_retracted_claims_are_not_looked_for():
     secret = w.claim("fact", "code", "value", "zebra-42", visibility=("auditor",))
     turn = w.add_turn("user", "the code was zebra-42", session="s1")
     ctx = context([secret, turn, w.retract(claim_id=secret.op_id)])
-    assert turn_lines(ctx) == ['- user: "the code was zebra-42"']
+    assert turn_lines(ctx) == ["- user: the code was zebra-42"]
 
 
 def test_verbatim_keeps_turns_as_written():
@@ -112,7 +113,7 @@ def test_verbatim_keeps_turns_as_written():
     turn = w.add_turn("user", "budget is $40k", session="s1")
     ops = [old, turn, w.retract(claim_id=old.op_id)]
     ctx = context(ops, policy=ContextPolicy(transcript=Transcript.VERBATIM))
-    assert turn_lines(ctx) == ['- user: "budget is $40k"']
+    assert turn_lines(ctx) == ["- user: budget is $40k"]
     assert ctx.to_dict()["policy"]["transcript"] == "verbatim"
 
 
@@ -123,15 +124,26 @@ def test_a_fact_a_turn_repeats_word_for_word_is_shown_once_as_the_fact():
     turn = w.add_turn("user", f"[VP]: {text}", session="s1")
     ctx = context([fact, turn])
     assert ctx.text.count("Ship the feature") == 1
-    assert turn_lines(ctx) == ['- user: "[VP]: " ' + REPEATED.format(key="fact/plan/value")]
+    assert turn_lines(ctx) == ['- user: "[VP]: " ' + REPEATED.format(key="plan/value")]
     assert ctx.repeated == {turn.op_id: (fact.op_id,)}
+
+
+def test_a_marker_names_the_whole_key_when_another_shown_key_shares_subject_and_predicate():
+    w = Writer("a", clock=lambda: 0)
+    text = "Ship the feature by Friday and scope it down if needed"
+    fact = w.claim("fact", "plan", "value", text)
+    other = w.claim("draft", "plan", "value", "a different plan altogether")
+    turn = w.add_turn("user", f"[VP]: {text}", session="s1")
+    ctx = context([fact, other, turn])
+    # plan/value alone would name two shown keys: the marker keeps the namespace
+    assert turn_lines(ctx) == ['- user: "[VP]: " ' + REPEATED.format(key="fact/plan/value")]
 
 
 def test_identical_lines_are_shown_once():
     w = Writer("a", clock=lambda: 0)
     ops = [w.add_turn("user", "ok", session="s1") for _ in range(3)]
     ctx = context(ops)
-    assert turn_lines(ctx) == ['- user: "ok"']
+    assert turn_lines(ctx) == ["- user: ok"]
     assert len(ctx.included) == 3
 
 
