@@ -8,6 +8,8 @@ in CI, as in test_jetstream)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import secrets
 import socket
 import subprocess
@@ -40,6 +42,23 @@ from statefuse.sync.jetstream import (
 from statefuse.sync.replica import Replica
 
 SPACE = "team"
+
+
+def started(config: Path, port: int) -> subprocess.Popen[bytes]:
+    """``nats-server -c config``, once it listens on ``port``."""
+    proc = subprocess.Popen(
+        [server_binary(), "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("nats-server did not start") from None
+            time.sleep(0.02)
 
 
 def user_seed() -> str:
@@ -91,20 +110,7 @@ authorization {{
 }}
 """
         )
-        self.proc = subprocess.Popen(
-            [server_binary(), "-c", str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("nats-server did not start") from None
-                time.sleep(0.02)
+        self.proc = started(config, self.port)
 
     def url(self, user: str = "", password: str = "") -> str:
         credentials = f"{user}:{password}@" if user else ""
@@ -298,3 +304,90 @@ def test_cli_sync_logs_in_with_nats_nkey_over_the_environment_without_showing_th
     finally:
         broker.stop()
     assert seed not in out + err + out2 + err2 + out3 + err3
+
+
+# --- .creds files (decentralized auth) --------------------------------------------------------
+
+
+class Signer:
+    """An NKey of one role (operator, account, user) that signs the JWTs of the roles below it,
+    as ``nsc`` would: enough of the JWT claims for ``nats-server`` to trust a user."""
+
+    def __init__(self, prefix: int) -> None:
+        self.seed = nkeys.encode_seed(secrets.token_bytes(32), prefix).decode()
+        self.pair = nkeys.from_seed(bytearray(self.seed.encode()))
+        self.public = self.pair.public_key.decode()
+
+    def jwt(self, subject: str, nats: dict[str, object]) -> str:
+        def b64(data: bytes) -> str:
+            return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+        claims = {
+            "jti": secrets.token_hex(16).upper(),
+            "iat": int(time.time()),
+            "iss": self.public,
+            "name": subject[:8],
+            "sub": subject,
+            "nats": {**nats, "version": 2},
+        }
+        head = b64(json.dumps({"typ": "JWT", "alg": "ed25519-nkey"}).encode())
+        body = b64(json.dumps(claims).encode())
+        return f"{head}.{body}.{b64(self.pair.sign(f'{head}.{body}'.encode()))}"
+
+
+def creds_file(path: Path, account: Signer) -> tuple[Path, str, str]:
+    """A ``.creds`` file of a new user of ``account``: the file, its JWT and its seed."""
+    user = Signer(nkeys.PREFIX_BYTE_USER)
+    jwt = account.jwt(user.public, {"type": "user", "subs": -1, "data": -1, "payload": -1})
+    path.write_text(
+        f"-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n"
+        f"-----BEGIN USER NKEY SEED-----\n{user.seed}\n------END USER NKEY SEED------\n"
+    )
+    path.chmod(0o600)
+    return path, jwt, user.seed
+
+
+def test_a_link_logs_in_with_a_creds_file_and_a_stranger_is_refused_without_showing_it(
+    tmp_path, scout
+):
+    operator = Signer(nkeys.PREFIX_BYTE_OPERATOR)
+    account, system = Signer(nkeys.PREFIX_BYTE_ACCOUNT), Signer(nkeys.PREFIX_BYTE_ACCOUNT)
+    unlimited = {"subs": -1, "conn": -1, "leaf": -1, "data": -1, "payload": -1}
+    unlimited |= {"imports": -1, "exports": -1, "wildcards": True}
+    stored = {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
+    with_jetstream = {"type": "account", "limits": {**unlimited, **stored}}
+    port = free_port()
+    config = tmp_path / "nats.conf"
+    config.write_text(
+        f"""
+listen: 127.0.0.1:{port}
+jetstream {{ store_dir: "{tmp_path / "js"}" }}
+operator: {operator.jwt(operator.public, {"type": "operator"})}
+system_account: {system.public}
+resolver: MEMORY
+resolver_preload: {{
+  {account.public}: {operator.jwt(account.public, with_jetstream)}
+  {system.public}: {operator.jwt(system.public, {"type": "account", "limits": unlimited})}
+}}
+"""
+    )
+    proc = started(config, port)
+    try:
+        url = f"nats://127.0.0.1:{port}"
+        path, _, _ = creds_file(tmp_path / "scout.creds", account)
+        scout.add_claim("vendor", "acme", "price", 1150)
+        with JetStreamLink(scout, url, credentials=path, connect_timeout=1) as link:
+            assert link.sync_once().published == 1
+        strange, jwt, seed = creds_file(
+            tmp_path / "stranger.creds", Signer(nkeys.PREFIX_BYTE_ACCOUNT)
+        )
+        link = JetStreamLink(scout, url, credentials=strange, connect_timeout=1)
+        with pytest.raises(BrokerRefusedError) as refused:
+            link.start()
+        assert refused.value.rule == "broker-auth"
+        shown = f"{refused.value} {link.status()} {probe(scout, url, credentials=strange)}"
+        assert jwt not in shown and jwt[:20] not in shown and seed not in shown
+        link.stop()
+    finally:
+        proc.kill()
+        proc.wait()
