@@ -832,8 +832,15 @@ def _shown(url: str) -> str:
 
 def _nats_login(jetstream: Any, a: argparse.Namespace) -> Any:
     """The broker login of ``--nats-creds`` / ``--nats-nkey``, else of the environment
-    (`jetstream.environment_login`, which checks the file): a `BrokerLogin`."""
-    return jetstream.environment_login(a.nats_creds, a.nats_nkey)
+    (`jetstream.environment_login`, which checks the file): a `BrokerLogin`. A file that
+    cannot serve is an error naming the option, or the variable, that gave it."""
+    try:
+        return jetstream.environment_login(a.nats_creds, a.nats_nkey)
+    except jetstream.JetStreamError as exc:
+        if a.nats_creds is None and a.nats_nkey is None:
+            raise CliError(exc.field, exc.rule, exc.message) from None  # names the variable
+        option = "--nats-nkey" if exc.field == "nkey_seed" else "--nats-creds"
+        raise CliError(option, exc.rule, f"{option}: {exc.message}") from None
 
 
 @contextlib.contextmanager

@@ -471,7 +471,9 @@ async def _open(
         if not refused:
             raise
         raise BrokerRefusedError(
-            "url", "broker-auth", f"the broker at {shown} refused the login: {refused[-1]}"
+            "url",
+            "broker-auth",
+            _unsecret(f"the broker at {shown} refused the login: {refused[-1]}"),
         ) from exc
 
 
