@@ -27,6 +27,7 @@ Adding a command: write ``_cmd_<name>(session) -> int`` and one `Command` entry 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -36,7 +37,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -829,6 +830,42 @@ def _shown(url: str) -> str:
     return masked_url(url)
 
 
+def _nats_login(jetstream: Any, a: argparse.Namespace) -> Any:
+    """The broker login of ``--nats-creds`` / ``--nats-nkey``, else of the environment
+    (`jetstream.environment_login`, which checks the file): a `BrokerLogin`. A file that
+    cannot serve is an error naming the option, or the variable, that gave it."""
+    try:
+        return jetstream.environment_login(a.nats_creds, a.nats_nkey)
+    except jetstream.JetStreamError as exc:
+        if a.nats_creds is None and a.nats_nkey is None:
+            raise CliError(exc.field, exc.rule, exc.message) from None  # names the variable
+        option = "--nats-nkey" if exc.field == "nkey_seed" else "--nats-creds"
+        raise CliError(option, exc.rule, f"{option}: {exc.message}") from None
+
+
+@contextlib.contextmanager
+def _login_environment(jetstream: Any, login: Any) -> Iterator[None]:
+    """``login`` in the environment the follower's broker links read it from (a followed URL
+    is made into a link by its transport, from the URL alone), the environment as it was
+    after: options beat the environment without changing it for the rest of the process."""
+    names = {jetstream.CREDS_ENV: login.credentials, jetstream.NKEY_ENV: login.nkey_seed}
+    before = {name: os.environ.get(name) for name in names}
+    try:
+        for name, value in names.items():
+            _set_environment(name, value)
+        yield
+    finally:
+        for name, value in before.items():
+            _set_environment(name, value)
+
+
+def _set_environment(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 def _cmd_serve(s: Session) -> int:
     from statefuse.sync.http import SyncApp, serve
 
@@ -841,8 +878,7 @@ def _cmd_serve(s: Session) -> int:
     followed = [*a.nats, *a.peers]
     if a.interval is not None and not 0 < a.interval <= 86_400:
         raise CliError("--interval", "seconds", "--interval is seconds in (0, 86400]")
-    if followed and a.nats:
-        _jetstream()
+    login = _nats_login(_jetstream(), a) if a.nats else None
     rep = s.replica()
     s.warn_damage()  # served read-only: pushes are refused until `statefuse repair`
     server = (
@@ -872,7 +908,12 @@ def _cmd_serve(s: Session) -> int:
         else:
             if server is not None:
                 server.start()
-            _follow_until_stopped(s, rep, followed, server.url if server else None)
+            with (
+                _login_environment(_jetstream(), login)
+                if login is not None
+                else contextlib.nullcontext()
+            ):
+                _follow_until_stopped(s, rep, followed, server.url if server else None)
     except KeyboardInterrupt:
         pass  # Ctrl-C or SIGTERM while following: stopping is not a failure
     finally:
@@ -971,12 +1012,13 @@ def _cmd_sync(s: Session) -> int:
     web = [u for u in urls if not _is_broker(u)]
     brokers = [u for u in urls if _is_broker(u)]
     jetstream = _jetstream() if brokers else None
+    login = _nats_login(jetstream, s.args) if brokers else None
     rep = s.replica()
     results: dict[str, dict[str, Any]] = {}
     texts: dict[str, str] = {}
     # the stream first: what it brings then goes on to the HTTP peers
     for url in brokers:
-        results[url], texts[url] = _sync_broker(jetstream, rep, url, web, s.args.timeout)
+        results[url], texts[url] = _sync_broker(jetstream, rep, url, web, s.args.timeout, login)
     bar = s.progress("sync")
     try:
         outcomes = sync_all(rep, web, timeout=s.args.timeout, progress=bar, cafile=s.args.cafile)
@@ -1019,11 +1061,18 @@ def _cmd_sync(s: Session) -> int:
 
 
 def _sync_broker(
-    jetstream: Any, rep: Replica, url: str, web: list[str], timeout: float
+    jetstream: Any, rep: Replica, url: str, web: list[str], timeout: float, login: Any
 ) -> tuple[dict[str, Any], str]:
-    """One round with the broker at ``url`` (gaps filled from the HTTP peers ``web``): its
-    JSON entry and its line of text."""
-    link = jetstream.JetStreamLink(rep, url, peers=web, connect_timeout=min(2.0, timeout))
+    """One round with the broker at ``url`` (gaps filled from the HTTP peers ``web``), logged
+    in with ``login`` (a `BrokerLogin`): its JSON entry and its line of text."""
+    link = jetstream.JetStreamLink(
+        rep,
+        url,
+        peers=web,
+        connect_timeout=min(2.0, timeout),
+        credentials=login.credentials,
+        nkey_seed=login.nkey_seed,
+    )
     try:
         round_ = link.sync_once(timeout=timeout)
     except jetstream.JetStreamError as exc:
@@ -1090,7 +1139,19 @@ def _cmd_status(s: Session) -> int:
     outbox: dict[str, int] = {}
     if jetstream is not None:
         outbox[jetstream.stream_name(rep.space)] = len(jetstream.unpublished(rep))
-    brokers = [jetstream.probe(rep, url, timeout=a.timeout) for url in a.nats]
+    brokers = []
+    if a.nats:
+        login = _nats_login(jetstream, a)
+        brokers = [
+            jetstream.probe(
+                rep,
+                url,
+                timeout=a.timeout,
+                credentials=login.credentials,
+                nkey_seed=login.nkey_seed,
+            )
+            for url in a.nats
+        ]
     data = {
         "store": str(s.path),
         "space": rep.space,
@@ -1757,6 +1818,7 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="follow this `statefuse serve` peer over HTTP too; it fills gaps (repeatable)",
     )
+    _nats_login_arguments(p)
     p.add_argument(
         "--http",
         action="store_true",
@@ -1781,6 +1843,7 @@ def _status_arguments(p: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="also ask this NATS broker how far behind this store is (repeatable)",
     )
+    _nats_login_arguments(p)
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a broker")
 
 
@@ -1826,6 +1889,23 @@ def _sync_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="trust https:// peers whose certificate this PEM file vouches for"
         " (default: $STATEFUSE_CAFILE, else the system's CAs)",
+    )
+    _nats_login_arguments(p)
+
+
+def _nats_login_arguments(p: argparse.ArgumentParser) -> None:
+    """How a command logs in to NATS brokers besides the URL (one of the two; either beats
+    both environment variables)."""
+    p.add_argument(
+        "--nats-creds",
+        metavar="FILE",
+        help="log in to NATS brokers with this .creds file (user JWT and NKey seed;"
+        " default: $STATEFUSE_NATS_CREDS)",
+    )
+    p.add_argument(
+        "--nats-nkey",
+        metavar="FILE",
+        help="log in to NATS brokers with this NKey seed file (SU…; default: $STATEFUSE_NATS_NKEY)",
     )
 
 

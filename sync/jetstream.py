@@ -30,6 +30,11 @@ Invariants:
   ``lock`` first, when given): the event loop thread that the link owns does network I/O only.
 - A URL's secret (password, or a token given as its user name) never shows: statuses, errors
   and the ``source`` of what is received carry the URL masked (`sync.protocol.masked_url`).
+- A login file's secret never shows either. A link is given the *paths* of a NATS ``.creds``
+  file or an NKey seed file (``credentials=`` / ``nkey_seed=``; `environment_login` reads them
+  from ``STATEFUSE_NATS_CREDS`` / ``STATEFUSE_NATS_NKEY``), checked before any connect; nats-py
+  reads the secret itself while connecting, and every message that leaves this module has
+  anything shaped like an NKey seed (``S…``) or a JWT (``eyJ…``) masked as ``***``.
 
 Following: `FollowedBroker` is the ``nats`` / ``tls`` transport of `sync.follower`, so
 `Replica.follow` takes broker URLs; `probe` and `unpublished` read where a store stands with a
@@ -44,10 +49,14 @@ predecessor after a round.
 Errors, all carrying ``field`` and ``rule``::
 
     SyncError (InputError, RuntimeError)
-    └── JetStreamError                 a link that cannot do what was asked (a bad argument)
+    └── JetStreamError                 a link that cannot do what was asked (a bad argument,
+        │                              a login file that is missing or malformed: ``file``,
+        │                              ``creds-format``, ``nkey-seed``, ``one-credential``,
+        │                              ``nkeys-missing``)
         ├── BrokerUnavailableError     no connection, or no answer in time (rule
         │                              ``broker-unreachable`` / ``broker-timeout``)
-        └── BrokerRefusedError         the broker answered an error (e.g. ``stream-config``)
+        └── BrokerRefusedError         the broker answered an error (``broker-refused``), or
+                                       refused the login (``broker-auth``)
 """
 
 from __future__ import annotations
@@ -55,12 +64,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
 import blake3
@@ -91,6 +101,9 @@ from statefuse.sync.protocol import Lock, SyncError, check_seconds, masked_url
 from statefuse.sync.replica import MergeReport, Replica
 
 __all__ = [
+    "CREDS_ENV",
+    "NKEY_ENV",
+    "BrokerLogin",
     "BrokerRefusedError",
     "BrokerUnavailableError",
     "FollowedBroker",
@@ -99,6 +112,7 @@ __all__ = [
     "LinkRound",
     "LinkStatus",
     "consumer_name",
+    "environment_login",
     "probe",
     "space_token",
     "stream_name",
@@ -129,6 +143,17 @@ _CHECK_SECONDS = 1.0
 _HARVEST_SECONDS = 0.5
 #: A space name used as it is in stream and subject names.
 _PLAIN = re.compile(r"[A-Za-z0-9-]{1,64}")
+#: The environment variables naming a NATS ``.creds`` file and an NKey seed file, read by the
+#: links that are given neither (`environment_login`: the follower's, the CLI's).
+CREDS_ENV = "STATEFUSE_NATS_CREDS"
+NKEY_ENV = "STATEFUSE_NATS_NKEY"
+#: Largest login file read (a ``.creds`` file is about 1 KiB, a seed file 58 bytes).
+_MAX_LOGIN_BYTES = 64 * 1024
+#: Text shaped like a NATS secret: an NKey seed (``S``, its role, 56 base32 digits) or a JWT.
+_SECRET_TEXT = re.compile(r"S[A-Z][A-Z2-7]{56}|eyJ[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]*){0,2}")
+
+#: A path given for a login file.
+StrPath: TypeAlias = "str | os.PathLike[str]"
 
 
 class JetStreamError(SyncError):
@@ -216,15 +241,160 @@ class _Assembly:
     msgs: list[Msg] = field(default_factory=list)
 
 
+def _unsecret(text: str) -> str:
+    """``text`` with anything shaped like an NKey seed or a JWT masked: a library's message, or
+    a path that is really a secret pasted in its place, must not carry one into a log."""
+    return _SECRET_TEXT.sub("***", text)
+
+
 def _scrubbed(text: str, url: str) -> str:
     """``text`` without the secret of ``url`` (its password, or a token given as its user
-    name): a library's message might quote the URL."""
+    name) nor any seed or JWT: a library's message might quote the URL."""
+    text = _unsecret(text)
     try:
         parts = urlsplit(url)
         secret = parts.password or parts.username
     except ValueError:
         return text
     return text.replace(secret, "***") if secret else text
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerLogin:
+    """How a link logs in besides its URL: the path of a NATS ``.creds`` file (a user JWT and
+    its NKey seed, for decentralized auth) or of an NKey seed file (``SU…``), at most one;
+    neither means the URL's user and password or token, if any. Holds paths, never secrets:
+    nats-py reads the file itself each time it connects. Made by `environment_login` (or by
+    a link from its ``credentials`` / ``nkey_seed``), which checks the file first."""
+
+    credentials: str | None = None
+    nkey_seed: str | None = None
+
+
+def environment_login(
+    credentials: StrPath | None = None, nkey_seed: StrPath | None = None
+) -> BrokerLogin:
+    """The login given, or, when neither file is, the one the environment names
+    (``STATEFUSE_NATS_CREDS``, ``STATEFUSE_NATS_NKEY``): an option beats the environment as a
+    whole, so a ``.creds`` file given never meets a seed file the environment names. Checked
+    as a link checks it; raises JetStreamError (see `JetStreamLink`), naming the variable
+    when the environment gave the file."""
+    if credentials is not None or nkey_seed is not None:
+        return _login(credentials, nkey_seed)
+    try:
+        return _login(
+            os.environ.get(CREDS_ENV) or None,
+            os.environ.get(NKEY_ENV) or None,
+            fields=(CREDS_ENV, NKEY_ENV),
+        )
+    except JetStreamError as exc:
+        # a caller may keep only the message (a follower's error names the peer instead)
+        raise JetStreamError(exc.field, exc.rule, f"{exc.field}: {exc.message}") from None
+
+
+def _login(
+    credentials: StrPath | None,
+    nkey_seed: StrPath | None,
+    *,
+    fields: tuple[str, str] = ("credentials", "nkey_seed"),
+) -> BrokerLogin:
+    """The login of these files, checked before any connect: nats-py reads them only while
+    connecting, where a malformed one is a hang (it reads a ``.creds`` file without its JWT
+    block forever) or a bare TypeError rather than an error about the file. ``fields``: how
+    errors name the two. Raises JetStreamError: both given (``one-credential``), not a path
+    (``path``), not a readable file (``file``), no ``.creds`` layout (``creds-format``), not a
+    user's NKey seed (``nkey-seed``), the nkeys package missing (``nkeys-missing``). No error
+    quotes what a file holds."""
+    if credentials is not None and nkey_seed is not None:
+        raise JetStreamError(
+            fields[0],
+            "one-credential",
+            "give a .creds file or an NKey seed file, not both (the .creds file holds a seed)",
+        )
+    if credentials is not None:
+        path, data = _read_login(fields[0], credentials)
+        jwt, seed = _creds_blocks(data)
+        if not jwt or not seed:
+            raise JetStreamError(
+                fields[0],
+                "creds-format",
+                _unsecret(
+                    f"{path} is not a NATS .creds file (a USER JWT block, then a USER NKEY SEED"
+                    " block)"
+                ),
+            )
+        _check_seed(fields[0], path, seed)
+        return BrokerLogin(credentials=path)
+    if nkey_seed is not None:
+        path, data = _read_login(fields[1], nkey_seed)
+        _check_seed(fields[1], path, data.strip())
+        return BrokerLogin(nkey_seed=path)
+    return BrokerLogin()
+
+
+def _read_login(field: str, given: object) -> tuple[str, bytes]:
+    """The path ``given`` names and what the file holds. Raises JetStreamError (``path``,
+    ``file``)."""
+    name = os.fspath(given) if isinstance(given, (str, os.PathLike)) else None
+    if not isinstance(name, str) or not name:
+        raise JetStreamError(
+            field, "path", f"expected the path of a file, got {type(given).__name__}"
+        )
+    if not os.path.isfile(name):
+        raise JetStreamError(field, "file", _unsecret(f"{name} is not a file"))
+    try:
+        with open(name, "rb") as f:
+            data = f.read(_MAX_LOGIN_BYTES + 1)
+    except OSError as exc:
+        raise JetStreamError(
+            field, "file", _unsecret(f"cannot read {name}: {exc.strerror or type(exc).__name__}")
+        ) from None
+    if len(data) > _MAX_LOGIN_BYTES:
+        raise JetStreamError(
+            field, "file", _unsecret(f"{name} is over {_MAX_LOGIN_BYTES} bytes: no login file")
+        )
+    return name, data
+
+
+def _creds_blocks(data: bytes) -> tuple[bytes, bytes]:
+    """The user JWT and the seed of a ``.creds`` file: the line after each BEGIN marker, as
+    nats-py reads them (empty when a marker is missing)."""
+    lines = data.splitlines()
+    found = {b"BEGIN NATS USER JWT": b"", b"BEGIN USER NKEY SEED": b""}
+    for i, line in enumerate(lines[:-1]):
+        for marker in found:
+            if marker in line and not found[marker]:
+                found[marker] = lines[i + 1].strip()
+    return found[b"BEGIN NATS USER JWT"], found[b"BEGIN USER NKEY SEED"]
+
+
+def _check_seed(field: str, path: str, seed: bytes) -> None:
+    """Raise JetStreamError unless ``seed`` is a NATS user's NKey seed (``nkey-seed``), or
+    when the nkeys package that signs with it is missing (``nkeys-missing``)."""
+    try:
+        import nkeys
+    except ImportError:
+        raise JetStreamError(
+            field,
+            "nkeys-missing",
+            "NKey and .creds logins need the nkeys package: pip install 'statefuse[nats]'",
+        ) from None
+    try:
+        pair = nkeys.from_seed(bytearray(seed))
+        public = bytes(pair.public_key)
+        pair.wipe()
+    # nkeys raises its own errors, binascii's and PyNaCl's for a bad seed: any is "not a seed",
+    # and none is chained, so no traceback can quote the seed
+    except Exception:
+        raise JetStreamError(
+            field, "nkey-seed", _unsecret(f"{path} holds no valid NKey seed")
+        ) from None
+    if not public.startswith(b"U"):
+        raise JetStreamError(
+            field,
+            "nkey-seed",
+            _unsecret(f"{path} holds the NKey seed of an account or server, not of a user (SU…)"),
+        )
 
 
 @contextlib.contextmanager
@@ -268,6 +438,45 @@ class _Loop:
             self.loop.close()
 
 
+async def _open(
+    url: str,
+    shown: str,
+    login: BrokerLogin,
+    on_error: Callable[[Exception], Awaitable[None]],
+    **options: Any,
+) -> Client:
+    """``nats.connect`` through the seam, where a refused login is a BrokerRefusedError (rule
+    ``broker-auth``): nats-py tries the server again and ends with "no servers available",
+    telling why only to its error callback (and, while connecting, only as the text of the
+    server's ``-ERR 'Authorization Violation'``)."""
+    refused: list[Exception] = []
+
+    async def noted(exc: Exception) -> None:
+        if isinstance(exc, nats.errors.AuthorizationError) or (
+            "authorization violation" in str(exc).lower()
+        ):
+            refused.append(exc)
+        await on_error(exc)
+
+    try:
+        async with _mapped(f"connecting to {shown}"):
+            return await nats.connect(
+                url,
+                error_cb=noted,
+                user_credentials=login.credentials,
+                nkeys_seed=login.nkey_seed,
+                **options,
+            )
+    except BrokerUnavailableError as exc:
+        if not refused:
+            raise
+        raise BrokerRefusedError(
+            "url",
+            "broker-auth",
+            _unsecret(f"the broker at {shown} refused the login: {refused[-1]}"),
+        ) from exc
+
+
 @contextlib.asynccontextmanager
 async def _mapped(doing: str) -> AsyncIterator[None]:
     """The one seam for nats-py's errors: each becomes a `JetStreamError` subclass."""
@@ -277,7 +486,7 @@ async def _mapped(doing: str) -> AsyncIterator[None]:
         raise
     except nats.js.errors.APIError as exc:
         raise BrokerRefusedError(
-            "broker", "broker-refused", f"the broker refused {doing}: {exc}"
+            "broker", "broker-refused", _unsecret(f"the broker refused {doing}: {exc}")
         ) from exc
     except (asyncio.TimeoutError, nats.errors.TimeoutError) as exc:
         raise BrokerUnavailableError(
@@ -286,7 +495,7 @@ async def _mapped(doing: str) -> AsyncIterator[None]:
     except (nats.errors.Error, OSError) as exc:
         said = str(exc) or type(exc).__name__
         raise BrokerUnavailableError(
-            "url", "broker-unreachable", f"no broker while {doing}: {said}"
+            "url", "broker-unreachable", _unsecret(f"no broker while {doing}: {said}")
         ) from exc
 
 
@@ -297,8 +506,13 @@ class JetStreamLink:
     what the stream's retention dropped. ``lock``: a lock of the caller's, held (before the
     replica's own, `Replica.lock`) whenever the link uses the replica; not needed.
     ``max_msgs`` / ``duplicate_window`` (seconds) configure the stream when this link creates
-    it (an existing stream is used as it is). Raises JetStreamError (rule ``replica-type``,
-    ``readonly``) for a replica that cannot be linked.
+    it (an existing stream is used as it is). ``credentials``: the path of a NATS ``.creds``
+    file (user JWT and seed), or ``nkey_seed``: the path of a user's NKey seed file, to log in
+    with besides what the URL carries (not both); the file is checked here, and its contents
+    never show in an error or a status. Raises JetStreamError for a replica that cannot be
+    linked (rule ``replica-type``, ``readonly``) and for a login file that cannot serve
+    (``one-credential``, ``path``, ``file``, ``creds-format``, ``nkey-seed``,
+    ``nkeys-missing``), before any connect.
 
     The API is synchronous; `start` connects, `sync_once` runs one round, `stop` disconnects.
     """
@@ -313,6 +527,8 @@ class JetStreamLink:
         max_msgs: int | None = None,
         duplicate_window: float = 120.0,
         connect_timeout: float = 2.0,
+        credentials: StrPath | None = None,
+        nkey_seed: StrPath | None = None,
     ) -> None:
         if not isinstance(replica, Replica):
             raise JetStreamError("replica", "replica-type", f"expected a Replica, got {replica!r}")
@@ -335,6 +551,8 @@ class JetStreamLink:
         self._duplicate_window = check_seconds("duplicate_window", duplicate_window)
         self._connect_timeout = check_seconds("connect_timeout", connect_timeout)
         self._max_msgs = max_msgs
+        #: The login file, if any (its path: nats-py reads it at each connect).
+        self.login = _login(credentials, nkey_seed)
         self.stream = stream_name(replica.space)
         self.subject = subject_of(replica.space, replica.author)
         info = replica.store.info()
@@ -408,16 +626,17 @@ class JetStreamLink:
 
     async def _connect(self) -> None:
         if self._nc is None or self._nc.is_closed:
-            async with _mapped(f"connecting to {self.shown_url}"):
-                self._nc = await nats.connect(
-                    self.url,
-                    connect_timeout=self._connect_timeout,
-                    allow_reconnect=True,
-                    max_reconnect_attempts=1,
-                    reconnect_time_wait=0.2,
-                    error_cb=self._on_error,
-                    disconnected_cb=self._on_disconnect,
-                )
+            self._nc = await _open(
+                self.url,
+                self.shown_url,
+                self.login,
+                self._on_error,
+                connect_timeout=self._connect_timeout,
+                allow_reconnect=True,
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0.2,
+                disconnected_cb=self._on_disconnect,
+            )
             # nats-py applies one limit to the first connect and to reconnects: the first
             # connect fails fast (no broker is an error to report), a lost connection is
             # retried for as long as the link lives (an outage only delays)
@@ -963,16 +1182,26 @@ def unpublished(replica: Replica) -> list[bytes]:
     return own
 
 
-def probe(replica: Replica, url: str, *, timeout: float = 5.0) -> LinkStatus:
+def probe(
+    replica: Replica,
+    url: str,
+    *,
+    timeout: float = 5.0,
+    credentials: StrPath | None = None,
+    nkey_seed: StrPath | None = None,
+) -> LinkStatus:
     """Where ``replica``'s store stands with the broker at ``url``, asked once and changing
     nothing there (no stream or consumer is made): ``lag`` is what its consumer has not taken
     in yet (every message of the stream when it has no consumer yet; None when the broker
     could not be asked, or holds no stream for the space), ``outbox`` what `unpublished`
     counts, ``last_error`` why the broker could not be asked. Works on a read-only replica.
-    Raises JetStreamError (rule ``url``) for a URL that is not a string."""
+    ``credentials`` / ``nkey_seed``: a login file, as for `JetStreamLink`. Raises
+    JetStreamError for a URL that is not a string (rule ``url``) and for a login file that
+    cannot serve (as `JetStreamLink`), before any connect."""
     if not isinstance(url, str) or not url:
         raise JetStreamError("url", "url", f"expected a nats:// URL, got {url!r}")
     seconds = check_seconds("timeout", timeout)
+    login = _login(credentials, nkey_seed)
     shown = masked_url(url)
     stream = stream_name(replica.space)
     info = replica.store.info()
@@ -981,14 +1210,15 @@ def probe(replica: Replica, url: str, *, timeout: float = 5.0) -> LinkStatus:
     outbox = len(unpublished(replica))
 
     async def look() -> int | None:
-        async with _mapped(f"connecting to {shown}"):
-            nc = await nats.connect(
-                url,
-                connect_timeout=seconds,
-                max_reconnect_attempts=1,
-                reconnect_time_wait=0.2,
-                error_cb=_quiet,
-            )
+        nc = await _open(
+            url,
+            shown,
+            login,
+            _quiet,
+            connect_timeout=seconds,
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0.2,
+        )
         try:
             js = nc.jetstream(timeout=seconds)
             async with _mapped(f"reading the state of stream {stream}"):
@@ -1038,13 +1268,20 @@ class FollowedBroker:
     """The follower's link to a NATS broker (the ``nats`` and ``tls`` transports of
     `sync.follower`): one `JetStreamLink`, kept open across rounds, whose `sync` is one
     `JetStreamLink.sync_once`. The follower gives it the HTTP peers of the same call
-    (`use_peers`) to fill what the stream's retention dropped."""
+    (`use_peers`) to fill what the stream's retention dropped.
 
-    __slots__ = ("_idle", "_link", "_peers", "timeout", "url")
+    It logs in with the file ``STATEFUSE_NATS_CREDS`` or ``STATEFUSE_NATS_NKEY`` names
+    (`environment_login`, read and checked when it is made): a transport is made from a URL
+    alone, so `Replica.follow` and ``statefuse serve --nats`` take an NKey or ``.creds`` login
+    without a parameter of their own. Raises JetStreamError for a bad URL (``url``) or login
+    file (see `JetStreamLink`)."""
+
+    __slots__ = ("_idle", "_link", "_peers", "login", "timeout", "url")
 
     def __init__(self, url: str, timeout: float | None = None) -> None:
         if not isinstance(url, str) or not url:
             raise JetStreamError("url", "url", f"expected a nats:// URL, got {url!r}")
+        self.login = environment_login()
         self.url = url
         self.timeout = 10.0 if timeout is None else check_seconds("timeout", timeout)
         self._link: JetStreamLink | None = None
@@ -1066,6 +1303,8 @@ class FollowedBroker:
                 self.url,
                 peers=self._peers,
                 connect_timeout=min(2.0, self.timeout),
+                credentials=self.login.credentials,
+                nkey_seed=self.login.nkey_seed,
             )
         round_ = self._link.sync_once(timeout=self.timeout)
         merge = round_.merge
