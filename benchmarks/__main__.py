@@ -11,7 +11,6 @@ import gc
 import sys
 import time
 from collections import Counter
-from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks import ingest, reconcile
@@ -23,7 +22,7 @@ from benchmarks.materialize import (
     bench_incremental,
     bench_memory,
 )
-from benchmarks.report import format_table, load_average, machine_info, write_document
+from benchmarks.report import format_table, load_average, machine_info, utc_stamp, write_document
 from benchmarks.workload import WorkloadGenerator, bench_registry, ops_digest
 from statefuse import ClaimAdded, ClaimRetracted, Op, OpSet, State
 
@@ -198,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         path: Path = args.json
     else:
-        name = args.name or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        name = args.name or utc_stamp()
         path = RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {"machine": machine, **info, "rows": [r.to_json() for r in rows]}

@@ -55,14 +55,13 @@ import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from benchmarks.materialize import Target
 from benchmarks.measure import GcTimer, sectioned
-from benchmarks.report import ROOT, load_average, machine_info, seconds, write_document
+from benchmarks.report import ROOT, load_average, machine_info, seconds, utc_stamp, write_document
 from statefuse import ClaimAdded, Context, ContextCache, Lens, context_for
 from statefuse.op import Layer
 from statefuse.ranker import Corpus, LexicalRanker
@@ -1006,7 +1005,7 @@ def main(argv: list[str] | None = None) -> int:
         f" ({machine['cpu_model']}); seed {args.seed}"
     )
     print(format_table(rows, title))
-    name = "agent-loop-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    name = "agent-loop-" + utc_stamp()
     path: Path = args.json if args.json is not None else RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {

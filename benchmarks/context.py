@@ -25,11 +25,10 @@ import gc
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.materialize import Row, Target, Unit
-from benchmarks.report import format_table, load_average, machine_info, write_document
+from benchmarks.report import format_table, load_average, machine_info, utc_stamp, write_document
 from statefuse import Lens, Op, View, Writer, materialize, project
 from statefuse.context import ContextCache, SectionName, assemble_context
 from statefuse.ranker import LexicalRanker
@@ -174,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {machine['cpu_count']} CPUs ({machine['cpu_model']})"
     )
     print(format_table(rows, title))
-    name = "context-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    name = "context-" + utc_stamp()
     path: Path = args.json if args.json is not None else RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {

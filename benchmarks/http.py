@@ -27,11 +27,10 @@ import gc
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.materialize import Row, Unit
-from benchmarks.report import format_table, load_average, machine_info, write_document
+from benchmarks.report import format_table, load_average, machine_info, utc_stamp, write_document
 from statefuse import Writer
 from statefuse.registry import DEFAULT_REGISTRY
 from statefuse.sync import Reconciler, SigningKey, reconcile_in_memory, sign_change
@@ -260,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         path: Path = args.json
     else:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = utc_stamp()
         path = RESULTS / f"http-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {

@@ -24,7 +24,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 import blake3
@@ -32,7 +31,14 @@ import msgpack
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from benchmarks.materialize import Row, Target, Unit
-from benchmarks.report import format_table, load_average, machine_info, timed, write_document
+from benchmarks.report import (
+    format_table,
+    load_average,
+    machine_info,
+    timed,
+    utc_stamp,
+    write_document,
+)
 from statefuse import Writer
 from statefuse.registry import DEFAULT_REGISTRY
 from statefuse.sync import ChangeLog, Receipt, SigningKey, Status, sign_change
@@ -187,7 +193,7 @@ def main(args: argparse.Namespace) -> int:
         f" {machine['cpu_count']} CPUs ({machine['cpu_model']})"
     )
     print(format_table(rows, title))
-    name = args.name or "ingest-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    name = args.name or "ingest-" + utc_stamp()
     path: Path = args.json if args.json is not None else RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {

@@ -44,7 +44,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +51,7 @@ from langgraph.store.base import BaseStore, PutOp
 from langgraph.store.memory import InMemoryStore
 
 from benchmarks.measure import sectioned
-from benchmarks.report import load_average, machine_info, write_document
+from benchmarks.report import load_average, machine_info, utc_stamp, write_document
 from statefuse.langgraph import StateFuseStore
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import Replica
@@ -282,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     print("\nload, batches of 1,000 puts: " + ", ".join(f"{k} {v:.2f} s" for k, v in loads.items()))
-    name = "langgraph-store-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    name = "langgraph-store-" + utc_stamp()
     path: Path = args.json if args.json is not None else RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {

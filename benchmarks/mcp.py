@@ -38,7 +38,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +47,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from benchmarks.agent_loop import Plan, build_store, key_of, value_of
 from benchmarks.measure import sectioned
-from benchmarks.report import ROOT, load_average, machine_info, seconds, write_document
+from benchmarks.report import ROOT, load_average, machine_info, seconds, utc_stamp, write_document
 from statefuse.cli import format_key
 from statefuse.lens import Lens
 from statefuse.resolver import Conservative
@@ -309,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(format_table(rows, title))
     print(f"\nMCP adds {seconds(overhead)} per remember + recall (median against median).")
-    name = "mcp-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    name = "mcp-" + utc_stamp()
     path = args.json if args.json is not None else RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {

@@ -45,10 +45,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks.report import load_average, machine_info, seconds, write_document
+from benchmarks.report import load_average, machine_info, seconds, utc_stamp, write_document
 from statefuse.op import ClaimAdded
 from statefuse.sync.http import serve, sync_with
 from statefuse.sync.jetstream import JetStreamLink
@@ -490,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         path: Path = args.json
     else:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = utc_stamp()
         path = RESULTS / f"nats-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {

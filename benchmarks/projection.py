@@ -33,11 +33,17 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.materialize import Row, Target, Unit
-from benchmarks.report import format_table, load_average, machine_info, timed, write_document
+from benchmarks.report import (
+    format_table,
+    load_average,
+    machine_info,
+    timed,
+    utc_stamp,
+    write_document,
+)
 from statefuse import (
     AbstainAll,
     AuthorityRank,
@@ -376,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {machine['cpu_count']} CPUs ({machine['cpu_model']})"
     )
     print(format_table(rows, title))
-    name = "projection-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    name = "projection-" + utc_stamp()
     path: Path = args.json if args.json is not None else RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {

@@ -17,13 +17,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 import blake3
 
 from benchmarks.materialize import Row, Target, Unit
-from benchmarks.report import format_table, load_average, machine_info, write_document
+from benchmarks.report import format_table, load_average, machine_info, utc_stamp, write_document
 from statefuse.sync.reconcile import ReconcileConfig, Reconciler
 
 Progress = Callable[[str], None]
@@ -173,7 +172,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json is not None:
         path: Path = args.json
     else:
-        name = args.name or "reconcile-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        name = args.name or "reconcile-" + utc_stamp()
         path = RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {

@@ -49,6 +49,12 @@ def _version(package: str) -> str | None:
         return None
 
 
+def utc_stamp() -> str:
+    """Now in UTC as ``YYYYMMDDTHHMMSSZ``: the suffix of every result file's name, so names
+    sort by when they ran."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
 def load_average() -> list[float] | None:
     """1, 5 and 15 minute load averages (other work on the machine makes timings noisy)."""
     getloadavg = getattr(os, "getloadavg", None)
