@@ -46,12 +46,11 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from benchmarks.measure import sectioned
-from benchmarks.report import load_average, machine_info
+from benchmarks.report import load_average, machine_info, utc_stamp
 from statefuse import Writer
 from statefuse.registry import DEFAULT_REGISTRY
 from statefuse.sync.change import sign_change
@@ -553,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         f" ({BIG_PUSH} for 180 KB garbage), damaged store of {store_ops:,} ops"
     )
     print(format_table(rows, title))
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_stamp()
     out = args.json or RESULTS / f"reliability-{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {

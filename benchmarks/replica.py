@@ -32,10 +32,9 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks.report import load_average, machine_info
+from benchmarks.report import load_average, machine_info, utc_stamp
 from statefuse.sqlitestore import SQLiteStore
 from statefuse.store import StoreInfo, StoreWrite
 from statefuse.sync.replica import Replica
@@ -225,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             value = f"{median:.2f} s"
         print(f"{row['row']:50} {value:>14}  {row.get('target', ''):>18}")
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_stamp()
     out = args.json or RESULTS / f"replica-{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"rows": rows, "machine": machine_info(), "load_average": load_average()}
