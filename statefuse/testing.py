@@ -226,28 +226,28 @@ def assert_same_state(a: State, b: State) -> None:
 
 
 def full_key_lines(lines: Sequence[str]) -> list[str]:
-    """A context section's lines as they would read ungrouped: the ``[namespace]`` lines
-    dropped, that namespace put back in front of each key under them and the
-    ``(authority=A)`` of a ``[namespace] (authority=A)`` line back at the end of each (a
-    section is grouped all or none, see `statefuse.context`); counted ``- …`` lines and lines
-    under a fact are left as they are."""
+    """A context section's lines as they would read ungrouped: the ``[P]`` group lines
+    dropped (P a namespace, or ``namespace/subject``), ``P/`` put back in front of each key
+    under them (after a constraint's ``[tag] ``) and the ``(authority=A)`` of a
+    ``[P] (authority=A)`` line back at the end of each (a section is grouped all or none, see
+    `statefuse.context`); counted ``…`` lines and lines under an item are left as they are."""
     out: list[str] = []
-    ns: str | None = None
+    prefix: str | None = None
     shared = ""
     for ln in lines:
-        if ln.startswith("[") and ln.endswith("]"):
-            ns, shared = ln[1:-1], ""
-            continue
-        if ln.startswith("[") and ln.endswith(")") and "] (authority=" in ln:
-            ns, _, meta = ln[1:].partition("] (")
-            shared = f" ({meta}"
-            continue
-        if ns is not None and ln.startswith("- ") and not ln.startswith("- … "):
-            rest = ln[2:]
-            if rest.startswith("[") and "] " in rest:  # a constraint's tag comes first
-                tag, _, rest = rest.partition("] ")
-                ln = f"- {tag}] {ns}/{rest}{shared}"
+        if ln.startswith("[") and ": " not in ln:
+            if ln.endswith("]"):
+                prefix, shared = ln[1:-1], ""
+                continue
+            if ln.endswith(")") and "] (authority=" in ln:
+                prefix, _, meta = ln[1:].partition("] (")
+                shared = f" ({meta}"
+                continue
+        if prefix is not None and not ln.startswith(("…", " ", "⚠")):
+            if ln.startswith("[") and "] " in ln:  # a constraint's tag comes first
+                tag, _, rest = ln.partition("] ")
+                ln = f"{tag}] {prefix}/{rest}{shared}"
             else:
-                ln = f"- {ns}/{rest}{shared}"
+                ln = f"{prefix}/{ln}{shared}"
         out.append(ln)
     return out

@@ -153,8 +153,8 @@ def test_a_plugged_in_ranker_decides_which_fact_comes_last():
     ctx = context_for(materialize(claims), Lens(), budget=500, ranker=ByLength())
     assert ctx.sections[-1].lines == (
         "[p]",  # four keys of one namespace: written once, above them
-        "- k0/v: x",
-        "- k1/v: xx",
-        "- k2/v: xxx",
-        "- k3/v: xxxx",
+        "k0/v: x",
+        "k1/v: xx",
+        "k2/v: xxx",
+        "k3/v: xxxx",
     )

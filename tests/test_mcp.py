@@ -290,7 +290,7 @@ def test_recall_is_the_token_budgeted_context_a_viewer_may_see(store, session):
     assert names.index("constraints") < names.index("facts")
     (facts,) = [s for s in got["sections"] if s["name"] == "facts"]
     last = full_key_lines(facts["lines"])[-1]
-    assert last == "- vendor/vendor_a/pricing: $95,000/year"  # most relevant last
+    assert last == "vendor/vendor_a/pricing: $95,000/year"  # most relevant last
     shown = {cid for s in got["sections"] for cid in s["claim_ids"]}
     assert shown <= {c.claim_id.hex() for c in store.state().active_claims()}
     assert "$2.1M" not in got["text"] and "tense" not in got["text"]

@@ -76,7 +76,7 @@ def test_a_superseded_value_in_a_turn_is_replaced_by_a_marker_naming_its_replace
     line = turn_lines(ctx)[0]
     assert "40" not in line
     # the fact is the one key shown with subject/predicate budget/value: named without its ns
-    assert line == '- user: "the budget moved from " [corrected: now budget/value] " to $50k"'
+    assert line == 'user: "the budget moved from " [corrected: now budget/value] " to $50k"'
     assert ctx.scrubbed == {turn.op_id: (old.op_id,)}
     assert json.loads(ctx.to_json())["scrubbed"] == {turn.op_id.hex(): [old.op_id.hex()]}
 
@@ -87,7 +87,7 @@ def test_a_retracted_value_another_shown_claim_still_holds_is_kept():
     cap = w.claim("fact", "cap", "value", "at most $40k per order")
     turn = w.add_turn("user", "we said $40k", session="s1")
     ctx = context([old, cap, turn, w.retract(claim_id=old.op_id)])
-    assert turn_lines(ctx) == ["- user: we said $40k"]
+    assert turn_lines(ctx) == ["user: we said $40k"]
     assert ctx.scrubbed == {}
 
 
@@ -96,7 +96,7 @@ def test_a_retraction_by_ref_scrubs_every_copy_and_no_pointer_when_nothing_repla
     one = w.claim("fact", "room", "value", "Room 7b")
     turn = w.add_turn("user", "meet in room 7B", session="s1")
     ctx = context([one, turn, w.retract(claim_ref=one.claim_ref)])
-    assert turn_lines(ctx) == ['- user: "meet in " [corrected]']
+    assert turn_lines(ctx) == ['user: "meet in " [corrected]']
 
 
 def test_hidden_retracted_claims_are_not_looked_for():
@@ -104,7 +104,7 @@ def test_hidden_retracted_claims_are_not_looked_for():
     secret = w.claim("fact", "code", "value", "zebra-42", visibility=("auditor",))
     turn = w.add_turn("user", "the code was zebra-42", session="s1")
     ctx = context([secret, turn, w.retract(claim_id=secret.op_id)])
-    assert turn_lines(ctx) == ["- user: the code was zebra-42"]
+    assert turn_lines(ctx) == ["user: the code was zebra-42"]
 
 
 def test_verbatim_keeps_turns_as_written():
@@ -113,7 +113,7 @@ def test_verbatim_keeps_turns_as_written():
     turn = w.add_turn("user", "budget is $40k", session="s1")
     ops = [old, turn, w.retract(claim_id=old.op_id)]
     ctx = context(ops, policy=ContextPolicy(transcript=Transcript.VERBATIM))
-    assert turn_lines(ctx) == ["- user: budget is $40k"]
+    assert turn_lines(ctx) == ["user: budget is $40k"]
     assert ctx.to_dict()["policy"]["transcript"] == "verbatim"
 
 
@@ -124,7 +124,7 @@ def test_a_fact_a_turn_repeats_word_for_word_is_shown_once_as_the_fact():
     turn = w.add_turn("user", f"[VP]: {text}", session="s1")
     ctx = context([fact, turn])
     assert ctx.text.count("Ship the feature") == 1
-    assert turn_lines(ctx) == ['- user: "[VP]: " ' + REPEATED.format(key="plan/value")]
+    assert turn_lines(ctx) == ['user: "[VP]: " ' + REPEATED.format(key="plan/value")]
     assert ctx.repeated == {turn.op_id: (fact.op_id,)}
 
 
@@ -136,14 +136,14 @@ def test_a_marker_names_the_whole_key_when_another_shown_key_shares_subject_and_
     turn = w.add_turn("user", f"[VP]: {text}", session="s1")
     ctx = context([fact, other, turn])
     # plan/value alone would name two shown keys: the marker keeps the namespace
-    assert turn_lines(ctx) == ['- user: "[VP]: " ' + REPEATED.format(key="fact/plan/value")]
+    assert turn_lines(ctx) == ['user: "[VP]: " ' + REPEATED.format(key="fact/plan/value")]
 
 
 def test_identical_lines_are_shown_once():
     w = Writer("a", clock=lambda: 0)
     ops = [w.add_turn("user", "ok", session="s1") for _ in range(3)]
     ctx = context(ops)
-    assert turn_lines(ctx) == ["- user: ok"]
+    assert turn_lines(ctx) == ["user: ok"]
     assert len(ctx.included) == 3
 
 
@@ -160,7 +160,7 @@ def test_a_retraction_arriving_later_scrubs_turns_of_a_cached_preparation():
     assert "$40k" in turn_lines(first)[0]
     m.apply(w.retract(claim_id=old.op_id))
     second = assemble_context(project(m.state(), LENS), query="", budget=500, cache=cache)
-    assert turn_lines(second) == ['- user: "budget is " [corrected]']
+    assert turn_lines(second) == ['user: "budget is " [corrected]']
 
 
 # --- properties --------------------------------------------------------------------------------
@@ -264,7 +264,9 @@ def test_scrubbing_never_removes_a_value_a_shown_claim_holds(program):
     if working is None:
         return
     by_id = {o.op_id: o for o in ops if isinstance(o, ClaimAdded)}
-    lines = dict(zip(working.claim_ids, working.lines, strict=True))
+    # a speaker run's ``speaker:`` line shows no claim; every other line shows one turn
+    body = [ln for ln in working.lines if not (ln.endswith(":") and ": " not in ln)]
+    lines = dict(zip(working.claim_ids, body, strict=True))
     for cid, line in lines.items():
         raw = folded(turns[cid].value)
         refs = {folded(value_text(by_id[r].value)) for r in ctx.repeated.get(cid, ())}
