@@ -1275,7 +1275,7 @@ def _regrouped(
     keyed = [_key_at(ls[0], c) if c is not None and ls else None for ls, c in items]
     runs: list[tuple[int, int]] = []
     i = 0
-    while i < len(items) and keyed[i] is None:  # lines above the first group (the viewer)
+    while i < len(items) and items[i][1] is None:  # lines of no claim (the viewer) go first
         i += 1
     lead = i
     while i < len(items):

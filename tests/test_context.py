@@ -839,6 +839,21 @@ def test_keys_of_one_namespace_and_subject_write_both_once_on_the_group_line():
     )
 
 
+def test_a_turn_before_keyed_items_keeps_the_working_set_ungrouped():
+    a = w("a")
+    ops = [a.add_turn("user", "start", session="s1")]
+    ops += [
+        a.claim("scratch", f"n{i}", "note", f"note {i}", layer=Layer.WORKING, scope="session:s1")
+        for i in range(4)
+    ]
+    lines = ctx_of(ops).section(SectionName.WORKING).lines
+    # under a group line every key is read with its prefix, so a turn may never sit above one
+    assert lines[0] == "user: start" and not any(ln.startswith("[") for ln in lines)
+    assert [ln for ln in lines if ln.startswith("scratch/")] == [
+        f"scratch/n{i}/note: note {i} (scope=session:s1)" for i in range(4)
+    ]
+
+
 def _turns_read_back(lines: tuple[str, ...]) -> list[tuple[str, object]]:
     """A verbatim working section read as a model would: ``speaker: text`` is one turn, a
     ``speaker:`` line starts a run whose lines are texts, up to a line that reads as
