@@ -164,6 +164,11 @@ QUESTION_SUFFIX = "?"
 ITEM = "- "
 
 
+def _unmarked(line: str) -> str:
+    """``line`` as the text writes it: without an item's `ITEM` mark."""
+    return line[len(ITEM) :] if line.startswith(ITEM) else line
+
+
 class Transcript(Enum):
     """How the working set's free text (turns, scratch items) is shown.
 
@@ -440,7 +445,7 @@ def _changed_from(olds: Sequence[ClaimAdded], label: str) -> str:
 
 def _omission(n: int, what: tuple[str, str], handle: str, where: str = "") -> str:
     """The counted line for ``n`` left-out items (``what``: singular and plural wording)."""
-    return f"- … {n:,} {what[0] if n == 1 else what[1]}{where} not shown (expand: {handle})"
+    return f"{ITEM}… {n:,} {what[0] if n == 1 else what[1]}{where} not shown (expand: {handle})"
 
 
 _FACTS = ("more fact", "more facts")
@@ -811,7 +816,7 @@ class _Meter:
     def line(self, text: str) -> int:
         """What ``text`` costs as a line of the context: an item's `ITEM` mark is not
         written (`_sections`)."""
-        return self.count((text[2:] if text.startswith(ITEM) else text) + "\n")
+        return self.count(_unmarked(text) + "\n")
 
     def lines(self, texts: Iterable[str]) -> int:
         line = self.line
@@ -1094,7 +1099,7 @@ class _Facts:
             if self.policy.previous is PreviousValues.SHOW
             else ""
         )
-        line = f"- {render_key(c.key)}: {render_value(c.value)}{_meta(c, agree, how)}{changed}"
+        line = f"{ITEM}{render_key(c.key)}: {render_value(c.value)}{_meta(c, agree, how)}{changed}"
         lines, shown = self._recalc_lines(c)
         return _Unit([line, *lines], [c, *shown], self.meter.lines([line, *lines]))
 
@@ -1102,7 +1107,7 @@ class _Facts:
         v = render_value(c.value)
         if len(v) > self.policy.summary_value_chars:
             return None
-        return f"- {render_key(c.key)} = {v}"
+        return f"{ITEM}{render_key(c.key)} = {v}"
 
     def layout(self, room: int, handles: _Handles, *, slack: int = 0) -> _Built:
         """Facts within ``room`` tokens: full lines best first while they fit, then ``key =
@@ -1119,7 +1124,7 @@ class _Facts:
         full: list[_Unit] = []
         summaries: list[tuple[str, ClaimAdded]] = []
         if header + reserve <= room + spare:
-            ranked = self.ranked(max(16, (room - used) // max(1, meter.line("- a = 1")) + 1))
+            ranked = self.ranked(max(16, (room - used) // max(1, meter.line(f"{ITEM}a = 1")) + 1))
             i = 0
             while i < self.total:
                 if i == len(ranked):
@@ -1218,11 +1223,12 @@ def _key_at(line: str, c: ClaimAdded) -> tuple[str, int] | None:
     of ``c`` there (a turn's line names its speaker)."""
     ns = _part(c.namespace)
     head = f"{ns}/{_part(c.subject)}/"
-    if line.startswith("- ") and line.startswith(head, 2):
-        return ns, 2
+    at = len(ITEM)
+    if line.startswith(ITEM) and line.startswith(head, at):
+        return ns, at
     if c.kind == "constraint" or c.constraint:
-        at = 2 + len(_constraint_tag(c))
-        if line.startswith("- [") and line.startswith(head, at):
+        at += len(_constraint_tag(c))
+        if line.startswith(ITEM + "[") and line.startswith(head, at):
             return ns, at
     return None
 
@@ -1368,7 +1374,7 @@ def _claim_line(view: View, c: ClaimAdded, *, tag: str = "", value: str | None =
     agree = len(sel.claims) if sel is not None and sel.how is not How.MULTI else 1
     shown = render_value(c.value) if value is None else value
     return (
-        f"- {tag}{render_key(c.key)}: {shown}"
+        f"{ITEM}{tag}{render_key(c.key)}: {shown}"
         f"{_meta(c, agree, sel.how if sel else None, authority=not tag)}{_stale_mark(view, c)}"
     )
 
@@ -1380,7 +1386,7 @@ def _constraint_tag(c: ClaimAdded) -> str:
 
 
 def _conflict_unit(meter: _Meter, sc: SurfacedConflict, names: AuthorNames) -> _Unit:
-    lines = [f"- {render_key(sc.key)}: UNRESOLVED — {len(sc.groups)} candidate values:"]
+    lines = [f"{ITEM}{render_key(sc.key)}: UNRESOLVED — {len(sc.groups)} candidate values:"]
     if sc.scope != "global":
         lines[0] = lines[0][:-1] + f" (scope={_part(sc.scope)}):"
     for g in sc.groups:
@@ -1418,7 +1424,7 @@ def _some(items: Sequence[str]) -> str:
 def _question_unit(meter: _Meter, claims: tuple[ClaimAdded, ...]) -> _Unit:
     asked = render_key(_asked_key(claims[0]))
     texts = " | ".join(render_value(c.value) for c in sorted(claims, key=_by_id))
-    line = f"- {asked}: {texts} — not answered"
+    line = f"{ITEM}{asked}: {texts} — not answered"
     return _Unit([line], list(claims), meter.line(line))
 
 
@@ -1561,7 +1567,7 @@ def _environment_line(view: View, c: ClaimAdded) -> str:
 
 def _needs_review_line(c: ClaimAdded, what: str, was: str) -> str:
     basis = f"depends on {what}" if what else "what it depends on was withdrawn"
-    return f"- {render_key(c.key)}: {render_value(c.value)}{was} ⚠ NEEDS REVIEW — {basis}"
+    return f"{ITEM}{render_key(c.key)}: {render_value(c.value)}{was} ⚠ NEEDS REVIEW — {basis}"
 
 
 # --- assembly -------------------------------------------------------------------------------------
@@ -1753,7 +1759,7 @@ def _viewer_unit(meter: _Meter, viewer: Lens) -> _Unit | None:
         bits.append(f"session={_part(viewer.session)}")
     if not bits:
         return None
-    line = f"- viewer: {'; '.join(bits)}"
+    line = f"{ITEM}viewer: {'; '.join(bits)}"
     return _Unit([line], [], meter.line(line))
 
 
@@ -1947,7 +1953,7 @@ def _written(lines: Sequence[str], speakers: Mapping[str, str], meter: _Meter) -
     """``lines`` as the context writes them: without the `ITEM` mark, turns in speaker runs."""
     if speakers:
         return tuple(_speaker_runs(lines, speakers, meter))
-    return tuple(ln[2:] if ln.startswith(ITEM) else ln for ln in lines)
+    return tuple(map(_unmarked, lines))
 
 
 def _speaker_runs(lines: Sequence[str], speakers: Mapping[str, str], meter: _Meter) -> list[str]:
@@ -1968,7 +1974,7 @@ def _speaker_runs(lines: Sequence[str], speakers: Mapping[str, str], meter: _Met
                 j += 1
         run = lines[i:j]
         if j - i < GROUP_MIN:
-            out += [x[2:] if x.startswith(ITEM) else x for x in run]
+            out += map(_unmarked, run)
         else:
             assert who is not None
             cut = len(ITEM) + len(who) + 2
@@ -1977,7 +1983,7 @@ def _speaker_runs(lines: Sequence[str], speakers: Mapping[str, str], meter: _Met
             if meter.line(header) + meter.lines(texts) < meter.lines(run):
                 out += [header, *texts]
             else:
-                out += [x[len(ITEM) :] for x in run]
+                out += map(_unmarked, run)
         i = j
     return out
 
