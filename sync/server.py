@@ -93,6 +93,10 @@ _RELEARN_LIMIT = 100_000
 #: rounds of an exchange (or the peer lies). The client starts the exchange again.
 _CONTRADICTIONS = frozenset({"answer-length", "answer-id-known"})
 
+#: HTTP status of a nonce the gate would not spend (other refusals of `RequestGate.consume`
+#: are 401): one key over its own budget, or (members mode) every key slot busy.
+_GATE_STATUS = {"key-busy": 429, "busy": 503}
+
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
@@ -119,6 +123,7 @@ _REASONS = {
     409: "Conflict",
     413: "Content Too Large",
     422: "Unprocessable Content",
+    429: "Too Many Requests",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
@@ -175,7 +180,9 @@ class SyncApp:
         self.space = replica.space
         #: The id signed requests must name: the served store's id.
         self.server_id = _server_id(replica)
-        self.gate = RequestGate(space=replica.space, server=self.server_id, window=window)
+        self.gate = RequestGate(
+            space=replica.space, server=self.server_id, window=window, auth=self.auth
+        )
         #: The locks a request holds, in the order taken: the caller's (if any), the replica's.
         self.locks: tuple[Lock, ...] = (replica.lock,) if lock is None else (lock, replica.lock)
         self.lock_timeout = float(lock_timeout)
@@ -279,7 +286,7 @@ class SyncApp:
             self.gate.consume(signed)
         except SyncError as e:
             log.info("refused %s: %s", request.endpoint, e.rule)
-            raise _Reject(503 if e.rule == "busy" else 401, e.field, e.rule, e.message) from None
+            raise _Reject(_GATE_STATUS.get(e.rule, 401), e.field, e.rule, e.message) from None
         return signed.author
 
     def _member(self, author: bytes) -> bool:
@@ -387,7 +394,7 @@ class SyncApp:
         try:
             self._signer(request)
         except _Reject as r:
-            if r.status == 503:
+            if r.status in (429, 503):
                 raise
         else:
             with self._locked():
