@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from blake3 import blake3
 from waitress import trigger, wasyncore
@@ -519,7 +519,7 @@ class _Channel(HTTPChannel):
             self.server.slots.give(slot)
 
 
-class _Server(TcpWSGIServer):  # type: ignore[misc]
+class _Server(TcpWSGIServer):
     """waitress's TCP server with `ServerLimits`: a connection over its client's limit (or the
     total) is answered 503 and closed at accept; a half-read request past its deadline is
     closed by the maintenance pass, which runs every second."""
@@ -548,14 +548,16 @@ class _Server(TcpWSGIServer):  # type: ignore[misc]
             return
         try:
             self.set_socket_options(conn)
-            self.channel_class(self, conn, self.fix_addr(addr), self.adj, map=self._map)
+            socket_map = cast(Any, self)._map  # wasyncore's; waitress's stubs omit it
+            self.channel_class(self, conn, self.fix_addr(addr), self.adj, map=socket_map)
         except OSError:  # the client is already gone; the channel gave its slot back
             conn.close()
 
     def maintenance(self, now: float) -> None:
-        super().maintenance(now)  # idle connections past the timeout
+        super().maintenance(now)  # type: ignore[arg-type]  # time.time(); stubs say int
         clock = time.monotonic()
-        for channel in list(self.active_channels.values()):
+        channels = cast(dict[int, Any], self.active_channels)  # stubs: a channel, wrongly
+        for channel in list(channels.values()):
             if isinstance(channel, _Channel) and channel.overdue(clock):
                 channel.will_close = True
                 if self.slots.report(channel.addr[0]):

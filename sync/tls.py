@@ -31,11 +31,11 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from socketserver import ThreadingMixIn
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 from wsgiref.handlers import BaseHandler
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
@@ -111,11 +111,13 @@ class _Handler(WSGIRequestHandler):
             self.server.settle(self.request)
         else:
             self.server.extend(self.request, self.server.limits.body_seconds(length))
+        app = self.server.get_app()
+        assert app is not None  # set when the server was made
         handler = _Answer(
-            body, self.wfile, self.get_stderr(), self.get_environ(), multithread=False
+            body, cast(Any, self.wfile), self.get_stderr(), self.get_environ(), multithread=False
         )
         handler.request_handler = self
-        handler.run(self.server.get_app())
+        handler.run(app)
 
     def _gone(self, during: str, error: BaseException) -> None:
         log.debug("%s ended during %s: %s", self.client_address[0], during, type(error).__name__)
@@ -154,6 +156,12 @@ class _Body:
     def readline(self, size: int = -1) -> bytes:
         return self._take(self._raw.readline, size)
 
+    def readlines(self, hint: int = -1) -> list[bytes]:
+        return list(iter(self.readline, b""))
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.readline, b"")
+
     def _take(self, reader: Callable[[int], bytes], size: int) -> bytes:
         if self._left is not None:
             size = self._left if size < 0 else min(size, self._left)
@@ -174,6 +182,8 @@ class _Body:
 class _Answer(ServerHandler):
     """wsgiref's handler, with a client that hangs up while it is answered logged as one
     debug line rather than a traceback."""
+
+    request_handler: WSGIRequestHandler
 
     def handle_error(self) -> None:
         error = sys.exc_info()[1]
