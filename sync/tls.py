@@ -288,6 +288,17 @@ class _Server(ThreadingMixIn, WSGIServer):
             with contextlib.suppress(OSError):  # the raw socket: its TLS layer is the thread's
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
+    def server_close(self) -> None:
+        """Stop listening, end the connections still sending their request (they would hold
+        the close up to their deadline), then wait for the requests being answered."""
+        self.socket.close()
+        with self._held_lock:
+            reading = [h[0] for h in self._held.values() if h[2] is not None]
+        for sock in reading:
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        super().server_close()
+
     def shutdown_request(self, request: Any) -> None:
         try:
             super().shutdown_request(request)
