@@ -15,6 +15,7 @@ from statefuse.sync.client import (
     sync_all,
     sync_with,
 )
+from statefuse.sync.guard import ServerLimits
 from statefuse.sync.protocol import (
     MAX_BODY_BYTES,
     MAX_PAGE_CHANGES,
@@ -42,6 +43,7 @@ __all__ = [
     "PeerTimeoutError",
     "PeerUnreachableError",
     "Progress",
+    "ServerLimits",
     "SyncApp",
     "SyncError",
     "SyncReport",
