@@ -256,13 +256,13 @@ def _client_hello() -> bytes:
     return outgoing.read()
 
 
-def test_https_closes_trickled_handshakes_and_headers_at_their_deadline_per_client(certificate):
+def test_https_ends_trickled_handshakes_headers_and_bodies_at_their_deadline(certificate):
     cert, key = certificate
     hub, member = Replica.memory(space="team"), Replica.memory(space="team")
     member.add_claim("vendor", "acme", "price", 1150)
     hello = _client_hello()
     context = ssl.create_default_context(cafile=str(cert))
-    limits = ServerLimits(header_timeout=1.5)
+    limits = ServerLimits(header_timeout=1.5, body_timeout=1.5, min_body_rate=1 << 20)
     # The socket timeout (which also ends a handshake) is far away: only the deadline can act.
     with serve(hub, tls=(cert, key), limits=limits, timeout=2 * GUARD) as server:
         # 20 handshakes from one client, one byte at a time (each byte would restart an idle
@@ -274,16 +274,21 @@ def test_https_closes_trickled_handshakes_and_headers_at_their_deadline_per_clie
             for _ in range(20)
         ]
         heads = []
-        for _ in range(4):  # from another client: handshake done, headers trickled
+        for k in range(4):  # from another client: handshake done, headers or a body trickled
             tls = context.wrap_socket(
                 socket.create_connection(
                     ("127.0.0.1", server.port), timeout=GUARD, source_address=("127.0.0.3", 0)
                 ),
                 server_hostname="127.0.0.1",
             )
-            tls.sendall(b"GET /v1/info HTTP/1.1\r\nHost: x\r\n")
+            tls.sendall(
+                b"GET /v1/info HTTP/1.1\r\nHost: x\r\n"
+                if k % 2
+                else b"POST /v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"
+            )
             heads.append(tls)
         sockets: list[socket.socket] = [*hellos, *heads]
+        drips = [hello] * len(hellos) + [b"x", b"X-Slow: 1\r\n"] * 2
         closed: set[int] = set()
         all_closed = threading.Event()
 
@@ -294,7 +299,8 @@ def test_https_closes_trickled_handshakes_and_headers_at_their_deadline_per_clie
                     if k in closed:
                         continue
                     try:
-                        sock.send(b"X-Slow: 1\r\n" if k >= len(hellos) else hello[step : step + 1])
+                        drip = drips[k]
+                        sock.send(drip[step : step + 1] if drip is hello else drip)
                     except OSError:  # reset, or a broken pipe: the server closed it
                         closed.add(k)
                 step += 1
