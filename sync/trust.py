@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from statefuse.error import OpRuleError
 from statefuse.op import (
+    MAX_LAMPORT,
     _author,
     _id,
     _ids,
@@ -270,7 +271,8 @@ def _vote(
 
 
 class TrustWriter:
-    """Makes trust ops for the root key, with its own lamport clock."""
+    """Makes trust ops for the root key, with its own lamport clock (saturating at
+    `MAX_LAMPORT`, as a `Writer`'s does: a clock never makes a write fail)."""
 
     __slots__ = ("_lamport", "root")
 
@@ -279,7 +281,7 @@ class TrustWriter:
         self._lamport = 0
 
     def _tick(self) -> int:
-        self._lamport += 1
+        self._lamport = min(self._lamport + 1, MAX_LAMPORT)
         return self._lamport
 
     def admit(self, author: bytes, roles: Iterable[str] = ()) -> AuthorAdmitted:
