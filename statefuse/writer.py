@@ -86,7 +86,7 @@ def _wall_ms() -> int:
 class Writer:
     """Creates ops for one author. Not thread-safe; use one writer per thread or lock around it."""
 
-    __slots__ = ("_clock", "_lamport", "_ref_retractions", "author", "registry")
+    __slots__ = ("_clock", "_lamport", "_ref_retractions", "_wall", "author", "registry")
 
     def __init__(
         self,
@@ -101,6 +101,8 @@ class Writer:
         self.registry = registry
         self._clock = clock
         self._lamport = 0
+        #: The last ``wall_ms`` given to an op made at the ceiling (see `_tick`).
+        self._wall = 0
         self._ref_retractions: dict[bytes, set[bytes]] = {}
 
     @property
@@ -126,7 +128,14 @@ class Writer:
             self._ref_retractions.setdefault(op.target_claim_ref, set()).add(op.op_id)
 
     def _tick(self) -> tuple[int, int]:
-        return self.next_lamport, self._clock()
+        wall = self._clock()
+        if self._lamport < MAX_LAMPORT:
+            return self._lamport + 1, wall
+        # Saturated: every op takes MAX_LAMPORT, so ``wall_ms`` (informational) is kept strictly
+        # increasing instead, or two equal ops made in one millisecond would be one op (same
+        # id), and a value asserted again after its retraction would stay retracted.
+        self._wall = wall = max(wall, self._wall + 1)
+        return MAX_LAMPORT, wall
 
     @property
     def next_lamport(self) -> int:

@@ -47,7 +47,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
@@ -398,6 +398,9 @@ _MAX_REPORTED_FORKS = 1000
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+_first = itemgetter(0)
 
 
 def key_path(path: str | os.PathLike[str]) -> Path:
@@ -964,13 +967,15 @@ class Replica:
         if gaps is None:
             return  # not worked out yet: it will be from every counted change
         jumps = self._new_jumps
-        for c in changes:
-            for op in c.ops:
-                gap = gaps.add(op.lamport)
-                if gap is not None and observe:
-                    jumps.setdefault(
-                        (op.lamport, c.change_id), ClockJump(c.author, c.change_id, op.lamport, gap)
-                    )
+        # lowest first, so that a jump's gap is measured from every lower lamport of the batch
+        # too, whatever order its changes came in (the sort is stable: ties keep that order)
+        stamped = sorted(((op.lamport, c) for c in changes for op in c.ops), key=_first)
+        for lamport, c in stamped:
+            gap = gaps.add(lamport)
+            if gap is not None and observe:
+                jumps.setdefault(
+                    (lamport, c.change_id), ClockJump(c.author, c.change_id, lamport, gap)
+                )
 
     def _lamport_gaps(self) -> LamportGaps:
         """The counted lamports' clusters, worked out from every counted change on first use
