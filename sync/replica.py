@@ -1144,6 +1144,8 @@ class Replica:
             self._observe_own(admitted)
         if declares or recount:
             self._refresh_registry()
+        if own:  # a receive reports what it made count; `clock_jumps` lists every jump
+            self._new_jumps.clear()
         return new_ops
 
     def _take_forks(self) -> tuple[Fork, ...]:

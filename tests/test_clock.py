@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from statefuse import DEFAULT_REGISTRY, MAX_LAMPORT, Writer
 from statefuse.op import MAX_LAMPORT as OP_MAX_LAMPORT
 from statefuse.op import Op
+from statefuse.sync.author import AuthorNamed
 from statefuse.sync.change import VerifiedChange, sign_change
 from statefuse.sync.changelog import Ignored
 from statefuse.sync.clock import LAMPORT_JUMP, ClockJump, LamportGaps, clock_jumps
@@ -47,6 +48,8 @@ def _at(key: SigningKey, lamport: int, make: str = "claim", value: object = 1) -
     if make == "retract":
         ref = Writer(key.author).claim("vendor", "acme", "price", value).claim_ref
         return w.retract(claim_ref=ref, reason="hostile")
+    if make == "name":
+        return AuthorNamed(key.author, lamport, WALL, f"root{value}")
     return w.claim("vendor", "acme", "price", value)  # type: ignore[arg-type]
 
 
@@ -263,7 +266,7 @@ def test_a_jump_below_the_ceiling_names_only_its_author():
 _lamports = st.one_of(
     st.integers(1, 64), st.integers(1, MAX_LAMPORT), st.integers(MAX_LAMPORT - 64, MAX_LAMPORT)
 )
-_hostile_op = st.tuples(st.sampled_from(["claim", "retract"]), _lamports, st.integers(0, 3))
+_hostile_op = st.tuples(st.sampled_from(["claim", "retract", "name"]), _lamports, st.integers(0, 3))
 _keys = st.sampled_from(["price", "name", "size"])
 #: (key, value, retract the key by ref first?) writes both replicas make after the hostile input.
 _writes = st.lists(st.tuples(_keys, st.integers(0, 3), st.booleans()), min_size=1, max_size=6)
@@ -272,7 +275,11 @@ _writes = st.lists(st.tuples(_keys, st.integers(0, 3), st.booleans()), min_size=
 @settings(max_examples=40, deadline=None)
 @given(
     honest=st.lists(st.tuples(_keys, st.integers(0, 3)), max_size=4),
-    hostile=st.lists(st.lists(_hostile_op, min_size=1, max_size=3), min_size=1, max_size=3),
+    hostile=st.lists(
+        st.tuples(st.lists(_hostile_op, min_size=1, max_size=3), st.booleans()),
+        min_size=1,
+        max_size=3,
+    ),
     admitted_jump=st.one_of(st.none(), _lamports),
     writes=_writes,
 )
@@ -290,16 +297,16 @@ def test_uncounted_changes_of_any_lamport_leave_writing_and_state_as_if_never_se
         for key, value in honest:
             rep.add_claim("vendor", "acme", key, value)
     strangers = []
-    for ops in hostile:  # each list: one stranger's chain of changes, one op each
-        stranger = SigningKey.generate()
+    for ops, dangling in hostile:  # one stranger's chain of changes, one op each; a dangling
+        stranger = SigningKey.generate()  # chain waits for a predecessor that never comes
         chain: list[VerifiedChange] = []
         for i, (make, lamport, value) in enumerate(ops):
-            prev = chain[-1].change_id if chain else None
+            prev = chain[-1].change_id if chain else (bytes(32) if dangling else None)
             op = _at(stranger, lamport, make, value)
-            chain.append(_change(stranger, [op], seq=i + 1, prev=prev))
+            chain.append(_change(stranger, [op], seq=i + 1 + dangling, prev=prev))
         strangers.extend(c.data for c in chain)
     report = seen.receive(strangers)
-    assert report.accepted == len(strangers) and report.clock_jumps == ()
+    assert report.accepted + report.pending == len(strangers) and report.clock_jumps == ()
     for rep in (seen, unseen):
         for key, value, retract_first in writes:
             if retract_first:
@@ -309,6 +316,7 @@ def test_uncounted_changes_of_any_lamport_leave_writing_and_state_as_if_never_se
     assert seen.writer.lamport == unseen.writer.lamport
     assert seen.state().digest() == unseen.state().digest()
     assert seen.log.ops() == unseen.log.ops()  # the very same ops were written
+    assert seen.names() == unseen.names() and seen.clock_jumps() == unseen.clock_jumps()
 
 
 @settings(max_examples=30, deadline=None)
