@@ -25,6 +25,7 @@ from statefuse import DEFAULT_REGISTRY, MAX_LAMPORT, Writer
 from statefuse.op import MAX_LAMPORT as OP_MAX_LAMPORT
 from statefuse.op import Op
 from statefuse.sync.author import AuthorNamed
+from statefuse.sync.bundle import write_bundle
 from statefuse.sync.change import VerifiedChange, sign_change
 from statefuse.sync.changelog import Ignored
 from statefuse.sync.clock import LAMPORT_JUMP, ClockJump, LamportGaps, clock_jumps
@@ -124,6 +125,15 @@ def test_an_anonymous_push_of_the_highest_lamport_stops_no_writer_and_is_reporte
             "lamport": MAX_LAMPORT,
             "gap": MAX_LAMPORT - 1,
         }
+        # a peer that syncs with the store takes the jump in and names its author too
+        peer = tmp_path / "peer.db"
+        assert _statefuse("--store", str(peer), "init", "--space", "team").returncode == 0
+        url = f"http://{match.group(1)}:{match.group(2)}"
+        synced = _statefuse("--store", str(peer), "sync", url)
+        assert synced.returncode == 0, synced.stderr
+        assert f"clock jump by author {stranger.author.hex()[:12]}…" in synced.stdout
+        done = _statefuse("--store", str(peer), "claim", "vendor/acme/price", "1300")
+        assert done.returncode == 0, done.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -152,6 +162,26 @@ def test_an_anonymous_push_of_the_highest_lamport_stops_no_writer_and_is_reporte
     assert f"Warning: clock jump by author {stranger.author.hex()[:12]}…" in verified.stderr
     plain = _statefuse("--store", str(store), "verify")
     assert re.search(r"clock jumps\s+1 change by ", plain.stdout), plain.stdout
+
+
+def test_import_of_a_bundle_with_a_jump_names_its_author_and_writing_goes_on(tmp_path):
+    store, bundle = tmp_path / "team.db", tmp_path / "in.bundle"
+    assert _statefuse("--store", str(store), "init", "--space", "team").returncode == 0
+    jumper = SigningKey.generate()
+    (far,) = _feed(jumper, [2**60])
+    write_bundle(bundle, jumper, "team", [far.data])
+    done = _statefuse("--store", str(store), "import", str(bundle))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1:] == [
+        f"clock jump by author {jumper.author.hex()[:12]}… to lamport {2**60} ({2**60} past the"
+        f" next lower counted lamport; change {far.change_id.hex()[:12]}…): kept and counted;"
+        " revoke the author if it should not move every writer's clock"
+    ]
+    done = _statefuse("--store", str(store), "claim", "vendor/acme/price", "1")
+    assert done.returncode == 0, done.stderr
+    with Replica.open(store, readonly=True) as rep:
+        (mine,) = [op for op in rep.log.ops().unordered() if op.author == rep.author]
+        assert mine.lamport == 2**60 + 1
 
 
 # --- closed spaces: what does not count moves no clock --------------------------------------------
