@@ -47,6 +47,7 @@ from statefuse.keytext import KeyTextError, format_key, parse_key
 from statefuse.lens import Include, Lens, LensError
 from statefuse.materializer import Materializer, materialize
 from statefuse.op import (
+    MAX_LAMPORT,
     ClaimAdded,
     ClaimRetracted,
     DecisionAdded,
@@ -124,6 +125,7 @@ __all__ = [
     "DEFAULT_BUDGET",
     "DEFAULT_REGISTRY",
     "EXACT_REGISTRY",
+    "MAX_LAMPORT",
     "SHORT_AUTHOR_CHARS",
     "SYSTEM_PROMPT",
     "Abstain",

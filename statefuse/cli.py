@@ -361,12 +361,13 @@ def _report_json(report: MergeReport) -> dict[str, Any]:
 
 
 def _report_text(report: MergeReport) -> str:
-    """One line of counts, then one line per fork the changes revealed."""
+    """One line of counts, then one line per fork and per clock jump the changes revealed."""
     text = (
         f"{report.accepted} accepted, {report.duplicate} already known, {report.pending} pending,"
         f" {report.quarantined} quarantined; {plural(report.new_ops, 'new op')}"
     )
     lines = [text, *(f.describe() for f in report.forks)]
+    lines += [j.describe() for j in report.clock_jumps]
     if report.registry_changed is not None:
         old, new = (fp.hex()[:16] for fp in report.registry_changed)
         lines.append(
@@ -1346,6 +1347,9 @@ def _keys_show(s: Session) -> int:
     forked: dict[bytes, list[int]] = {}
     for f in rep.forks():
         forked.setdefault(f.author, []).append(f.seq)
+    jumped: dict[bytes, list[int]] = {}
+    for j in rep.clock_jumps():
+        jumped.setdefault(j.author, []).append(j.lamport)
     authors = set(changes) | set(trust.admitted) | set(trust.cutoffs) | set(trust.roles)
     authors |= {rep.author} | ({rep.root} if rep.root is not None else set())
     names = rep.author_names()
@@ -1366,6 +1370,9 @@ def _keys_show(s: Session) -> int:
         if author in forked:
             seqs_text = ", ".join(map(str, forked[author]))
             status.append(f"forked at seq {seqs_text} (all branches kept)")
+        if author in jumped:
+            to = ", ".join(map(str, sorted(set(jumped[author]))))
+            status.append(f"clock jump to lamport {to} (kept and counted; revoke if unintended)")
         if not trust.may_write(author):
             status.append("not admitted")
         seqs = changes.get(author, [])
@@ -1379,6 +1386,7 @@ def _keys_show(s: Session) -> int:
                 "status": status,
                 "roles": roles,
                 "forks": forked.get(author, []),
+                "clock_jumps": sorted(set(jumped.get(author, []))),
             }
         )
         rows.append(
@@ -1542,6 +1550,9 @@ def _cmd_verify(s: Session) -> int:
     forks = rep.forks()
     for f in forks:
         print(f"Warning: {f.describe()}", file=sys.stderr)
+    jumps = rep.clock_jumps()
+    for j in jumps:
+        print(f"Warning: {j.describe()}", file=sys.stderr)
     ignored = len(rep.verdicts())
     n_claims = len(state.claims)
     active = len(state.active_claims())
@@ -1565,6 +1576,7 @@ def _cmd_verify(s: Session) -> int:
             {"author": f.author.hex(), "seq": f.seq, "change_ids": [c.hex() for c in f.change_ids]}
             for f in forks
         ],
+        "clock_jumps": [j.to_json() for j in jumps],
     }
     lines = [
         (
@@ -1582,6 +1594,14 @@ def _cmd_verify(s: Session) -> int:
     ]
     if forks:
         lines.append(("forks", f"{plural(len(forks), 'fork')} (every branch kept and counted)"))
+    if jumps:
+        by = sorted({rep.author_label(j.author) for j in jumps})
+        lines.append(
+            (
+                "clock jumps",
+                f"{plural(len(jumps), 'change')} by {', '.join(by)} (kept and counted)",
+            )
+        )
     verdict = (
         "OK: every stored change verifies and the state equals a fresh materialization"
         if not problems

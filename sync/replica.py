@@ -47,7 +47,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
@@ -61,6 +61,7 @@ from statefuse.keytext import parse_key
 from statefuse.lens import Lens
 from statefuse.materializer import Materializer
 from statefuse.op import (
+    MAX_LAMPORT,
     ClaimAdded,
     ClaimRetracted,
     DecisionAdded,
@@ -103,6 +104,7 @@ from statefuse.sync.change import (
     wire,
 )
 from statefuse.sync.changelog import ChangeLog, Fork, Ignored, Receipt, Status, verdict
+from statefuse.sync.clock import ClockJump, LamportGaps
 from statefuse.sync.declaration import (
     SPACE_OP_TYPES,
     RegistryDeclared,
@@ -266,8 +268,9 @@ class RepairReport:
 @dataclass(frozen=True, slots=True)
 class MergeReport:
     """What one receive, merge or import did, counted by outcome, with the forks it revealed
-    (`ChangeLog.forks` of the authors and seqs it touched) and how many of this replica's own
-    changes arrived from elsewhere. ``registry_changed``: (old, new) fingerprints when the
+    (`ChangeLog.forks` of the authors and seqs it touched), the clock jumps among the changes
+    that started to count (`sync.clock`) and how many of this replica's own changes arrived
+    from elsewhere. ``registry_changed``: (old, new) fingerprints when the
     changes taken in put another registry declaration in force (the memory was recomputed
     under it)."""
 
@@ -279,6 +282,7 @@ class MergeReport:
     forks: tuple[Fork, ...] = ()
     own_from_elsewhere: int = 0
     registry_changed: tuple[bytes, bytes] | None = None
+    clock_jumps: tuple[ClockJump, ...] = ()
 
     def __add__(self, other: MergeReport) -> MergeReport:
         forks = {(f.author, f.seq): f for f in (*self.forks, *other.forks)}
@@ -291,6 +295,7 @@ class MergeReport:
             forks=tuple(forks[k] for k in sorted(forks)),
             own_from_elsewhere=self.own_from_elsewhere + other.own_from_elsewhere,
             registry_changed=_joined(self.registry_changed, other.registry_changed),
+            clock_jumps=_jumps_joined(self.clock_jumps, other.clock_jumps),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -303,6 +308,7 @@ class MergeReport:
         ]
         if self.registry_changed is not None:
             out["registry_changed"] = [fp.hex() for fp in self.registry_changed]
+        out["clock_jumps"] = [j.to_json() for j in self.clock_jumps]
         return out
 
     @classmethod
@@ -327,7 +333,10 @@ class MergeReport:
                     return None
                 ids = tuple(bytes.fromhex(c) for c in f["change_ids"][:_MAX_REPORTED_FORKS])
                 forks.append(Fork(bytes.fromhex(f["author"]), seq, ids))
+            jumps = _jumps_from_json(document.get("clock_jumps", []))
         except (TypeError, KeyError, ValueError):
+            return None
+        if jumps is None:
             return None
         return cls(
             accepted=counts["accepted"],
@@ -338,7 +347,29 @@ class MergeReport:
             forks=tuple(forks),
             own_from_elsewhere=own,
             registry_changed=_fingerprints(document.get("registry_changed")),
+            clock_jumps=jumps,
         )
+
+
+def _jumps_joined(a: tuple[ClockJump, ...], b: tuple[ClockJump, ...]) -> tuple[ClockJump, ...]:
+    both = {(j.lamport, j.change_id): j for j in (*a, *b)}
+    return tuple(both[k] for k in sorted(both))
+
+
+def _jumps_from_json(raw: object) -> tuple[ClockJump, ...] | None:
+    """The clock jumps of a peer's report (at most `_MAX_REPORTED_FORKS`), or None when they
+    are not well formed. Raises TypeError / KeyError / ValueError on bad fields."""
+    if not isinstance(raw, list):
+        return None
+    jumps = []
+    for j in raw[:_MAX_REPORTED_FORKS]:
+        lamport, gap = j["lamport"], j["gap"]
+        if type(lamport) is not int or type(gap) is not int or not 1 <= lamport <= MAX_LAMPORT:
+            return None
+        jumps.append(
+            ClockJump(bytes.fromhex(j["author"]), bytes.fromhex(j["change_id"]), lamport, gap)
+        )
+    return tuple(jumps)
 
 
 def _joined(
@@ -367,6 +398,9 @@ _MAX_REPORTED_FORKS = 1000
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+_first = itemgetter(0)
 
 
 def key_path(path: str | os.PathLike[str]) -> Path:
@@ -456,6 +490,8 @@ class Replica:
         #: What failed verification when the store was opened (None: it verified).
         self.damage: Damage | None = None
         self._new_forks: set[tuple[bytes, int]] = set()
+        #: Clock jumps among the changes that started to count since the last report.
+        self._new_jumps: dict[tuple[int, bytes], ClockJump] = {}
         self._clock = clock
         self._observers: list[Observer] = []
         #: Ops written inside `batch()`, each with its encoding.
@@ -572,13 +608,18 @@ class Replica:
         if why is not None:
             raise ReplicaError("registry", "not-registry-authority", why)
         self._custom.update(registry.custom_normalizers)
-        lamport, wall = self.writer._tick()
-        lamport = max(lamport, self.trust_writer._lamport + 1)
+        lamport, wall = self._space_tick()
         op = RegistryDeclared(self.author, lamport, wall, registry.to_document())
         self.writer.advance(lamport)
         self._built[op.op_id] = Registry.from_document(op.registry, normalizers=self._custom)
         written: RegistryDeclared = self._emit(op)
         return written
+
+    def _space_tick(self) -> tuple[int, int]:
+        """(lamport, wall) for a space op: past both writers' clocks, saturating at
+        `MAX_LAMPORT`."""
+        lamport, wall = self.writer._tick()
+        return min(max(lamport, self.trust_writer._lamport + 1), MAX_LAMPORT), wall
 
     # --- author names ----------------------------------------------------------------------------
 
@@ -619,8 +660,7 @@ class Replica:
         if self._declared_name() == name:
             return None
         self._check_writable()
-        lamport, wall = self.writer._tick()
-        lamport = max(lamport, self.trust_writer._lamport + 1)
+        lamport, wall = self._space_tick()
         op = AuthorNamed(self.author, lamport, wall, name)
         self.writer.advance(lamport)
         written: AuthorNamed = self._emit(op)
@@ -891,21 +931,67 @@ class Replica:
         self.trust_writer = TrustWriter(self.author or bytes(32))
         self._mat = Materializer(registry=self.registry)
         self._counted: set[bytes] = set()
-        rest = self.log.changes()
+        #: The counted lamports' clusters (`sync.clock`; None: worked out on first receive).
+        self._gaps: LamportGaps | None = None
         if restored is not None:
-            covered = {c.change_id for c in restored[0].changes}
-            rest = [c for c in rest if c.change_id not in covered]
             self._from_snapshot(restored[0])
-        self._recount()
-        self._observe(rest)
+        self._recount()  # observes the counted changes the snapshot did not cover
+        self._observe_own()
+        self._new_jumps.clear()
 
     def _observe(self, changes: Iterable[VerifiedChange]) -> None:
-        """Advance both writers' lamport clocks past every op of ``changes`` (SEMANTICS §2: one
-        more than the highest the replica holds, whoever wrote it and whether it counts), and
-        let the writer remember the ref retractions among them (for ``reasserts``)."""
+        """Advance both writers' lamport clocks past every op of ``changes`` and let the writer
+        remember the ref retractions among them (for ``reasserts``). SEMANTICS §2: only ops
+        that count move a clock, so callers pass counted changes (`_counting`) and this
+        replica's own (`_observe_own`); a stranger's op, however high its lamport, moves
+        nothing until its author counts."""
         self.writer.observe(op for c in changes for op in c.ops)
         if self.writer.lamport > self.trust_writer._lamport:
             self.trust_writer._lamport = self.writer.lamport
+
+    def _observe_own(self, changes: Iterable[VerifiedChange] | None = None) -> None:
+        """Observe this replica's own changes (of ``changes``, default every accepted one) that
+        do not count: an author a closed space has not admitted yet still writes after its own
+        ops, so they keep their order once it is."""
+        source = self.log.changes() if changes is None else changes
+        counted = self._counted
+        self._observe(c for c in source if c.author == self.author and c.change_id not in counted)
+
+    def _counting(self, changes: Sequence[VerifiedChange], *, observe: bool = True) -> None:
+        """``changes`` started to count: the clocks advance past their ops (unless ``observe``
+        is False: this replica's writers made them) and their lamports are checked for clock
+        jumps (`sync.clock`), noted for the next report."""
+        if observe:
+            self._observe(changes)
+        gaps = self._gaps
+        if gaps is None:
+            return  # not worked out yet: it will be from every counted change
+        jumps = self._new_jumps
+        # lowest first, so that a jump's gap is measured from every lower lamport of the batch
+        # too, whatever order its changes came in (the sort is stable: ties keep that order)
+        stamped = sorted(((op.lamport, c) for c in changes for op in c.ops), key=_first)
+        for lamport, c in stamped:
+            gap = gaps.add(lamport)
+            if gap is not None and observe:
+                jumps.setdefault(
+                    (lamport, c.change_id), ClockJump(c.author, c.change_id, lamport, gap)
+                )
+
+    def _lamport_gaps(self) -> LamportGaps:
+        """The counted lamports' clusters, worked out from every counted change on first use
+        and kept as changes start to count."""
+        gaps = self._gaps
+        if gaps is None:
+            get = self.log.get
+            gaps = self._gaps = LamportGaps(
+                op.lamport for c in map(get, self._counted) if c is not None for op in c.ops
+            )
+        return gaps
+
+    def _take_jumps(self) -> tuple[ClockJump, ...]:
+        """The clock jumps noted since the last call, by lamport and change id."""
+        jumps, self._new_jumps = self._new_jumps, {}
+        return tuple(jumps[k] for k in sorted(jumps))
 
     def _identity(self) -> Identity:
         return Identity(self.space, self.author, self._info_registry, self.mode.value, self.root)
@@ -944,14 +1030,13 @@ class Replica:
         counted = [
             c for c in snap.changes if c.change_id in self.log and c.change_id not in ignored
         ]
-        by_type = snap.by_type
-        if len(counted) != len(snap.changes):
-            by_type = {t: [] for t in by_type}
+        by_type, others = snap.by_type, snap.others
+        if len(counted) != len(snap.changes):  # only counted ops move the clocks (§2)
+            by_type, others = {t: [] for t in by_type}, []
             for c in counted:
                 for op in c.ops:
                     group = by_type.get(type(op))
-                    if group is not None:
-                        group.append(op)
+                    (group if group is not None else others).append(op)
         op_id = attrgetter("op_id")
 
         def index(t: type[Any]) -> dict[bytes, Any]:
@@ -967,13 +1052,13 @@ class Replica:
         )
         self._counted = {c.change_id for c in counted}
         lamport = attrgetter("lamport")
-        marks: list[Op] = [max(ops, key=lamport) for ops in snap.by_type.values() if ops]
+        marks: list[Op] = [max(ops, key=lamport) for ops in by_type.values() if ops]
         marks += [
             r
-            for r in snap.by_type[ClaimRetracted]
+            for r in by_type[ClaimRetracted]
             if isinstance(r, ClaimRetracted) and r.target_claim_ref is not None
         ]
-        marks += snap.others
+        marks += others
         self.writer.observe(marks)
 
     # --- counting (which accepted changes the state includes) -----------------------------------
@@ -987,13 +1072,21 @@ class Replica:
         self._naming = self._labels = None
         ignored = self.log.verdicts()
         counted = {cid for cid in self.log.change_ids() if cid not in ignored}
+        get = self.log.get
+        fresh = [c for c in map(get, sorted(counted - self._counted)) if c is not None]
         if self._counted - counted:
             self._mat = Materializer(self.log.ops(), registry=self.registry)
             self._counted = counted
+            if self._gaps is not None:  # lamports cannot be taken out: work them out again
+                ids = {c.change_id for c in fresh}
+                self._gaps = LamportGaps(
+                    op.lamport for c in map(get, counted - ids) if c is not None for op in c.ops
+                )
+            self._counting(fresh)
             return ()
-        fresh = sorted(counted - self._counted)
         self._counted = counted
-        return self._apply(self.log.get(cid) for cid in fresh)
+        self._counting(fresh)
+        return self._apply(fresh)
 
     def _apply(self, changes: Iterable[VerifiedChange | None]) -> tuple[Op, ...]:
         # A VerifiedChange's ops hashed to their ids when verified or sealed: no re-hash.
@@ -1037,17 +1130,22 @@ class Replica:
             if self.writer.lamport > self.trust_writer._lamport:
                 self.trust_writer._lamport = self.writer.lamport
         else:
-            self._observe(admitted)
+            self._lamport_gaps()  # so that the changes starting to count are checked for jumps
         if recount:
             new_ops = self._recount()
         else:
             counting = [c for c in admitted if verdict(c, self._trust, self._kept) is None]
             self._counted.update(c.change_id for c in counting)
+            self._counting(counting, observe=not own)
             new_ops = self._apply(counting)
             if names:
                 self._take_names(counting)
+        if not own:
+            self._observe_own(admitted)
         if declares or recount:
             self._refresh_registry()
+        if own:  # a receive reports what it made count; `clock_jumps` lists every jump
+            self._new_jumps.clear()
         return new_ops
 
     def _take_forks(self) -> tuple[Fork, ...]:
@@ -1086,6 +1184,13 @@ class Replica:
         are kept and count; revoke the author (`revoke`) or re-key it if that was not an
         accident."""
         return self.log.forks()
+
+    @_locked
+    def clock_jumps(self) -> list[ClockJump]:
+        """Every counted change that moved the lamport clock far past every lower counted op
+        (`sync.clock`: more than `LAMPORT_JUMP`). Kept and counted, like a fork's branches;
+        revoke the author (`revoke`) if it should not move every writer's clock."""
+        return self.log.clock_jumps()
 
     @_locked
     def state(self) -> State:
@@ -1692,6 +1797,7 @@ class Replica:
             forks=self._take_forks(),
             own_from_elsewhere=own,
             registry_changed=self._take_registry_change(),
+            clock_jumps=self._take_jumps(),
         )
 
     def _take_registry_change(self) -> tuple[bytes, bytes] | None:

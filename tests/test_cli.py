@@ -937,6 +937,7 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
         "new_ops": 0,
         "forks": [],
         "own_from_elsewhere": 0,
+        "clock_jumps": [],
     }
     keys = doc("keys")
     assert set(keys) == {"authors", "mode", "root", "space", "you"}
@@ -949,6 +950,7 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
             "roles": [],
             "status": ["you"],
             "forks": [],
+            "clock_jumps": [],
         }
     ]
     assert doc("quarantine") == {"quarantine": []}
