@@ -23,6 +23,9 @@ Invariants:
   server's `AuthMode` (`sync.auth`): in ``members`` mode (the default for closed spaces) only
   requests signed by the root or an admitted, unrevoked author, fresh and never seen before.
   A request for another space is told so (409) before it is authenticated.
+- Every answer, of every status, is signed with the served replica's author key when it holds
+  one (`sync.auth.sign_response`: the space, server id, endpoint, status, the request's
+  challenge and the body), so a client can check whom it talks to before it pushes.
 """
 
 from __future__ import annotations
