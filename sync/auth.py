@@ -396,7 +396,8 @@ def verify_response(
         raise ServerIdentityError(
             "StateFuse-Server-Author",
             "server-identity-unproven",
-            "the server proves no author key (its answers are not signed)",
+            "the answer carries no proof (no StateFuse-Server-Author or"
+            " StateFuse-Server-Signature header)",
         )
     if author_hex is None or not _AUTHOR_HEX.fullmatch(author_hex):
         raise ServerIdentityError(

@@ -351,7 +351,7 @@ def test_a_proof_binds_the_space_server_endpoint_status_challenge_and_body():
         with pytest.raises(ServerIdentityError) as caught:
             verify_response(proof, **{**asked, name: other})  # type: ignore[arg-type]
         assert caught.value.rule == "server-identity-unproven"
-    with pytest.raises(ServerIdentityError, match="proves no author key"):
+    with pytest.raises(ServerIdentityError, match="carries no proof"):
         verify_response({}, **asked)  # type: ignore[arg-type]
 
 
