@@ -1046,6 +1046,7 @@ def _cmd_sync(s: Session) -> int:
             "fetched": outcome.fetched,
             "pushed": outcome.pushed,
             "merge": _report_json(outcome.merge),
+            "server_author": None if outcome.server_author is None else outcome.server_author.hex(),
         }
         texts[url] = (
             f"Synced with {_shown(url)}: fetched {outcome.fetched}, pushed {outcome.pushed}"

@@ -59,7 +59,9 @@
     │   │                                   space or not signed by its exporter (imports nothing)
     │   └── SyncError (RuntimeError)        HTTP sync failed: PeerUnreachableError,
     │       │                               PeerTimeoutError, PeerRejectedError,
-    │       │                               MalformedResponseError; and FollowError, a
+    │       │                               MalformedResponseError, ServerIdentityError (a
+    │       │                               closed space's server proves no admitted author:
+    │       │                               nothing pushed); and FollowError, a
     │       │                               follower's bad argument, a URL scheme no transport
     │       │                               handles, or a round on demand that could not run
     │       └── JetStreamError              a JetStream link failed (``statefuse.sync.jetstream``,

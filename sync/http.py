@@ -24,6 +24,7 @@ from statefuse.sync.protocol import (
     PeerRejectedError,
     PeerTimeoutError,
     PeerUnreachableError,
+    ServerIdentityError,
     SyncError,
 )
 from statefuse.sync.server import SyncApp, SyncServer, serve
@@ -42,6 +43,7 @@ __all__ = [
     "PeerTimeoutError",
     "PeerUnreachableError",
     "Progress",
+    "ServerIdentityError",
     "SyncApp",
     "SyncError",
     "SyncReport",

@@ -200,6 +200,13 @@ class TrustState:
     #: closed over ancestors by the change log, which holds the ``prev`` links).
     keeps: dict[bytes, tuple[frozenset[bytes], ...]] = field(default_factory=dict)
 
+    def is_member(self, author: bytes) -> bool:
+        """Whether ``author`` is the root, or admitted and not revoked (by either form): whom a
+        closed space's server answers (``members`` auth) and a client pushes to."""
+        if author == self.root:
+            return True
+        return author in self.admitted and author not in self.cutoffs and author not in self.keeps
+
     def may_write(self, author: bytes) -> bool:
         return self.mode is TrustMode.OPEN or author == self.root or author in self.admitted
 
