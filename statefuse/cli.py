@@ -410,11 +410,9 @@ def _cmd_init(s: Session) -> int:
         rep = s.open(space=a.space, registry=known)
         pinned = a.creator is not None and rep.pin_creator(_creator_arg(rep, a.creator))
         named = name is not None and rep.declare_name(name) is not None
-        done = f"its author is now called {name!r}" if named else "nothing changed"
-        if pinned:
-            done = f"its creator is now {rep.creator.hex() if rep.creator else '?'}" + (
-                f" and its author is called {name!r}" if named else ""
-            )
+        news = [f"its creator is now {_creator_who(rep)}"] if pinned else []
+        news += [f"its author is now called {name!r}"] if named else []
+        done = " and ".join(news) or "nothing changed"
         s.emit(
             _init_json(rep, s.path, created=False),
             f"Store {s.path} already holds space {rep.space!r} ({rep.mode.value} mode); {done}",
@@ -1326,8 +1324,16 @@ def _creator_text(rep: Replica) -> str:
             "no creator pinned: no declaration counts until one is (statefuse registry creator"
             " KEY, or sync/import from a store that has one)"
         )
-    you = ", you" if rep.creator == rep.author else ""
-    return f"creator {rep.author_label(rep.creator)} ({rep.creator.hex()[:16]}…{you})"
+    return f"creator {_creator_who(rep)}"
+
+
+def _creator_who(rep: Replica) -> str:
+    """The creator as ``alice (1a2b3c4d5e6f7a8b…)``, ``(…, you)`` when it is this store's key."""
+    creator = rep.creator
+    assert creator is not None
+    label = rep.author_label(creator)
+    shown = f"{creator.hex()[:16]}…" + (", you" if creator == rep.author else "")
+    return shown if label.startswith(creator.hex()[:8]) else f"{label} ({shown})"
 
 
 def _registry_creator(s: Session) -> int:

@@ -163,9 +163,10 @@ def parse_bundle_whole(data: bytes, *, space: str | None = None) -> Bundle:
         or not 0 <= header["count"] <= MAX_BUNDLE_CHANGES
         or not isinstance(header["exporter"], bytes)
         or not isinstance(header["space"], str)
-        or not isinstance(header.get("creator", b""), bytes)
-        or len(header.get("creator", b"\0" * 32)) != 32
     ):
+        raise BundleError("bundle.header", "bundle-header", "malformed bundle header")
+    creator = header.get("creator")
+    if creator is not None and (not isinstance(creator, bytes) or len(creator) != 32):
         raise BundleError("bundle.header", "bundle-header", "malformed bundle header")
     try:
         signed = verify_signature(
@@ -184,4 +185,4 @@ def parse_bundle_whole(data: bytes, *, space: str | None = None) -> Bundle:
     changes = [frame(_FRAME_LIMIT, f"change {i + 1}") for i in range(header["count"])]
     if pos != len(body):
         raise BundleError("bundle", "trailing-data", "bytes after the last change")
-    return Bundle(header["exporter"], header["space"], header.get("creator"), changes)
+    return Bundle(header["exporter"], header["space"], creator, changes)
