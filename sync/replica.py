@@ -662,7 +662,6 @@ class Replica:
         space) unless ``force=True``: for a store of an earlier release whose creator the old
         rule got wrong (a stranger's declaration stamped with a low lamport)."""
         creator = check_creator("creator", creator)
-        self._check_writable()
         if self.mode is TrustMode.CLOSED:
             raise ReplicaError(
                 "creator",
@@ -671,6 +670,7 @@ class Replica:
             )
         if self.creator == creator:
             return False
+        self._check_writable()
         if self.creator is not None and not force:
             raise TwoSpacesError(
                 "creator",
@@ -684,9 +684,17 @@ class Replica:
         return True
 
     def _set_creator(self, creator: bytes | None) -> None:
-        """Record ``creator`` and follow the declaration it puts in force."""
-        self.store.pin_creator(creator)
+        """Record ``creator`` and follow the declaration it puts in force. All or nothing: a
+        declaration of it naming a normalizer this process lacks (RegistryError) or a failed
+        store write leaves the creator as it was."""
+        old = self.creator
         self.creator = creator
+        try:
+            self._registry_of(self._in_force())  # raises before anything is recorded
+            self.store.pin_creator(creator)
+        except BaseException:
+            self.creator = old
+            raise
         self._refresh_registry()
 
     def _meet(self, theirs: bytes | None, source: str) -> bytes | None:

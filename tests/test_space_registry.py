@@ -355,3 +355,35 @@ def test_init_again_with_another_registry_file_is_refused_and_changes_nothing(tm
     with Replica.open(store, readonly=True) as rep:
         assert rep.registry == Registry([PredicateContract("price", normalizer="money")])
         assert len(rep) == 1
+
+
+# --- whose declarations count: the creator the store follows (`sync.creator`) -------------------
+
+
+def test_a_received_declaration_counts_only_once_its_author_is_the_pinned_creator():
+    creator = Replica.memory(space=SPACE, registry=MONEY)
+    served = Replica.memory(space=SPACE)  # no creator: what a push brings cannot pin it
+    report = served.receive(c.data for c in creator.log.changes())
+    assert report.accepted == 1 and served.registry == DEFAULT_REGISTRY
+    [refused] = report.refused_declarations
+    assert refused.author == creator.author and refused.rule == "not-registry-authority"
+    assert "statefuse registry creator" in refused.reason
+    assert served.pin_creator(creator.author) is True
+    assert served.registry == MONEY and served.refused_declarations() == []
+    assert served.pin_creator(creator.author) is False  # pinned already: nothing written
+
+
+def test_pinning_a_creator_whose_declaration_this_process_cannot_build_changes_nothing(tmp_path):
+    def sku(value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    custom = Registry([PredicateContract("sku", normalizer="sku")], normalizers={"sku": sku})
+    creator = Replica.memory(space=SPACE, registry=custom)
+    with Replica.open(tmp_path / "s.db", create=True, space=SPACE) as served:
+        served.receive(c.data for c in creator.log.changes())  # refused: nothing in force
+        with pytest.raises(RegistryError) as caught:
+            served.pin_creator(creator.author)
+        assert caught.value.rule == "unknown-normalizer"
+        assert served.creator is None and served.registry == DEFAULT_REGISTRY
+    with Replica.open(tmp_path / "s.db") as again:
+        assert again.creator is None
