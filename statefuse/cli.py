@@ -374,14 +374,19 @@ def _report_text(report: MergeReport) -> str:
             f"the space's registry changed ({old}… -> {new}…): memory recomputed under it"
             " (statefuse registry show)"
         )
-    refused = report.refused_declarations
-    if refused:
-        authors = ", ".join(sorted({f"{r.author.hex()[:12]}…" for r in refused}))
-        lines.append(
-            f"{plural(len(refused), 'registry declaration')} refused ({refused[0].rule}) by"
-            f" {authors}: {refused[0].reason} (statefuse registry show)"
-        )
+    if report.refused_declarations:
+        lines.append(_refused_text(report) + " (statefuse registry show)")
     return "\n".join(lines)
+
+
+def _refused_text(report: MergeReport) -> str:
+    """One line for the registry declarations a receive refused (`sync.creator`)."""
+    refused = report.refused_declarations
+    authors = ", ".join(sorted({f"{r.author.hex()[:12]}…" for r in refused}))
+    return (
+        f"{plural(len(refused), 'registry declaration')} refused ({refused[0].rule}) by"
+        f" {authors}: {refused[0].reason}"
+    )
 
 
 def _adopted_text(rep: Replica, report: MergeReport) -> str:
@@ -1093,6 +1098,8 @@ def _cmd_sync(s: Session) -> int:
             f" ({byte_size(outcome.bytes_sent)} sent, {byte_size(outcome.bytes_received)}"
             f" received); {_report_text(outcome.merge)}"
         )
+        if outcome.peer_merge.refused_declarations:  # what we pushed that the peer does not count
+            texts[url] += f"\n{_shown(url)}: {_refused_text(outcome.peer_merge)}"
     peers = [results[u] for u in urls]
     for p in peers:
         if not p["ok"]:

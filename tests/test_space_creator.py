@@ -302,7 +302,11 @@ def test_a_client_without_a_creator_adopts_the_servers_and_a_served_store_never_
     erin = tmp_path / "erin.db"
     assert cli("--store", erin, "init", "--space", SPACE).code == 0
     with served(erin) as url:
-        assert cli("--store", alice, "sync", url).code == 0
+        pushed = cli("--store", alice, "sync", url)
+    assert pushed.code == 0, pushed
+    # the pusher is told the served store does not count its declaration, and why
+    assert "1 registry declaration refused (not-registry-authority)" in pushed.out
+    assert "statefuse registry creator KEY" in pushed.out
     shown = doc("--store", erin, "registry", "show")
     assert shown["creator"] is None and shown["declared"] is False
     assert {r["author"] for r in shown["refused"]} == {author_of(alice)}
