@@ -85,7 +85,7 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 _V1_TABLES = frozenset({"meta", "changes", "pending", "quarantine", "snapshot"})
 
 #: Meta keys a store writes; `SQLiteStore.rebuild` looks each one up when the table scan fails.
-_META_KEYS = ("space", "mode", "root", "registry", "store_id", "author")
+_META_KEYS = ("space", "mode", "root", "registry", "store_id", "author", "creator")
 
 #: What SQLite raises on a file it cannot use: its own errors, and UnicodeDecodeError when the
 #: text it hands over (a message naming a damaged schema entry, say) is not UTF-8 any more.
@@ -881,6 +881,8 @@ class SQLiteStore:
         p = self.path
         root = _typed(p, rows.get("root", b""), bytes, "meta root")
         author = _typed(p, rows.get("author", b""), bytes, "meta author")
+        # no row: a store of an earlier release, whose creator the replica works out once
+        creator = _typed(p, rows.get("creator", b""), bytes, "meta creator")
         return StoreInfo(
             space=_typed(p, rows["space"], str, "meta space"),
             mode=_typed(p, rows.get("mode", "open"), str, "meta mode"),
@@ -888,6 +890,8 @@ class SQLiteStore:
             registry=_typed(p, rows.get("registry", b""), bytes, "meta registry"),
             store_id=_typed(p, rows.get("store_id", b""), bytes, "meta store_id"),
             author=author or None,
+            creator=creator or None,
+            creator_unknown="creator" not in rows,
         )
 
     def initialize(self, info: StoreInfo) -> None:
@@ -905,7 +909,21 @@ class SQLiteStore:
             ]
             if info.author is not None:
                 rows.append(("author", info.author))
+            if not info.creator_unknown:
+                rows.append(("creator", info.creator or b""))
             db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", rows)
+
+    def pin_creator(self, creator: bytes | None) -> StoreInfo:
+        self._check_writable("recording the space's creator")
+        with self._transaction("recording the space's creator") as db:
+            if db.execute("SELECT 1 FROM meta WHERE key = 'space'").fetchone() is None:
+                raise StoreError("store", "initialized", "initialize the store before pinning it")
+            db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('creator', ?)", (creator or b"",)
+            )
+        pinned = self.info()
+        assert pinned is not None
+        return pinned
 
     def bind(self, author: bytes) -> StoreInfo:
         author = check_author(author)

@@ -215,6 +215,15 @@ def _server_header(value: str | None) -> bytes | None:
         return None
 
 
+def _creator_header(value: str | None) -> bytes | None:
+    if value is None or len(value) != 64:
+        return None
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        return None
+
+
 class _Connection:
     """One kept-alive HTTP(S) connection to a peer, counting requests and body bytes.
 
@@ -257,6 +266,8 @@ class _Connection:
         #: Called with this connection on every 200 answer before its body is used (a closed
         #: space's membership check); it raises to stop the sync there.
         self.check: Callable[[_Connection], None] | None = None
+        #: The open space's creator the server named in its last answer (None: none).
+        self.creator: bytes | None = None
 
     def close(self) -> None:
         self._http.close()
@@ -325,6 +336,7 @@ class _Connection:
             content_type = response.getheader("Content-Type") or ""
             named = _server_header(response.getheader("StateFuse-Server"))
             proof = {name: response.getheader(name) for name in RESPONSE_HEADERS}
+            self.creator = _creator_header(response.getheader("StateFuse-Creator"))
         except TimeoutError:
             self._http.close()
             raise PeerTimeoutError(
@@ -573,6 +585,12 @@ def sync_with(
     merge = peer_merge = MergeReport()
     try:
         reconciler = _reconcile(conn, replica, lock)
+        with _holding(lock), replica.lock:
+            # two spaces that share a name are refused before anything moves; a store with no
+            # creator follows the server's (its user chose to sync with it: `sync.creator`)
+            adopted = replica._meet(conn.creator, conn.url)
+        if adopted is not None:
+            merge = MergeReport(adopted_creator=adopted)
         want, give = reconciler.fetch, reconciler.send
         total = len(want) + len(give)
         done = 0

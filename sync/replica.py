@@ -105,13 +105,21 @@ from statefuse.sync.change import (
 )
 from statefuse.sync.changelog import ChangeLog, Fork, Ignored, Receipt, Status, verdict
 from statefuse.sync.clock import ClockJump, LamportGaps
+from statefuse.sync.creator import (
+    REFUSED_RULE,
+    RefusedDeclaration,
+    check_creator,
+    first_declarer,
+    refused_declarations,
+    two_spaces,
+)
 from statefuse.sync.declaration import (
     SPACE_OP_TYPES,
     RegistryDeclared,
-    creator,
     declaration_in_force,
 )
 from statefuse.sync.key import KeyFileError, SigningKey
+from statefuse.sync.protocol import SyncError
 from statefuse.sync.quarantine import QuarantineEntry
 from statefuse.sync.reconcile import Reconciler
 from statefuse.sync.snapshot import (
@@ -189,6 +197,13 @@ CLOSE_SNAPSHOT_SHARE = 64
 
 class ReplicaError(InputError, ValueError):
     """A replica asked to do something its rules forbid (e.g. trust ops from a non-root key)."""
+
+
+class TwoSpacesError(ReplicaError, SyncError):
+    """Two stores created apart under one space name, pinned to different creators (field
+    ``creator``, rule ``two-spaces``): a sync, import or merge between them is refused before
+    anything moves (SEMANTICS §2). Also a `SyncError`, so a sync reports it like any failed
+    peer."""
 
 
 class UnknownClaimError(ReplicaError, ClaimLookupError):
@@ -272,7 +287,10 @@ class MergeReport:
     that started to count (`sync.clock`) and how many of this replica's own changes arrived
     from elsewhere. ``registry_changed``: (old, new) fingerprints when the
     changes taken in put another registry declaration in force (the memory was recomputed
-    under it)."""
+    under it). ``refused_declarations``: registry declarations among the changes taken in
+    that do not count (their author is not the space's creator or root; `sync.creator`), with
+    the reason. ``adopted_creator``: the creator this store adopted from the source (an import,
+    a sync, a merge) before taking its changes in, or None."""
 
     accepted: int = 0
     duplicate: int = 0
@@ -283,9 +301,12 @@ class MergeReport:
     own_from_elsewhere: int = 0
     registry_changed: tuple[bytes, bytes] | None = None
     clock_jumps: tuple[ClockJump, ...] = ()
+    refused_declarations: tuple[RefusedDeclaration, ...] = ()
+    adopted_creator: bytes | None = None
 
     def __add__(self, other: MergeReport) -> MergeReport:
         forks = {(f.author, f.seq): f for f in (*self.forks, *other.forks)}
+        refused = {r.op_id: r for r in (*self.refused_declarations, *other.refused_declarations)}
         return MergeReport(
             accepted=self.accepted + other.accepted,
             duplicate=self.duplicate + other.duplicate,
@@ -296,6 +317,8 @@ class MergeReport:
             own_from_elsewhere=self.own_from_elsewhere + other.own_from_elsewhere,
             registry_changed=_joined(self.registry_changed, other.registry_changed),
             clock_jumps=_jumps_joined(self.clock_jumps, other.clock_jumps),
+            refused_declarations=tuple(refused.values()),
+            adopted_creator=self.adopted_creator or other.adopted_creator,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -309,6 +332,10 @@ class MergeReport:
         if self.registry_changed is not None:
             out["registry_changed"] = [fp.hex() for fp in self.registry_changed]
         out["clock_jumps"] = [j.to_json() for j in self.clock_jumps]
+        if self.refused_declarations:
+            out["refused_declarations"] = [r.to_json() for r in self.refused_declarations]
+        if self.adopted_creator is not None:
+            out["adopted_creator"] = self.adopted_creator.hex()
         return out
 
     @classmethod
@@ -338,6 +365,10 @@ class MergeReport:
             return None
         if jumps is None:
             return None
+        raw_refused = document.get("refused_declarations", [])
+        if not isinstance(raw_refused, list):
+            return None
+        refused = [RefusedDeclaration.from_json(r) for r in raw_refused[:_MAX_REPORTED_FORKS]]
         return cls(
             accepted=counts["accepted"],
             duplicate=counts["duplicate"],
@@ -348,6 +379,7 @@ class MergeReport:
             own_from_elsewhere=own,
             registry_changed=_fingerprints(document.get("registry_changed")),
             clock_jumps=jumps,
+            refused_declarations=tuple(r for r in refused if r is not None),
         )
 
 
@@ -468,6 +500,11 @@ class Replica:
         self.space = info.space
         self.mode = TrustMode(info.mode)
         self.root = info.root
+        #: The open space's creator this store follows: the one author whose registry
+        #: declarations count (None: none pinned, or a closed space; see `sync.creator`).
+        self.creator: bytes | None = info.creator if self.mode is TrustMode.OPEN else None
+        #: A store of an earlier release: its creator is worked out once, on load.
+        self._creator_unknown = info.creator_unknown and self.mode is TrustMode.OPEN
         author = key.author if key is not None else info.author
         #: This replica's author id: the key's, or, opened without its key, the store's.
         self.author: bytes = author if author is not None else b""
@@ -503,6 +540,9 @@ class Replica:
         #: instead of verifying them again (0: none).
         self.restored = 0
         self._load()
+        if self._creator_unknown and not self.readonly:
+            store.pin_creator(self.creator)  # decided once, by the old rule (`_load_all`)
+            self._creator_unknown = False
         self._check_asked()
         if (
             self.declaration is None
@@ -562,7 +602,7 @@ class Replica:
     def _refresh_registry(self) -> None:
         """Follow the declaration in force: when another one came into force, recompute the
         memory under its registry (a rare event: a space changes its contract)."""
-        declared = declaration_in_force(self.log.declarations(), mode=self.mode, root=self.root)
+        declared = self._in_force()
         if declared == self.declaration:
             return
         registry = self._registry_of(declared)
@@ -575,19 +615,108 @@ class Replica:
             self.writer.registry = registry
             self._mat = Materializer(self.log.ops(), registry=registry)
 
+    def _in_force(self) -> RegistryDeclared | None:
+        """The declaration in force among the counted changes (`declaration_in_force`)."""
+        return declaration_in_force(
+            self.log.declarations(), mode=self.mode, root=self.root, creator=self.creator
+        )
+
     def _may_declare(self) -> str | None:
-        """Why this replica may not declare the space's registry (None: it may)."""
+        """Why this replica may not declare the space's registry (None: it may; an open store
+        with no creator pinned may, and is pinned to its own author by declaring)."""
         if self.mode is TrustMode.CLOSED:
             if self.author != self.root:
                 return "in a closed space only the root key declares the registry"
             return None
-        first = creator(self.log.declarations())
-        if first is not None and first != self.author:
+        if self.creator is not None and self.creator != self.author:
             return (
-                f"in an open space only its creator ({first.hex()[:12]}…, who declared first)"
-                " declares the registry"
+                f"in an open space only its creator ({self.author_label(self.creator)},"
+                f" {self.creator.hex()[:12]}…) declares the registry; this store follows space"
+                f" {self.space!r} created by that author"
             )
         return None
+
+    # --- the open space's creator (`sync.creator`) --------------------------------------------
+
+    @_locked
+    def refused_declarations(self) -> list[RefusedDeclaration]:
+        """The registry declarations in counted changes that do not count, with the reason
+        (rule ``not-registry-authority``): by anyone but the open space's creator (every one,
+        while none is pinned) or the closed space's root. They stay in the log."""
+        return refused_declarations(
+            self.log.declarations(),
+            mode=self.mode,
+            root=self.root,
+            creator=self.creator,
+            space=self.space,
+        )
+
+    @_locked
+    def pin_creator(self, creator: bytes, *, force: bool = False) -> bool:
+        """Make ``creator`` the open space's creator this store follows: only its registry
+        declarations count from now on (the memory is recomputed under the latest of them).
+        Returns False, writing nothing, when it is pinned to ``creator`` already.
+
+        Raises ReplicaError rule ``closed-space`` in a closed space (its root declares), and
+        `TwoSpacesError` when the store is pinned to another creator (it belongs to another
+        space) unless ``force=True``: for a store of an earlier release whose creator the old
+        rule got wrong (a stranger's declaration stamped with a low lamport)."""
+        creator = check_creator("creator", creator)
+        if self.mode is TrustMode.CLOSED:
+            raise ReplicaError(
+                "creator",
+                "closed-space",
+                "a closed space's registry is declared by its root: it has no creator to pin",
+            )
+        if self.creator == creator:
+            return False
+        self._check_writable()
+        if self.creator is not None and not force:
+            raise TwoSpacesError(
+                "creator",
+                "two-spaces",
+                f"this store follows space {self.space!r} created by"
+                f" {self.creator.hex()[:16]}…, not {creator.hex()[:16]}…: re-pinning it means"
+                " it belongs to another space. Use force (CLI: --force) only to correct a"
+                " creator an earlier release's rule picked wrongly",
+            )
+        self._set_creator(creator)
+        return True
+
+    def _set_creator(self, creator: bytes | None) -> None:
+        """Record ``creator`` and follow the declaration it puts in force. All or nothing: a
+        declaration of it naming a normalizer this process lacks (RegistryError) or a failed
+        store write leaves the creator as it was."""
+        old = self.creator
+        self.creator = creator
+        try:
+            self._registry_of(self._in_force())  # raises before anything is recorded
+            self.store.pin_creator(creator)
+        except BaseException:
+            self.creator = old
+            raise
+        self._refresh_registry()
+
+    def _meet(self, theirs: bytes | None, source: str) -> bytes | None:
+        """Before taking in the changes of ``source`` (a bundle, a server, a replica) that
+        follows creator ``theirs``: refuse two spaces that share a name (`TwoSpacesError`),
+        and adopt ``theirs`` when this store has none pinned (its user chose the source).
+        Returns the creator adopted, or None."""
+        if self.mode is TrustMode.CLOSED or theirs is None or theirs == self.creator:
+            return None
+        if self.creator is not None:
+            raise TwoSpacesError(
+                "creator", "two-spaces", two_spaces(self.space, self.creator, theirs, source)
+            )
+        self._check_writable()
+        self._set_creator(check_creator("creator", theirs))
+        return theirs
+
+    def _unmeet(self, adopted: bytes | None) -> None:
+        """Undo `_meet`'s adoption when taking the changes in failed (the call changes
+        nothing)."""
+        if adopted is not None and self.creator == adopted:
+            self._set_creator(None)
 
     @_locked
     def declare_registry(self, registry: Registry) -> RegistryDeclared | None:
@@ -595,9 +724,10 @@ class Replica:
         `RegistryDeclared` op holding its document. The memory is recomputed under it here,
         and on every replica that receives it.
 
-        Only the root (closed mode) or the space's creator (open mode: whoever declared
-        first) may declare; others get ReplicaError rule ``not-registry-authority``. Returns
-        None, writing nothing, when ``registry`` is already the declaration in force.
+        Only the root (closed mode) or the space's creator (open mode: the creator this store
+        follows; a store with none pinned is pinned to this replica's author by declaring, see
+        `sync.creator`) may declare; others get ReplicaError rule ``not-registry-authority``.
+        Returns None, writing nothing, when ``registry`` is already the declaration in force.
         """
         self._check_writable()
         if not isinstance(registry, Registry):
@@ -606,7 +736,9 @@ class Replica:
             return None
         why = self._may_declare()
         if why is not None:
-            raise ReplicaError("registry", "not-registry-authority", why)
+            raise ReplicaError("registry", REFUSED_RULE, why)
+        if self.mode is TrustMode.OPEN and self.creator is None:
+            self._set_creator(self.author)  # declaring creates the space's contract
         self._custom.update(registry.custom_normalizers)
         lamport, wall = self._space_tick()
         op = RegistryDeclared(self.author, lamport, wall, registry.to_document())
@@ -735,6 +867,7 @@ class Replica:
         clock: Callable[[], int] = _wall_ms,
         load: Load | str = Load.SNAPSHOT,
         name: str | None = None,
+        creator: bytes | None = None,
     ) -> Replica:
         """Open the SQLite replica at ``path`` (or, with ``create=True``, create it there).
 
@@ -754,7 +887,10 @@ class Replica:
         stored change again. ``name``: the name this replica's author goes by (`declare_name`,
         written only when it differs from the one it declared last; OpRuleError field ``name``
         for a bad one, before anything is opened, and ReadOnlyError when it differs on a
-        replica that may not write).
+        replica that may not write). ``creator``: the open space's creator, the one author
+        whose registry declarations count (`sync.creator`): a new store is created pinned to
+        it, an existing one with none pinned is pinned to it (`pin_creator`; another one
+        pinned already raises `TwoSpacesError`).
         """
         from statefuse.sqlitestore import SQLiteStore
 
@@ -779,7 +915,7 @@ class Replica:
                         "path", "not-a-store", f"{path} was never initialized as a store"
                     )
                 key = key or (_load_key(kpath) if kpath.exists() else SigningKey.generate())
-                new = _new_info(space, registry, key, mode, root)
+                new = _new_info(space, registry, key, mode, root, creator)
                 _check_key(key, new, path, adopt_key=adopt_key)  # before the store is marked
                 store.initialize(new)
                 info = store.info()
@@ -807,6 +943,8 @@ class Replica:
             replica = cls(
                 store, key, registry=registry, clock=clock, path=path, load=load, readonly=readonly
             )
+            if creator is not None:
+                replica.pin_creator(creator)
             if name is not None:
                 replica._go_by(name)
             return replica
@@ -828,14 +966,16 @@ class Replica:
         root: bytes | None = None,
         clock: Callable[[], int] = _wall_ms,
         name: str | None = None,
+        creator: bytes | None = None,
     ) -> Replica:
         """A replica in memory: same rules and verification, nothing on disk. ``name``: the
-        name its author goes by (`declare_name`)."""
+        name its author goes by (`declare_name`); ``creator``: the open space's creator (see
+        `open`)."""
         if name is not None:
             check_author_name("name", name)
         key = key or SigningKey.generate()
         store = MemoryStore()
-        store.initialize(_new_info(space, registry, key, mode, root))
+        store.initialize(_new_info(space, registry, key, mode, root, creator))
         replica = cls(store, key, registry=registry, clock=clock)
         if name is not None:
             replica.declare_name(name)
@@ -852,10 +992,15 @@ class Replica:
         info = self.store.info()
         assert info is not None
         # the child takes the space's declaration from the changes it copies (it declares
-        # nothing itself); it gets the code of the custom normalizers this process has
+        # nothing itself) and follows the same creator; it gets the code of the custom
+        # normalizers this process has
         if path is None:
             child = Replica.memory(
-                space=self.space, mode=self.mode, root=info.root, clock=self._clock
+                space=self.space,
+                mode=self.mode,
+                root=info.root,
+                clock=self._clock,
+                creator=self.creator,
             )
         else:
             if Path(path).exists():
@@ -867,6 +1012,7 @@ class Replica:
                 mode=self.mode,
                 root=info.root,
                 clock=self._clock,
+                creator=self.creator,
             )
         child._custom.update(self._custom)
         child.merge(self)
@@ -923,9 +1069,11 @@ class Replica:
         self._head: tuple[int, bytes | None] = (
             (heads[0].seq, heads[0].change_id) if heads else (0, None)
         )
-        self.declaration = declaration_in_force(
-            self.log.declarations(), mode=self.mode, root=self.root
-        )
+        if self._creator_unknown:
+            # a store of an earlier release: pinned by that release's rule, over the changes
+            # it holds now, once (SEMANTICS §2; recorded by `__init__` when writable)
+            self.creator = first_declarer(self.log.declarations())
+        self.declaration = self._in_force()
         self.registry = self._registry_of(self.declaration)
         self.writer = Writer(self.author or bytes(32), registry=self.registry, clock=self._clock)
         self.trust_writer = TrustWriter(self.author or bytes(32))
@@ -1759,9 +1907,7 @@ class Replica:
             if declares:
                 # a declaration naming a normalizer this process lacks: refuse the whole call
                 # (nothing stored) rather than hold memory it cannot compute
-                self._registry_of(
-                    declaration_in_force(self.log.declarations(), mode=self.mode, root=self.root)
-                )
+                self._registry_of(self._in_force())
             admitted_ids = {c.change_id for c in accepted}
             batch = StoreWrite(
                 accepted=tuple((c.change_id, c.data) for c in accepted),
@@ -1788,6 +1934,10 @@ class Replica:
                 stacklevel=_caller_level(),
             )
         self._notify(new_ops, Origin.RECEIVED, source)
+        refused: tuple[RefusedDeclaration, ...] = ()
+        if declares:  # reported with their reason, never refused in silence (`sync.creator`)
+            brought = {op.op_id for c in accepted for op in c.ops if type(op) is RegistryDeclared}  # type: ignore[comparison-overlap]
+            refused = tuple(r for r in self.refused_declarations() if r.op_id in brought)
         return MergeReport(
             accepted=len(accepted),
             duplicate=counts[Status.DUPLICATE],
@@ -1798,6 +1948,7 @@ class Replica:
             own_from_elsewhere=own,
             registry_changed=self._take_registry_change(),
             clock_jumps=self._take_jumps(),
+            refused_declarations=refused,
         )
 
     def _take_registry_change(self) -> tuple[bytes, bytes] | None:
@@ -1808,16 +1959,48 @@ class Replica:
         """Take in every change ``other`` has that this replica lacks (one way; merge both ways
         for a full sync), through the same verification as network data. ``other``'s changes
         are copied under its lock first, then taken in under this replica's: the two locks are
-        never held together."""
+        never held together.
+
+        Like an import or a sync, this replica adopts ``other``'s creator when it has none
+        pinned, and two replicas pinned to different creators raise `TwoSpacesError` before
+        anything moves (`sync.creator`)."""
         with self._lock:
             self._check_writable()
         with other._lock:
             other._check_open()
             theirs = sorted(other.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
             theirs += other.log.pending()
+            creator = other.creator
         with self._lock:
             mine = self.log
-            return self.receive([c.data for c in theirs if c.change_id not in mine])
+            return self._receive_from(
+                creator,
+                f"replica {other.author.hex()[:12]}…",
+                None,
+                [c.data for c in theirs if c.change_id not in mine],
+                source=None,
+            )
+
+    def _receive_from(
+        self,
+        creator: bytes | None,
+        label: str,
+        progress: Callable[[int, int], object] | None,
+        changes: Iterable[bytes | UnverifiedChange],
+        *,
+        source: str | None,
+    ) -> MergeReport:
+        """`receive` from a source this store's user chose, which follows ``creator``: meet
+        it first (`_meet`), then take the changes in; undo an adoption if that fails."""
+        self._check_writable()
+        items = _unverified(changes)
+        adopted = self._meet(creator, label)
+        try:
+            report = self._receive(items, progress, source=source)
+        except BaseException:
+            self._unmeet(adopted)
+            raise
+        return report if adopted is None else replace(report, adopted_creator=adopted)
 
     # --- bundles ---------------------------------------------------------------------------------
 
@@ -1832,7 +2015,7 @@ class Replica:
             raise ReadOnlyError(
                 "key", "no-key", "a bundle is signed by its exporter: export needs the author key"
             )
-        write_bundle(path, self.key, self.space, changes)
+        write_bundle(path, self.key, self.space, changes, creator=self.creator)
         return len(changes)
 
     @_locked
@@ -1842,11 +2025,14 @@ class Replica:
         """Verify and take in the changes of a bundle file (see `sync.bundle`), all or nothing:
         the file is read and checked whole before anything is taken in, and one store
         transaction keeps what it brought."""
-        from statefuse.sync.bundle import read_bundle
+        from statefuse.sync.bundle import open_bundle
 
         self._check_writable()
-        changes = read_bundle(path, space=self.space)
-        return self._receive(_unverified(changes), progress, source=os.fspath(path))
+        bundle = open_bundle(path, space=self.space)
+        where = os.fspath(path)
+        return self._receive_from(
+            bundle.creator, f"bundle {where}", progress, bundle.changes, source=where
+        )
 
     # --- observers and lifetime ------------------------------------------------------------------
 
@@ -2297,6 +2483,7 @@ def _new_info(
     key: SigningKey,
     mode: TrustMode | str,
     root: bytes | None,
+    creator: bytes | None = None,
 ) -> StoreInfo:
     try:
         mode = TrustMode(mode)
@@ -2308,7 +2495,29 @@ def _new_info(
         raise ReplicaError("space", "space-name", "a space is a non-empty name of up to 256 chars")
     if mode is TrustMode.CLOSED and root is None:
         root = key.author
+    if creator is not None:
+        creator = check_creator("creator", creator)
+        if mode is TrustMode.CLOSED:
+            raise ReplicaError(
+                "creator",
+                "closed-space",
+                "a closed space's registry is declared by its root: give creator= only for an"
+                " open space",
+            )
+        declares = registry is not None and registry.fingerprint != DEFAULT_REGISTRY.fingerprint
+        if declares and creator != key.author:
+            raise ReplicaError(
+                "registry",
+                REFUSED_RULE,
+                f"only the space's creator ({creator.hex()[:12]}…) declares its registry: leave"
+                " out registry= to take the space's from its changes",
+            )
     fingerprint = (registry or DEFAULT_REGISTRY).fingerprint
     return StoreInfo(
-        space=space, mode=mode.value, root=root, registry=fingerprint, author=key.author
+        space=space,
+        mode=mode.value,
+        root=root,
+        registry=fingerprint,
+        author=key.author,
+        creator=creator,
     )

@@ -209,6 +209,9 @@ class SyncApp:
             ("StateFuse-Server", self.server_id.hex()),
         ]
         headers += self._proof(environ, status, body)
+        creator = self.replica.creator  # who the open space's creator is (`sync.creator`)
+        if creator is not None:
+            headers.append(("StateFuse-Creator", creator.hex()))
         if status == 401:
             headers.append(("WWW-Authenticate", f'StateFuse server="{self.server_id.hex()}"'))
         if status == 405:
@@ -401,6 +404,7 @@ class SyncApp:
             "space": self.space,
             "server": self.server_id.hex(),
             "auth": self.auth.value,
+            "creator": None if self.replica.creator is None else self.replica.creator.hex(),
             "limits": {**limits(), "page_bytes": self.page_bytes},
         }
         try:
