@@ -404,8 +404,15 @@ _first = itemgetter(0)
 
 
 def key_path(path: str | os.PathLike[str]) -> Path:
-    """Where a store's author key lives: next to it, ``<store>.key`` (mode 0600)."""
-    return Path(str(path) + ".key")
+    """Where a store's author key lives: beside the store file itself, ``<file>.key`` (mode
+    0600), ``path`` resolved as for its lock (`lock_path`), so every path to one store finds
+    one key. A path without symlinks is kept as given; a key beside a symlink (where earlier
+    releases looked) is still found when there is none beside the file."""
+    given = Path(f"{os.fspath(path)}.key")
+    real = Path(f"{os.path.realpath(path)}.key")
+    if real == Path(os.path.abspath(given)) or (given.exists() and not real.exists()):
+        return given
+    return real
 
 
 class Replica:
@@ -768,7 +775,8 @@ class Replica:
         else:
             if space is None:
                 raise StoreError("space", "required", "a new store needs a space name")
-            made = [Path(f"{path}{end}") for end in ("", ".lock", "-wal", "-shm", ".key")]
+            file = os.path.realpath(path)  # where a link to nothing yet gets its store
+            made = [Path(f"{file}{end}") for end in ("", ".lock", "-wal", "-shm", ".key")]
             made = [p for p in made if not p.exists()]
             store = SQLiteStore(path, create=True, wait=wait)
         try:
