@@ -403,6 +403,18 @@ def _wall_ms() -> int:
 _first = itemgetter(0)
 
 
+def _said(exc: Exception) -> str:
+    """What ``exc`` says, on one line: a StateFuse error's message (no field or rule), an OS
+    error's text, else its str (its class name when it has none)."""
+    if isinstance(exc, InputError):
+        text = exc.message
+    elif isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
 def key_path(path: str | os.PathLike[str]) -> Path:
     """Where a store's author key lives: beside the store file itself, ``<file>.key`` (mode
     0600), ``path`` resolved as for its lock (`lock_path`), so every path to one store finds
@@ -2057,7 +2069,7 @@ class Replica:
                 pass  # a store with changes that fail on reload: `statefuse verify` says which
             except Exception as exc:  # a cache must never stop a close
                 warnings.warn(
-                    SnapshotWarning("snapshot-save", f"snapshot not saved: {exc!r}"),
+                    SnapshotWarning("snapshot-save", f"snapshot not saved: {_said(exc)}"),
                     stacklevel=_caller_level(),
                 )
             finally:
