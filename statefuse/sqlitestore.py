@@ -52,6 +52,7 @@ import secrets
 import sqlite3
 import stat
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -66,6 +67,7 @@ from statefuse.store import (
     RepairPlan,
     StoreError,
     StoreInfo,
+    StoreWarning,
     StoreWrite,
     check_author,
     repair_plan_error,
@@ -513,6 +515,24 @@ def _migrate(db: sqlite3.Connection, path: Path) -> None:
             raise
 
 
+def _warn_of_links(path: Path) -> None:
+    """A `StoreWarning` when the file has more names than one (hard links): each name gets its
+    own -wal and its own lock, so writes through another name fork the store. A crash in the
+    middle of a create or a rebuild can leave one (``.<name>.new-…``, ``<name>.damaged-…``)."""
+    with contextlib.suppress(OSError):
+        names = os.stat(path).st_nlink
+        if names > 1:
+            warnings.warn(
+                StoreWarning(
+                    "hard-link",
+                    f"{path} has {names} names (hard links): SQLite keeps a -wal per name and the"
+                    " lock holds only this one, so a writer through another name forks the store;"
+                    " remove the other names (copy a store, never link it)",
+                ),
+                stacklevel=4,
+            )
+
+
 def lock_path(path: str | os.PathLike[str]) -> Path:
     """Where the single-writer lock of the store at ``path`` lives: ``<file>.lock`` beside the
     file itself, ``path`` resolved (symlinks, ``..``, relative parts), so every path to one file
@@ -844,6 +864,7 @@ class SQLiteStore:
         except BaseException:
             self.close()
             raise
+        _warn_of_links(self.path)
 
     # --- the one seam for SQLite's errors ---------------------------------------------------------
 

@@ -176,3 +176,21 @@ def test_a_rebuild_through_a_symlink_replaces_the_file_and_keeps_the_link(linked
     assert aside.parent == real.resolve().parent and re.match(r"a\.db\.damaged-", aside.name)
     with Replica.open(link, readonly=True) as rep:
         assert [c.value for c in rep.state().active_claims()] == [1]
+
+
+def test_a_writer_of_a_hard_linked_store_is_warned_in_one_line(linked):
+    """A hard link cannot be joined to the lock (SQLite gives each name its own -wal): the
+    writer says so, once, and still writes."""
+    real, _ = linked
+    second = real.with_name("b.db")
+    os.link(real, second)
+    written = _statefuse("--store", str(real), "claim", "p/s/third", "3")
+    assert written.returncode == 0, written.stderr
+    assert written.stderr == (
+        f"Warning: {real} has 2 names (hard links): SQLite keeps a -wal per name and the lock"
+        " holds only this one, so a writer through another name forks the store; remove the"
+        " other names (copy a store, never link it) (hard-link)\n"
+    )
+    second.unlink()
+    again = _statefuse("--store", str(real), "claim", "p/s/fourth", "4")
+    assert again.returncode == 0 and again.stderr == ""
