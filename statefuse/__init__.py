@@ -118,7 +118,7 @@ from statefuse.writer import Writer
 
 __version__ = "0.1.0"
 
-from statefuse.store import MemoryStore, QuarantineRecord, StoreError, StoreInfo
+from statefuse.store import MemoryStore, QuarantineRecord, StoreError, StoreInfo, StoreWarning
 
 __all__ = [
     "DEFAULT_AUTHORITY_ORDER",
@@ -219,6 +219,7 @@ __all__ = [
     "StoreDamagedError",
     "StoreError",
     "StoreInfo",
+    "StoreWarning",
     "SurfacedConflict",
     "Tokenizer",
     "TokenizerError",

@@ -259,6 +259,9 @@ class Session:
             hint = exc.message.replace("open with wait=SECONDS", "pass --wait SECONDS")
             hint = hint.replace("adopt_key=True / --adopt-key", "--adopt-key")
             hint = hint.replace(
+                "open with readonly=True to read the store", "commands that only read still work"
+            )
+            hint = hint.replace(
                 "open it without registry= to use the space's, or declare yours with"
                 " Replica.declare_registry() (CLI: statefuse registry declare FILE)",
                 "leave out --registry to use the space's, or declare yours: statefuse registry"
@@ -820,8 +823,9 @@ def _cmd_history(s: Session) -> int:
 
 
 def _cmd_export(s: Session) -> int:
-    rep = s.replica()
-    s.warn_damage()  # what verifies is exported; the rest is the damage
+    # read-only: no lock, so it works beside a writer and on a read-only file system; a
+    # damaged store says so once (what verifies is exported; the rest is the damage)
+    rep = s.replica(readonly=True)
     n = rep.export(s.args.file)
     s.emit({"path": s.args.file, "changes": n}, f"Exported {plural(n, 'change')} to {s.args.file}")
     return EXIT_OK
@@ -923,8 +927,7 @@ def _cmd_serve(s: Session) -> int:
     if a.interval is not None and not 0 < a.interval <= 86_400:
         raise CliError("--interval", "seconds", "--interval is seconds in (0, 86400]")
     login = _nats_login(_jetstream(), a) if a.nats else None
-    rep = s.replica()
-    s.warn_damage()  # served read-only: pushes are refused until `statefuse repair`
+    rep = _served_replica(s, following=bool(followed))
     server = (
         serve(
             rep,
@@ -967,6 +970,26 @@ def _cmd_serve(s: Session) -> int:
             signal.signal(signal.SIGTERM, previous)
     print("Stopped.", file=sys.stderr)
     return EXIT_OK
+
+
+def _served_replica(s: Session, *, following: bool) -> Replica:
+    """The store ``serve`` answers from: opened for writing, else, where the file system (or
+    the file) is read-only to this process and nothing is followed, opened read-only with one
+    ``Warning:`` line: reconcile, fetch and info are answered, pushes refused."""
+    try:
+        rep = s.replica()
+    except CliError as exc:
+        if exc.rule != "readonly" or following:
+            raise
+        rep = s.replica(readonly=True)
+        warnings.warn(
+            f"{s.path} is read-only to this process (a read-only file system or directory):"
+            " serving it read-only; pushes are refused",
+            stacklevel=2,
+        )
+        return rep
+    s.warn_damage()  # served read-only: pushes are refused until `statefuse repair`
+    return rep
 
 
 def _follow_until_stopped(s: Session, rep: Replica, urls: list[str], http: str | None) -> None:
@@ -1671,7 +1694,7 @@ def _cmd_verify(s: Session) -> int:
             f"the state digest {state.digest().hex()} differs from a fresh materialization"
             f" ({fresh.digest().hex()})"
         )
-    problems += _sqlite_problems(s.path)
+    problems += _sqlite_problems(rep)
     forks = rep.forks()
     for f in forks:
         print(f"Warning: {f.describe()}", file=sys.stderr)
@@ -1739,17 +1762,11 @@ def _cmd_verify(s: Session) -> int:
     return EXIT_OK if not problems else EXIT_ERROR
 
 
-def _sqlite_problems(path: Path) -> list[str]:
-    """SQLite's own page-level check of the file (read-only; the store's lock is not needed)."""
-    try:
-        db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
-        try:
-            rows = [r[0] for r in db.execute("PRAGMA integrity_check").fetchall()]
-        finally:
-            db.close()
-    except sqlite3.Error as exc:
-        return [f"sqlite cannot check the file: {exc}"]
-    return [] if rows == ["ok"] else [f"sqlite integrity check: {r}" for r in rows]
+def _sqlite_problems(rep: Replica) -> list[str]:
+    """SQLite's own page-level check of the file, on the store's read-only connection (no lock
+    needed), which reads the file as it is where no -wal can be made: a read-only file system
+    holds a sound store, not a damaged one."""
+    return [f"sqlite integrity check: {r}" for r in rep.store.integrity_problems(100, full=True)]
 
 
 def _cmd_repair(s: Session) -> int:

@@ -42,6 +42,15 @@ class StoreError(InputError, RuntimeError):
     ``readonly`` (a write on a read-only open), ``repair-plan``, ``sqlite-error``, …"""
 
 
+class StoreWarning(UserWarning):
+    """A store that works but is at risk (``rule`` says how): ``hard-link``, a store file with
+    more than one name, which SQLite gives a -wal each and the single-writer lock cannot join."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        self.rule = rule
+        super().__init__(f"{message} ({rule})")
+
+
 @dataclass(frozen=True, slots=True)
 class StoreInfo:
     """What a store is for, fixed when it is created, and which store it is.

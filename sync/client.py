@@ -45,7 +45,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
@@ -113,7 +113,8 @@ class SyncReport:
 
     ``round_trips`` counts HTTP requests; ``bytes_sent`` / ``bytes_received`` count request and
     response bodies (headers add about 200 B per request). ``fetched`` changes came from the
-    peer and ``merge`` is what this replica made of them; ``pushed`` went to the peer and
+    peer and ``merge`` is what this replica made of them (its ``pending``: those still waiting
+    for a predecessor when the sync ended); ``pushed`` went to the peer and
     ``peer_merge`` is what the peer reported making of them. ``seconds`` is the wall time.
     ``server_author`` is the author key the peer's last answer proved (`sync.auth`), None when
     it proved none (an open space's server opened without its key, or one that does not sign).
@@ -611,6 +612,9 @@ def sync_with(
             done += len(answer)
             if progress is not None:
                 progress(done, total)
+        if merge.pending:  # pages come in change-id order: a later page admits what one parked
+            with _holding(lock):
+                merge = replace(merge, pending=_still_pending(replica, want[:pos]))
         with _holding(lock):
             outgoing = _predecessors_first(replica, give)
         for page_changes in _pages(outgoing, page_size):
@@ -635,6 +639,13 @@ def sync_with(
         seconds=time.perf_counter() - start,
         server_author=conn.server_author,
     )
+
+
+def _still_pending(replica: Replica, ids: Sequence[bytes]) -> int:
+    """How many of ``ids`` wait in the replica's pending area now: what a sync's report calls
+    pending, however many a page parked before a later page brought their predecessors."""
+    waiting = {c.change_id for c in replica.pending()}
+    return sum(1 for cid in ids if cid in waiting)
 
 
 def _predecessors_first(replica: Replica, ids: Sequence[bytes]) -> list[bytes]:

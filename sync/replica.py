@@ -435,9 +435,28 @@ def _wall_ms() -> int:
 _first = itemgetter(0)
 
 
+def _said(exc: Exception) -> str:
+    """What ``exc`` says, on one line: a StateFuse error's message (no field or rule), an OS
+    error's text, else its str (its class name when it has none)."""
+    if isinstance(exc, InputError):
+        text = exc.message
+    elif isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
 def key_path(path: str | os.PathLike[str]) -> Path:
-    """Where a store's author key lives: next to it, ``<store>.key`` (mode 0600)."""
-    return Path(str(path) + ".key")
+    """Where a store's author key lives: beside the store file itself, ``<file>.key`` (mode
+    0600), ``path`` resolved as for its lock (`lock_path`), so every path to one store finds
+    one key. A path without symlinks is kept as given; a key beside a symlink (where earlier
+    releases looked) is still found when there is none beside the file."""
+    given = Path(f"{os.fspath(path)}.key")
+    real = Path(f"{os.path.realpath(path)}.key")
+    if real == Path(os.path.abspath(given)) or (given.exists() and not real.exists()):
+        return given
+    return real
 
 
 class Replica:
@@ -904,7 +923,8 @@ class Replica:
         else:
             if space is None:
                 raise StoreError("space", "required", "a new store needs a space name")
-            made = [Path(f"{path}{end}") for end in ("", ".lock", "-wal", "-shm", ".key")]
+            file = os.path.realpath(path)  # where a link to nothing yet gets its store
+            made = [Path(f"{file}{end}") for end in ("", ".lock", "-wal", "-shm", ".key")]
             made = [p for p in made if not p.exists()]
             store = SQLiteStore(path, create=True, wait=wait)
         try:
@@ -2235,7 +2255,7 @@ class Replica:
                 pass  # a store with changes that fail on reload: `statefuse verify` says which
             except Exception as exc:  # a cache must never stop a close
                 warnings.warn(
-                    SnapshotWarning("snapshot-save", f"snapshot not saved: {exc!r}"),
+                    SnapshotWarning("snapshot-save", f"snapshot not saved: {_said(exc)}"),
                     stacklevel=_caller_level(),
                 )
             finally:

@@ -97,6 +97,14 @@ StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
+#: Why a push to a store served read-only (a read-only file system, `statefuse serve` of a
+#: file this process cannot write) is refused, in the words a peer's operator needs.
+_READ_ONLY = (
+    "this server serves its store read-only: it answers reconcile, fetch and info, and"
+    " refuses pushes"
+)
+
+
 class _Reject(Exception):
     """An HTTP error answer: status, and the JSON error body's field, rule and message."""
 
@@ -380,7 +388,8 @@ class SyncApp:
             try:
                 report = self.replica.receive(changes)
             except ReadOnlyError as exc:  # a damaged or read-only store still serves reads
-                raise _Reject(503, exc.field, exc.rule, exc.message) from None
+                message = exc.message if self.replica.damage is not None else _READ_ONLY
+                raise _Reject(503, exc.field, exc.rule, message) from None
             except AreaFullError as exc:
                 raise _Reject(503, "changes", "area-full", str(exc)) from None
             except RegistryError as exc:  # a declaration this process has no code for
