@@ -47,6 +47,7 @@ from statefuse.keytext import KeyTextError, format_key, parse_key
 from statefuse.lens import Include, Lens, LensError
 from statefuse.materializer import Materializer, materialize
 from statefuse.op import (
+    MAX_LAMPORT,
     ClaimAdded,
     ClaimRetracted,
     DecisionAdded,
@@ -117,13 +118,14 @@ from statefuse.writer import Writer
 
 __version__ = "0.1.0"
 
-from statefuse.store import MemoryStore, QuarantineRecord, StoreError, StoreInfo
+from statefuse.store import MemoryStore, QuarantineRecord, StoreError, StoreInfo, StoreWarning
 
 __all__ = [
     "DEFAULT_AUTHORITY_ORDER",
     "DEFAULT_BUDGET",
     "DEFAULT_REGISTRY",
     "EXACT_REGISTRY",
+    "MAX_LAMPORT",
     "SHORT_AUTHOR_CHARS",
     "SYSTEM_PROMPT",
     "Abstain",
@@ -192,6 +194,7 @@ __all__ = [
     "QuestionRequest",
     "Ranker",
     "ReadOnlyError",
+    "RefusedDeclaration",
     "Registry",
     "RegistryError",
     "RepairReport",
@@ -216,11 +219,13 @@ __all__ = [
     "StoreDamagedError",
     "StoreError",
     "StoreInfo",
+    "StoreWarning",
     "SurfacedConflict",
     "Tokenizer",
     "TokenizerError",
     "Transcript",
     "TurnInterpreter",
+    "TwoSpacesError",
     "UnknownClaimError",
     "Value",
     "ValueRuleError",
@@ -263,6 +268,8 @@ _FROM_SYNC = {
     "MergeReport": "statefuse.sync.replica",
     "ReplicaError": "statefuse.sync.replica",
     "UnknownClaimError": "statefuse.sync.replica",
+    "TwoSpacesError": "statefuse.sync.replica",
+    "RefusedDeclaration": "statefuse.sync.creator",
     "ReadOnlyError": "statefuse.sync.replica",
     "StoreDamagedError": "statefuse.sync.replica",
     "OwnFeedWarning": "statefuse.sync.replica",

@@ -259,6 +259,9 @@ class Session:
             hint = exc.message.replace("open with wait=SECONDS", "pass --wait SECONDS")
             hint = hint.replace("adopt_key=True / --adopt-key", "--adopt-key")
             hint = hint.replace(
+                "open with readonly=True to read the store", "commands that only read still work"
+            )
+            hint = hint.replace(
                 "open it without registry= to use the space's, or declare yours with"
                 " Replica.declare_registry() (CLI: statefuse registry declare FILE)",
                 "leave out --registry to use the space's, or declare yours: statefuse registry"
@@ -361,19 +364,42 @@ def _report_json(report: MergeReport) -> dict[str, Any]:
 
 
 def _report_text(report: MergeReport) -> str:
-    """One line of counts, then one line per fork the changes revealed."""
+    """One line of counts, then one line per fork and per clock jump the changes revealed."""
     text = (
         f"{report.accepted} accepted, {report.duplicate} already known, {report.pending} pending,"
         f" {report.quarantined} quarantined; {plural(report.new_ops, 'new op')}"
     )
     lines = [text, *(f.describe() for f in report.forks)]
+    lines += [j.describe() for j in report.clock_jumps]
     if report.registry_changed is not None:
         old, new = (fp.hex()[:16] for fp in report.registry_changed)
         lines.append(
             f"the space's registry changed ({old}… -> {new}…): memory recomputed under it"
             " (statefuse registry show)"
         )
+    if report.refused_declarations:
+        lines.append(_refused_text(report) + " (statefuse registry show)")
     return "\n".join(lines)
+
+
+def _refused_text(report: MergeReport) -> str:
+    """One line for the registry declarations a receive refused (`sync.creator`)."""
+    refused = report.refused_declarations
+    authors = ", ".join(sorted({f"{r.author.hex()[:12]}…" for r in refused}))
+    return (
+        f"{plural(len(refused), 'registry declaration')} refused ({refused[0].rule}) by"
+        f" {authors}: {refused[0].reason}"
+    )
+
+
+def _adopted_text(rep: Replica, report: MergeReport) -> str:
+    """The line that says this store adopted its source's creator (empty: it did not)."""
+    from statefuse.sync.creator import adoption
+
+    creator = report.adopted_creator
+    if creator is None:
+        return ""
+    return adoption(rep.space, creator, rep.author_label(creator)) + "\n"
 
 
 # --- commands -------------------------------------------------------------------------------------
@@ -390,8 +416,11 @@ def _cmd_init(s: Session) -> int:
         # (registry-mismatch), so a re-run init never hides a contract it did not declare
         known = _registry_file(a.registry) if a.registry is not None else None
         rep = s.open(space=a.space, registry=known)
+        pinned = a.creator is not None and rep.pin_creator(_creator_arg(rep, a.creator))
         named = name is not None and rep.declare_name(name) is not None
-        done = f"its author is now called {name!r}" if named else "nothing changed"
+        news = [f"its creator is now {_creator_who(rep)}"] if pinned else []
+        news += [f"its author is now called {name!r}"] if named else []
+        done = " and ".join(news) or "nothing changed"
         s.emit(
             _init_json(rep, s.path, created=False),
             f"Store {s.path} already holds space {rep.space!r} ({rep.mode.value} mode); {done}",
@@ -406,9 +435,23 @@ def _cmd_init(s: Session) -> int:
     key = SigningKey.load(a.key) if a.key is not None else None
     root = PublicKey(parse_author(a.root)).author if a.root is not None else None
     registry = _registry_file(a.registry) if a.registry is not None else None
+    if a.creator is not None and a.creator != "me":
+        creator: bytes | None = PublicKey(parse_author(a.creator)).author
+    elif a.creator == "me":
+        key = key or SigningKey.generate()
+        creator = key.author
+    else:
+        creator = None
     # a refused init (a bad space name, a key bound elsewhere) leaves nothing behind
     rep = s.open(
-        create=True, space=a.space, key=key, mode=a.mode, root=root, registry=registry, name=name
+        create=True,
+        space=a.space,
+        key=key,
+        mode=a.mode,
+        root=root,
+        registry=registry,
+        name=name,
+        creator=creator,
     )
     lines = [("author", rep.author.hex())]
     if name is not None:
@@ -416,6 +459,9 @@ def _cmd_init(s: Session) -> int:
     lines.append(("key file", f"{key_path(s.path)} (private: never share it)"))
     if rep.root is not None:
         lines.append(("root", rep.root.hex() + (" (you)" if rep.root == rep.author else "")))
+    if rep.creator is not None:
+        you = " (you)" if rep.creator == rep.author else ""
+        lines.append(("creator", rep.creator.hex() + you))
     if rep.declaration is not None:
         lines.append(
             ("registry", f"{rep.registry.fingerprint.hex()[:16]}… declared from {a.registry}")
@@ -436,6 +482,7 @@ def _init_json(rep: Replica, path: Path, *, created: bool) -> dict[str, Any]:
         "space": rep.space,
         "mode": rep.mode.value,
         "root": _hex(rep.root),
+        "creator": _hex(rep.creator),
         "author": rep.author.hex(),
         "name": rep.author_name(rep.author),
         "key_file": str(key_path(path)),
@@ -776,8 +823,9 @@ def _cmd_history(s: Session) -> int:
 
 
 def _cmd_export(s: Session) -> int:
-    rep = s.replica()
-    s.warn_damage()  # what verifies is exported; the rest is the damage
+    # read-only: no lock, so it works beside a writer and on a read-only file system; a
+    # damaged store says so once (what verifies is exported; the rest is the damage)
+    rep = s.replica(readonly=True)
     n = rep.export(s.args.file)
     s.emit({"path": s.args.file, "changes": n}, f"Exported {plural(n, 'change')} to {s.args.file}")
     return EXIT_OK
@@ -793,7 +841,7 @@ def _cmd_import(s: Session) -> int:
             bar.finish()
     s.emit(
         {"path": s.args.file, **_report_json(report)},
-        f"Imported {s.args.file}: {_report_text(report)}",
+        f"{_adopted_text(rep, report)}Imported {s.args.file}: {_report_text(report)}",
     )
     return EXIT_OK
 
@@ -886,8 +934,7 @@ def _cmd_serve(s: Session) -> int:
     if a.interval is not None and not 0 < a.interval <= 86_400:
         raise CliError("--interval", "seconds", "--interval is seconds in (0, 86400]")
     login = _nats_login(_jetstream(), a) if a.nats else None
-    rep = s.replica()
-    s.warn_damage()  # served read-only: pushes are refused until `statefuse repair`
+    rep = _served_replica(s, following=bool(followed))
     server = (
         serve(
             rep,
@@ -950,6 +997,26 @@ def _server_limits(a: argparse.Namespace) -> Any:
     except SyncError as exc:
         option = options.get(exc.field, "--max-connections")
         raise CliError(option, exc.rule, f"{option}: {exc.message}") from None
+
+
+def _served_replica(s: Session, *, following: bool) -> Replica:
+    """The store ``serve`` answers from: opened for writing, else, where the file system (or
+    the file) is read-only to this process and nothing is followed, opened read-only with one
+    ``Warning:`` line: reconcile, fetch and info are answered, pushes refused."""
+    try:
+        rep = s.replica()
+    except CliError as exc:
+        if exc.rule != "readonly" or following:
+            raise
+        rep = s.replica(readonly=True)
+        warnings.warn(
+            f"{s.path} is read-only to this process (a read-only file system or directory):"
+            " serving it read-only; pushes are refused",
+            stacklevel=2,
+        )
+        return rep
+    s.warn_damage()  # served read-only: pushes are refused until `statefuse repair`
+    return rep
 
 
 def _follow_until_stopped(s: Session, rep: Replica, urls: list[str], http: str | None) -> None:
@@ -1072,13 +1139,17 @@ def _cmd_sync(s: Session) -> int:
             "fetched": outcome.fetched,
             "pushed": outcome.pushed,
             "merge": _report_json(outcome.merge),
+            "server_author": None if outcome.server_author is None else outcome.server_author.hex(),
         }
         texts[url] = (
-            f"Synced with {_shown(url)}: fetched {outcome.fetched}, pushed {outcome.pushed}"
+            f"{_adopted_text(rep, outcome.merge)}Synced with {_shown(url)}:"
+            f" fetched {outcome.fetched}, pushed {outcome.pushed}"
             f" in {plural(outcome.round_trips, 'round trip')}"
             f" ({byte_size(outcome.bytes_sent)} sent, {byte_size(outcome.bytes_received)}"
             f" received); {_report_text(outcome.merge)}"
         )
+        if outcome.peer_merge.refused_declarations:  # what we pushed that the peer does not count
+            texts[url] += f"\n{_shown(url)}: {_refused_text(outcome.peer_merge)}"
     peers = [results[u] for u in urls]
     for p in peers:
         if not p["ok"]:
@@ -1269,8 +1340,11 @@ def _registry_file(path: str) -> Registry:
 
 
 def _cmd_registry(s: Session) -> int:
-    if (s.args.registry_command or "show") == "declare":
+    sub = s.args.registry_command or "show"
+    if sub == "declare":
         return _registry_declare(s)
+    if sub == "creator":
+        return _registry_creator(s)
     return _registry_show(s)
 
 
@@ -1283,7 +1357,59 @@ def _registry_json(rep: Replica) -> dict[str, Any]:
         "lamport": None if d is None else d.lamport,
         "fingerprint": rep.registry.fingerprint.hex(),
         "registry": rep.registry.to_document(),
+        "creator": _hex(rep.creator),
+        "refused": [r.to_json() for r in rep.refused_declarations()],
     }
+
+
+def _creator_arg(rep: Replica, text: str) -> bytes:
+    """``--creator`` / ``registry creator KEY``: ``me`` (this store's author), a whole author
+    id, or a unique prefix of an author this replica knows of."""
+    from statefuse.sync.key import PublicKey
+
+    if text == "me":
+        return rep.author
+    return PublicKey(_known_author(rep, text)).author
+
+
+def _creator_text(rep: Replica) -> str:
+    """Whom the open space's registry authority is, as `registry show` says it."""
+    if rep.mode.value == "closed":
+        return f"the root ({rep.author_label(rep.root or b'')}) declares the registry"
+    if rep.creator is None:
+        return (
+            "no creator pinned: no declaration counts until one is (statefuse registry creator"
+            " KEY, or sync/import from a store that has one)"
+        )
+    return f"creator {_creator_who(rep)}"
+
+
+def _creator_who(rep: Replica) -> str:
+    """The creator as ``alice (1a2b3c4d5e6f7a8b…)``, ``(…, you)`` when it is this store's key."""
+    creator = rep.creator
+    assert creator is not None
+    label = rep.author_label(creator)
+    shown = f"{creator.hex()[:16]}…" + (", you" if creator == rep.author else "")
+    return shown if label.startswith(creator.hex()[:8]) else f"{label} ({shown})"
+
+
+def _registry_creator(s: Session) -> int:
+    a = s.args
+    if a.creator_key is None:
+        rep = s.replica(readonly=True)
+        s.emit({"space": rep.space, "creator": _hex(rep.creator)}, _creator_text(rep))
+        return EXIT_OK
+    rep = s.replica()
+    before = rep.creator
+    changed = rep.pin_creator(_creator_arg(rep, a.creator_key), force=a.force)
+    if not changed:
+        text = f"Already pinned: {_creator_text(rep)}; nothing written"
+    elif before is None:
+        text = f"Pinned space {rep.space!r} to {_creator_text(rep)}"
+    else:
+        text = f"Re-pinned space {rep.space!r} (was {before.hex()[:16]}…) to {_creator_text(rep)}"
+    s.emit({**_registry_json(rep), "written": changed}, text)
+    return EXIT_OK
 
 
 def _contract_text(c: PredicateContract, *, default: bool = False) -> tuple[str, str]:
@@ -1318,6 +1444,15 @@ def _registry_show(s: Session) -> int:
     rows = [_contract_text(c) for c in rep.registry.contracts]
     rows.append(_contract_text(rep.registry.default, default=True))
     lines = [head, fields(rows), "authority order: " + " > ".join(rep.registry.authority_order)]
+    if rep.mode.value == "open" and (rep.creator is not None or d is not None):
+        lines.append(_creator_text(rep))
+    refused = rep.refused_declarations()
+    if refused:
+        lines.append(f"refused ({refused[0].rule}): {refused[0].reason}")
+        lines += [
+            f"  {r.author.hex()[:12]}…  lamport {r.lamport}  op {r.op_id.hex()[:12]}…"
+            for r in refused
+        ]
     s.emit(_registry_json(rep), "\n".join(lines))
     return EXIT_OK
 
@@ -1341,7 +1476,7 @@ def _registry_declare(s: Session) -> int:
 
 
 def _registry_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="registry_command", metavar="{show,declare}")
+    sub = p.add_subparsers(dest="registry_command", metavar="{show,declare,creator}")
     show = sub.add_parser("show", help="the registry in force and who declared it")
     show.add_argument(
         "--toml", action="store_true", help="print it as a registry file (to edit and declare)"
@@ -1350,8 +1485,22 @@ def _registry_arguments(p: argparse.ArgumentParser) -> None:
         "declare", help="make a registry file the space's contract (root / creator only)"
     )
     declare.add_argument("file", metavar="FILE", help="a registry file (TOML, or JSON by suffix)")
-    p.set_defaults(toml=False)
-    for each in (show, declare):
+    creator = sub.add_parser(
+        "creator", help="show or pin the open space's creator (whose declarations count)"
+    )
+    creator.add_argument(
+        "creator_key",
+        metavar="KEY",
+        nargs="?",
+        help="the creator's author id (or a prefix, or 'me')",
+    )
+    creator.add_argument(
+        "--force",
+        action="store_true",
+        help="re-pin a store pinned to another creator (only to correct an old store's pin)",
+    )
+    p.set_defaults(toml=False, force=False, creator_key=None)
+    for each in (show, declare, creator):
         _global_options(each, suppress=True)
 
 
@@ -1373,6 +1522,9 @@ def _keys_show(s: Session) -> int:
     forked: dict[bytes, list[int]] = {}
     for f in rep.forks():
         forked.setdefault(f.author, []).append(f.seq)
+    jumped: dict[bytes, list[int]] = {}
+    for j in rep.clock_jumps():
+        jumped.setdefault(j.author, []).append(j.lamport)
     authors = set(changes) | set(trust.admitted) | set(trust.cutoffs) | set(trust.roles)
     authors |= {rep.author} | ({rep.root} if rep.root is not None else set())
     names = rep.author_names()
@@ -1393,6 +1545,9 @@ def _keys_show(s: Session) -> int:
         if author in forked:
             seqs_text = ", ".join(map(str, forked[author]))
             status.append(f"forked at seq {seqs_text} (all branches kept)")
+        if author in jumped:
+            to = ", ".join(map(str, sorted(set(jumped[author]))))
+            status.append(f"clock jump to lamport {to} (kept and counted; revoke if unintended)")
         if not trust.may_write(author):
             status.append("not admitted")
         seqs = changes.get(author, [])
@@ -1406,6 +1561,7 @@ def _keys_show(s: Session) -> int:
                 "status": status,
                 "roles": roles,
                 "forks": forked.get(author, []),
+                "clock_jumps": sorted(set(jumped.get(author, []))),
             }
         )
         rows.append(
@@ -1565,10 +1721,13 @@ def _cmd_verify(s: Session) -> int:
             f"the state digest {state.digest().hex()} differs from a fresh materialization"
             f" ({fresh.digest().hex()})"
         )
-    problems += _sqlite_problems(s.path)
+    problems += _sqlite_problems(rep)
     forks = rep.forks()
     for f in forks:
         print(f"Warning: {f.describe()}", file=sys.stderr)
+    jumps = rep.clock_jumps()
+    for j in jumps:
+        print(f"Warning: {j.describe()}", file=sys.stderr)
     ignored = len(rep.verdicts())
     n_claims = len(state.claims)
     active = len(state.active_claims())
@@ -1592,6 +1751,7 @@ def _cmd_verify(s: Session) -> int:
             {"author": f.author.hex(), "seq": f.seq, "change_ids": [c.hex() for c in f.change_ids]}
             for f in forks
         ],
+        "clock_jumps": [j.to_json() for j in jumps],
     }
     lines = [
         (
@@ -1609,6 +1769,14 @@ def _cmd_verify(s: Session) -> int:
     ]
     if forks:
         lines.append(("forks", f"{plural(len(forks), 'fork')} (every branch kept and counted)"))
+    if jumps:
+        by = sorted({rep.author_label(j.author) for j in jumps})
+        lines.append(
+            (
+                "clock jumps",
+                f"{plural(len(jumps), 'change')} by {', '.join(by)} (kept and counted)",
+            )
+        )
     verdict = (
         "OK: every stored change verifies and the state equals a fresh materialization"
         if not problems
@@ -1621,17 +1789,11 @@ def _cmd_verify(s: Session) -> int:
     return EXIT_OK if not problems else EXIT_ERROR
 
 
-def _sqlite_problems(path: Path) -> list[str]:
-    """SQLite's own page-level check of the file (read-only; the store's lock is not needed)."""
-    try:
-        db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
-        try:
-            rows = [r[0] for r in db.execute("PRAGMA integrity_check").fetchall()]
-        finally:
-            db.close()
-    except sqlite3.Error as exc:
-        return [f"sqlite cannot check the file: {exc}"]
-    return [] if rows == ["ok"] else [f"sqlite integrity check: {r}" for r in rows]
+def _sqlite_problems(rep: Replica) -> list[str]:
+    """SQLite's own page-level check of the file, on the store's read-only connection (no lock
+    needed), which reads the file as it is where no -wal can be made: a read-only file system
+    holds a sound store, not a damaged one."""
+    return [f"sqlite integrity check: {r}" for r in rep.store.integrity_problems(100, full=True)]
 
 
 def _cmd_repair(s: Session) -> int:
@@ -1740,6 +1902,12 @@ def _init_arguments(p: argparse.ArgumentParser) -> None:
         help="declare this registry file (TOML, or JSON by suffix) as the space's contract",
     )
     p.add_argument("--name", metavar="NAME", help="the name your author key goes by (e.g. scout)")
+    p.add_argument(
+        "--creator",
+        metavar="AUTHOR",
+        help="open mode: pin the space's creator, whose registry declarations alone count"
+        " ('me': this store's key)",
+    )
 
 
 def _name_arguments(p: argparse.ArgumentParser) -> None:

@@ -48,8 +48,10 @@
     │   ├── BoundsConfigError (ValueError)  a change-log bound that is not a positive int
     │   ├── ReplicaError (ValueError)       a replica verb used against its rules (e.g. trust
     │   │   │                               ops from a non-root key, an op too big for a change)
-    │   │   └── UnknownClaimError           ... naming a claim it does not have (also a
-    │   │                                   ClaimLookupError)
+    │   │   ├── UnknownClaimError           ... naming a claim it does not have (also a
+    │   │   │                               ClaimLookupError)
+    │   │   └── TwoSpacesError              two stores pinned to different creators under one
+    │   │                                   space name (also a SyncError)
     │   ├── StoreError
     │   │   └── ReadOnlyError               a write or receive on a read-only replica (opened
     │   │       │                           read-only, or without its key file)
@@ -59,7 +61,9 @@
     │   │                                   space or not signed by its exporter (imports nothing)
     │   └── SyncError (RuntimeError)        HTTP sync failed: PeerUnreachableError,
     │       │                               PeerTimeoutError, PeerRejectedError,
-    │       │                               MalformedResponseError; and FollowError, a
+    │       │                               MalformedResponseError, ServerIdentityError (a
+    │       │                               closed space's server proves no admitted author:
+    │       │                               nothing pushed); and FollowError, a
     │       │                               follower's bad argument, a URL scheme no transport
     │       │                               handles, or a round on demand that could not run
     │       └── JetStreamError              a JetStream link failed (``statefuse.sync.jetstream``,

@@ -862,6 +862,7 @@ class _Tools:
                 f" {plural(got.merge.new_ops, 'new op')}, {got.merge.quarantined} quarantined"
             )
             lines += forks
+            lines += [j.describe() for j in got.merge.clock_jumps]
         return _answer("\n".join(lines), Synced(peers=peers))
 
     def context_text(self) -> str:

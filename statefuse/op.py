@@ -73,6 +73,10 @@ MAX_NAME_CHARS = 1024
 MAX_TEXT_CHARS = 16_384
 #: Most entries in one id list (evidence, depends_on, reasserts) or role list.
 MAX_LIST_ITEMS = 1024
+#: The highest lamport an op may carry: the signed 64-bit limit every value obeys. A writer's
+#: clock saturates here instead of failing (SEMANTICS §2): once a counted op holds it, new ops
+#: take it too, and equal lamports are ordered by op id, as everywhere.
+MAX_LAMPORT = INT_MAX
 
 CLAIM_REF_DOMAIN = b"statefuse/claim_ref/v1"
 
@@ -183,8 +187,8 @@ def _author(name: str, v: object) -> Author:
 def _lamport(name: str, v: object) -> int:
     if type(v) is not int:
         raise _err(name, "int", f"expected int, got {type(v).__name__}")
-    if not 1 <= v <= INT_MAX:
-        raise _err(name, "lamport-range", f"must be >= 1 (got {v})")
+    if not 1 <= v <= MAX_LAMPORT:
+        raise _err(name, "lamport-range", f"must be 1..{MAX_LAMPORT} (MAX_LAMPORT), got {v}")
     return v
 
 

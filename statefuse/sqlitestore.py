@@ -7,9 +7,12 @@ whole batch or none of it. A new store is built under a temporary name and linke
 complete, so a path holds either nothing or a whole store, never a half-made file.
 
 Single writer: a replica owns its store while open. Opening takes an exclusive advisory lock on
-``<path>.lock`` (``fcntl.flock``, released by the kernel if the process dies), so two processes can
+``<file>.lock`` (``fcntl.flock``, released by the kernel if the process dies), so two processes can
 never interleave appends to one author's hash chain; the second gets a `StoreError` naming the
-lock holder's pid, or waits up to ``wait`` seconds if asked to.
+lock holder's pid, or waits up to ``wait`` seconds if asked to. ``<file>`` is the path with every
+symlink, ``..`` and relative part resolved (`lock_path`), as SQLite resolves it to name the -wal
+and -shm: two paths to one file take one lock. (A hard link is a second name SQLite gives a -wal
+of its own: one store must never have two; copy it, or `export` it, instead.)
 
 Readers: ``SQLiteStore(path, readonly=True)`` takes no lock and opens the file read-only (a
 ``mode=ro`` URI), so readers in any process run beside the one writer: in WAL mode a reader sees
@@ -49,6 +52,7 @@ import secrets
 import sqlite3
 import stat
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -63,6 +67,7 @@ from statefuse.store import (
     RepairPlan,
     StoreError,
     StoreInfo,
+    StoreWarning,
     StoreWrite,
     check_author,
     repair_plan_error,
@@ -85,7 +90,7 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 _V1_TABLES = frozenset({"meta", "changes", "pending", "quarantine", "snapshot"})
 
 #: Meta keys a store writes; `SQLiteStore.rebuild` looks each one up when the table scan fails.
-_META_KEYS = ("space", "mode", "root", "registry", "store_id", "author")
+_META_KEYS = ("space", "mode", "root", "registry", "store_id", "author", "creator")
 
 #: What SQLite raises on a file it cannot use: its own errors, and UnicodeDecodeError when the
 #: text it hands over (a message naming a damaged schema entry, say) is not UTF-8 any more.
@@ -510,12 +515,38 @@ def _migrate(db: sqlite3.Connection, path: Path) -> None:
             raise
 
 
+def _warn_of_links(path: Path) -> None:
+    """A `StoreWarning` when the file has more names than one (hard links): each name gets its
+    own -wal and its own lock, so writes through another name fork the store. A crash in the
+    middle of a create or a rebuild can leave one (``.<name>.new-…``, ``<name>.damaged-…``)."""
+    with contextlib.suppress(OSError):
+        names = os.stat(path).st_nlink
+        if names > 1:
+            warnings.warn(
+                StoreWarning(
+                    "hard-link",
+                    f"{path} has {names} names (hard links): SQLite keeps a -wal per name and the"
+                    " lock holds only this one, so a writer through another name forks the store;"
+                    " remove the other names (copy a store, never link it)",
+                ),
+                stacklevel=4,
+            )
+
+
+def lock_path(path: str | os.PathLike[str]) -> Path:
+    """Where the single-writer lock of the store at ``path`` lives: ``<file>.lock`` beside the
+    file itself, ``path`` resolved (symlinks, ``..``, relative parts), so every path to one file
+    names one lock; SQLite resolves the path the same way for the -wal and -shm."""
+    return Path(f"{os.path.realpath(path)}.lock")
+
+
 class _Lock:
-    """An exclusive advisory lock on ``<db>.lock`` holding the owner's pid."""
+    """An exclusive advisory lock on ``<file>.lock`` (`lock_path`) holding the owner's pid;
+    ``store`` is the store's path as given, named in the refusal."""
 
     __slots__ = ("_fd", "path")
 
-    def __init__(self, path: Path, wait: float) -> None:
+    def __init__(self, path: Path, wait: float, *, store: Path) -> None:
         self.path = path
         try:
             self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -533,10 +564,12 @@ class _Lock:
                     holder = os.pread(self._fd, 32, 0).decode("ascii", "replace").strip()
                     self.release()
                     who = f" by process {holder}" if holder else ""
+                    file = path.with_suffix("")
+                    alias = f" (the file {file})" if Path(os.path.abspath(store)) != file else ""
                     raise StoreError(
                         "path",
                         "single-writer",
-                        f"{path.with_suffix('')} is locked{who}; close that replica first"
+                        f"{store}{alias} is locked{who}; close that replica first"
                         " (or open with wait=SECONDS)",
                     ) from None
                 time.sleep(0.05)
@@ -786,7 +819,7 @@ class SQLiteStore:
     ``schema-version``, ``single-writer`` or ``no-such-store``.
     """
 
-    __slots__ = ("_db", "_lock", "_readonly", "path")
+    __slots__ = ("_db", "_file", "_lock", "_readonly", "path")
 
     def __init__(
         self,
@@ -797,6 +830,9 @@ class SQLiteStore:
         wait: float = 0.0,
     ) -> None:
         self.path = Path(path)
+        #: The file itself (`lock_path`'s resolution): what is locked, created and rebuilt, so
+        #: a rebuild through a symlink replaces the file and not the link.
+        self._file = Path(os.path.realpath(self.path))
         self._readonly = bool(readonly)
         self._db: sqlite3.Connection | None = None
         self._lock: _Lock | None = None
@@ -809,14 +845,15 @@ class SQLiteStore:
             except _FAILURES as exc:
                 raise _store_error(self.path, exc, "on open", opening=True) from None
             return
-        self._lock = _Lock(Path(f"{self.path}.lock"), wait)
+        self._lock = _Lock(lock_path(self.path), wait, store=self.path)
         try:
             # again under the lock: another writer may have created or migrated it meanwhile
             if _inspect(self.path) is None:
                 if not create:
                     raise _missing(self.path, readonly=False)
                 try:
-                    _create(self.path)
+                    # through a symlink to nothing yet, the store is made where the link points
+                    _create(self._file if self.path.is_symlink() else self.path)
                 except FileExistsError:  # something appeared at the path: judge it as any file
                     _inspect(self.path)
             try:
@@ -827,6 +864,7 @@ class SQLiteStore:
         except BaseException:
             self.close()
             raise
+        _warn_of_links(self.path)
 
     # --- the one seam for SQLite's errors ---------------------------------------------------------
 
@@ -881,6 +919,8 @@ class SQLiteStore:
         p = self.path
         root = _typed(p, rows.get("root", b""), bytes, "meta root")
         author = _typed(p, rows.get("author", b""), bytes, "meta author")
+        # no row: a store of an earlier release, whose creator the replica works out once
+        creator = _typed(p, rows.get("creator", b""), bytes, "meta creator")
         return StoreInfo(
             space=_typed(p, rows["space"], str, "meta space"),
             mode=_typed(p, rows.get("mode", "open"), str, "meta mode"),
@@ -888,6 +928,8 @@ class SQLiteStore:
             registry=_typed(p, rows.get("registry", b""), bytes, "meta registry"),
             store_id=_typed(p, rows.get("store_id", b""), bytes, "meta store_id"),
             author=author or None,
+            creator=creator or None,
+            creator_unknown="creator" not in rows,
         )
 
     def initialize(self, info: StoreInfo) -> None:
@@ -905,7 +947,21 @@ class SQLiteStore:
             ]
             if info.author is not None:
                 rows.append(("author", info.author))
+            if not info.creator_unknown:
+                rows.append(("creator", info.creator or b""))
             db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", rows)
+
+    def pin_creator(self, creator: bytes | None) -> StoreInfo:
+        self._check_writable("recording the space's creator")
+        with self._transaction("recording the space's creator") as db:
+            if db.execute("SELECT 1 FROM meta WHERE key = 'space'").fetchone() is None:
+                raise StoreError("store", "initialized", "initialize the store before pinning it")
+            db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('creator', ?)", (creator or b"",)
+            )
+        pinned = self.info()
+        assert pinned is not None
+        return pinned
 
     def bind(self, author: bytes) -> StoreInfo:
         author = check_author(author)
@@ -1127,7 +1183,7 @@ class SQLiteStore:
         old = self._conn()
         self._check_writable("rebuilding the store")
         try:
-            tmp = _temp_beside(self.path, "rebuild")
+            tmp = _temp_beside(self._file, "rebuild")
         except OSError as exc:
             raise _os_error(self.path, exc, "rebuild") from None
         try:
@@ -1158,17 +1214,17 @@ class SQLiteStore:
             old.close()
         aside: Path | None = None
         try:
-            aside = _keep_aside(self.path)
+            aside = _keep_aside(self._file)  # the file, not a symlink to it
             for end in ("-wal", "-shm"):
-                side = Path(f"{self.path}{end}")
+                side = Path(f"{self._file}{end}")
                 if side.exists():
                     os.replace(side, f"{aside}{end}")
-            os.replace(tmp, self.path)
-            _fsync_dir(self.path.parent)
+            os.replace(tmp, self._file)
+            _fsync_dir(self._file.parent)
         except OSError as exc:
             _remove_temp(tmp)
-            if aside is not None and not self.path.exists():
-                os.rename(aside, self.path)  # the rename fallback moved it: put it back
+            if aside is not None and not self._file.exists():
+                os.rename(aside, self._file)  # the rename fallback moved it: put it back
             self._reopen()
             raise _os_error(self.path, exc, "rebuild") from None
         self._reopen()
@@ -1176,7 +1232,7 @@ class SQLiteStore:
 
     def _reopen(self) -> None:
         try:
-            self._db = _connect_rw(self.path)
+            self._db = _connect_rw(self._file)
         except _FAILURES as exc:
             raise _store_error(self.path, exc, "after rebuilding", opening=True) from None
 

@@ -42,6 +42,15 @@ class StoreError(InputError, RuntimeError):
     ``readonly`` (a write on a read-only open), ``repair-plan``, ``sqlite-error``, …"""
 
 
+class StoreWarning(UserWarning):
+    """A store that works but is at risk (``rule`` says how): ``hard-link``, a store file with
+    more than one name, which SQLite gives a -wal each and the single-writer lock cannot join."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        self.rule = rule
+        super().__init__(f"{message} ({rule})")
+
+
 @dataclass(frozen=True, slots=True)
 class StoreInfo:
     """What a store is for, fixed when it is created, and which store it is.
@@ -50,6 +59,12 @@ class StoreInfo:
     can be bound to it; it is left out of ``==`` because two infos that agree on what a store is
     for describe the same purpose, whichever file holds it. ``author`` is the key that writes
     the store (None: not recorded, e.g. a store of the first release before it is bound).
+
+    ``creator``: the open space's creator this store follows, the one author whose registry
+    declarations count (None: none pinned yet; see `sync.creator`). Unlike the rest it may be
+    set after creation (`Store.pin_creator`), so it is left out of ``==`` too.
+    ``creator_unknown``: a store of an earlier release, which never recorded one: the replica
+    works it out at its first open and records it.
     """
 
     space: str
@@ -58,6 +73,8 @@ class StoreInfo:
     registry: bytes = b""
     store_id: bytes = field(default=b"", compare=False)
     author: bytes | None = None
+    creator: bytes | None = field(default=None, compare=False)
+    creator_unknown: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +143,11 @@ class Store(Protocol):
     def bind(self, author: bytes) -> StoreInfo:
         """Record ``author`` as the store's writer unless one is recorded already (a recorded
         author is never changed), and a ``store_id`` if it has none; returns the info."""
+
+    def pin_creator(self, creator: bytes | None) -> StoreInfo:
+        """Record the open space's creator this store follows (None: recorded as none pinned,
+        which ends ``creator_unknown``); returns the info. The replica decides who; the store
+        only keeps it durably."""
 
     def write(self, batch: StoreWrite) -> None:
         """Apply ``batch`` atomically and durably."""
@@ -254,6 +276,13 @@ class MemoryStore:
             raise StoreError("store", "initialized", "initialize the store before binding it")
         if self._info.author is None:
             self._info = replace(self._info, author=author)
+        return self._info
+
+    def pin_creator(self, creator: bytes | None) -> StoreInfo:
+        self._open()
+        if self._info is None:
+            raise StoreError("store", "initialized", "initialize the store before pinning it")
+        self._info = replace(self._info, creator=creator, creator_unknown=False)
         return self._info
 
     def write(self, batch: StoreWrite) -> None:

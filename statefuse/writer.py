@@ -1,9 +1,11 @@
 """The writer: makes well-formed ops with correct lamport clocks and re-assertion markers.
 
 Invariant: every op a Writer makes has ``lamport`` one more than the highest lamport the writer
-has made or observed, and a claim it makes lists in ``reasserts`` every ref retraction it has
-observed for that claim's ref, so a deliberate re-assertion escapes an old correction while a
-stale replica's copy cannot (SEMANTICS §4). Reading the clock happens here, at the edge; the
+has made or observed, saturating at `MAX_LAMPORT` (a clock never makes a write fail: at the
+ceiling new ops take it, and equal lamports are ordered by op id as everywhere), and a claim it
+makes lists in ``reasserts`` every ref retraction it has observed for that claim's ref, so a
+deliberate re-assertion escapes an old correction while a stale replica's copy cannot
+(SEMANTICS §4). Reading the clock happens here, at the edge; the
 ops themselves only carry ``wall_ms`` as information.
 """
 
@@ -18,6 +20,7 @@ import blake3
 from statefuse.error import OpRuleError
 from statefuse.op import (
     _NO_DEFAULT,
+    MAX_LAMPORT,
     Author,
     ClaimAdded,
     ClaimRetracted,
@@ -83,7 +86,7 @@ def _wall_ms() -> int:
 class Writer:
     """Creates ops for one author. Not thread-safe; use one writer per thread or lock around it."""
 
-    __slots__ = ("_clock", "_lamport", "_ref_retractions", "author", "registry")
+    __slots__ = ("_clock", "_lamport", "_ref_retractions", "_wall", "author", "registry")
 
     def __init__(
         self,
@@ -98,6 +101,8 @@ class Writer:
         self.registry = registry
         self._clock = clock
         self._lamport = 0
+        #: The last ``wall_ms`` given to an op made at the ceiling (see `_tick`).
+        self._wall = 0
         self._ref_retractions: dict[bytes, set[bytes]] = {}
 
     @property
@@ -109,7 +114,7 @@ class Writer:
         """Move the clock to at least ``lamport`` (an op of another writer of this replica,
         such as its trust writer, whose ops this writer does not see)."""
         if lamport > self._lamport:
-            self._lamport = lamport
+            self._lamport = min(lamport, MAX_LAMPORT)
 
     def observe(self, ops: Iterable[Op]) -> None:
         """Advance the clock past ``ops`` and remember the ref retractions among them."""
@@ -123,7 +128,19 @@ class Writer:
             self._ref_retractions.setdefault(op.target_claim_ref, set()).add(op.op_id)
 
     def _tick(self) -> tuple[int, int]:
-        return self._lamport + 1, self._clock()
+        wall = self._clock()
+        if self._lamport < MAX_LAMPORT:
+            return self._lamport + 1, wall
+        # Saturated: every op takes MAX_LAMPORT, so ``wall_ms`` (informational) is kept strictly
+        # increasing instead, or two equal ops made in one millisecond would be one op (same
+        # id), and a value asserted again after its retraction would stay retracted.
+        self._wall = wall = max(wall, self._wall + 1)
+        return MAX_LAMPORT, wall
+
+    @property
+    def next_lamport(self) -> int:
+        """The lamport of the next op: one more than `lamport`, at most `MAX_LAMPORT`."""
+        return min(self._lamport + 1, MAX_LAMPORT)
 
     def evidence(self, source: str, content: Value = None) -> EvidenceAdded:
         """Record evidence; cite it from claims by ``evidence_id``."""
@@ -428,7 +445,7 @@ class Writer:
         return self.claim(
             namespace,
             speaker,
-            f"{self._lamport + 1}/{self._tag()}",
+            f"{self.next_lamport}/{self._tag()}",
             text,
             scope=_scope("session", f"session:{_name('session', session)}"),
             layer=Layer.WORKING,

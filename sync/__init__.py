@@ -41,6 +41,7 @@ from statefuse.sync.changelog import (
     Status,
     TrustConfigError,
 )
+from statefuse.sync.clock import LAMPORT_JUMP, ClockJump
 from statefuse.sync.key import (
     KeyFileError,
     PublicKey,
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHANGE_FORMAT_VERSION",
+    "LAMPORT_JUMP",
     "MAX_AUTHOR_NAME_CHARS",
     "MAX_CHANGE_BYTES",
     "MAX_EXCHANGE_MESSAGES",
@@ -99,6 +101,7 @@ __all__ = [
     "Bounds",
     "BoundsConfigError",
     "ChangeLog",
+    "ClockJump",
     "Equivocation",
     "FollowError",
     "FollowStatus",

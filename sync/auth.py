@@ -53,6 +53,27 @@ Invariant: in ``members`` mode (the gate's ``auth``), `RequestGate.consume` refu
 (author, nonce) it has accepted before, for as long as a request carrying it could pass the
 time check; in every mode a key is refused for being busy only by its own nonces, or (members
 mode only) when ``max_keys`` members are all busy at once.
+
+Server proof (every answer, of every endpoint and status, of a server whose replica holds its
+author key; a server opened without its key sends neither header)::
+
+    StateFuse-Server-Author     64 hex digits: the served replica's author id
+    StateFuse-Server-Signature  128 hex digits: Ed25519 over the message below
+
+Signed response message, the sync framing of seven frames::
+
+    b"statefuse/response/v1", space (UTF-8), server id (16 bytes, the StateFuse-Server
+    header of the same answer), endpoint path (b"/v1/reconcile"), status (decimal ASCII,
+    b"200"), challenge (16 bytes, or empty), blake3(body) (32 bytes)
+
+The challenge is the request's StateFuse-Nonce (a signed request), else its
+``StateFuse-Challenge`` header (32 hex digits: 16 random bytes an unsigned client may send),
+else empty. A client that sent a fresh challenge and gets a signature that verifies for it
+knows the answer was made now, for this request, by a holder of that author key: a recorded
+answer or one made for another space, server, endpoint or body does not verify. The server id
+is a store id and proves nothing by itself; the author is what a client checks
+(`verify_response`; `sync.client` pushes a closed space's changes only to a server whose proven
+author its replica admits).
 """
 
 from __future__ import annotations
@@ -70,9 +91,10 @@ from enum import Enum
 import blake3
 
 from statefuse.sync.key import PublicKeyError, SigningKey, verify_signature
-from statefuse.sync.protocol import SyncError, encode_frames
+from statefuse.sync.protocol import ServerIdentityError, SyncError, encode_frames
 
 __all__ = [
+    "CHALLENGE_HEADER",
     "DEFAULT_WINDOW",
     "HEADERS",
     "MAX_KEYS",
@@ -80,15 +102,27 @@ __all__ = [
     "MAX_NONCES_PER_KEY",
     "NONCE_BYTES",
     "REQUEST_DOMAIN",
+    "RESPONSE_DOMAIN",
+    "RESPONSE_HEADERS",
     "AuthMode",
     "RequestGate",
     "Signed",
+    "request_challenge",
     "request_message",
+    "response_message",
     "sign_request",
+    "sign_response",
+    "verify_response",
 ]
 
 #: First frame of every signed request message.
 REQUEST_DOMAIN = b"statefuse/request/v1"
+#: First frame of every signed response message (a server's proof of its author key).
+RESPONSE_DOMAIN = b"statefuse/response/v1"
+#: The request header an unsigned client may send as the challenge a response signs.
+CHALLENGE_HEADER = "StateFuse-Challenge"
+#: The response headers of a server's proof, in the order of the module docstring.
+RESPONSE_HEADERS = ("StateFuse-Server-Author", "StateFuse-Server-Signature")
 #: Seconds a request's time may differ from the server's clock, either way.
 DEFAULT_WINDOW = 120.0
 #: Length of a request nonce.
@@ -391,3 +425,131 @@ class RequestGate:
                 f"the request time is more than {self.window_ms / 1000:g} s from the server's"
                 " clock (check both clocks)",
             )
+
+
+# --- the server's proof of its author key ------------------------------------------------------
+
+_NONCE_HEX = re.compile(r"[0-9a-f]{32}")
+_AUTHOR_HEX = re.compile(r"[0-9a-f]{64}")
+_SIGNATURE_HEX = re.compile(r"[0-9a-f]{128}")
+
+
+def request_challenge(headers: Mapping[str, str]) -> bytes:
+    """The challenge a server's answer to a request signs: its StateFuse-Nonce when well formed,
+    else its StateFuse-Challenge when well formed, else empty. ``headers`` are keyed by
+    lower-case name."""
+    for name in ("statefuse-nonce", CHALLENGE_HEADER.lower()):
+        value = headers.get(name)
+        if value is not None and _NONCE_HEX.fullmatch(value):
+            return bytes.fromhex(value)
+    return b""
+
+
+def response_message(
+    *,
+    space: str,
+    server: bytes,
+    endpoint: str,
+    status: int,
+    challenge: bytes,
+    body: bytes,
+) -> bytes:
+    """The bytes a server's proof signs (see the module docstring)."""
+    return encode_frames(
+        [
+            RESPONSE_DOMAIN,
+            space.encode(),
+            server,
+            endpoint.encode("ascii", "replace"),
+            str(status).encode("ascii"),
+            challenge,
+            blake3.blake3(body).digest(),
+        ]
+    )
+
+
+def sign_response(
+    key: SigningKey,
+    *,
+    space: str,
+    server: bytes,
+    endpoint: str,
+    status: int,
+    challenge: bytes,
+    body: bytes,
+) -> dict[str, str]:
+    """The headers that prove ``key``'s author made this answer to the request that carried
+    ``challenge``."""
+    message = response_message(
+        space=space,
+        server=server,
+        endpoint=endpoint,
+        status=status,
+        challenge=challenge,
+        body=body,
+    )
+    return {
+        "StateFuse-Server-Author": key.author.hex(),
+        "StateFuse-Server-Signature": key.sign(message).hex(),
+    }
+
+
+def verify_response(
+    headers: Mapping[str, str | None],
+    *,
+    space: str,
+    server: bytes,
+    endpoint: str,
+    status: int,
+    challenge: bytes,
+    body: bytes,
+) -> bytes:
+    """The author an answer proves (``headers`` keyed by the names of `RESPONSE_HEADERS`).
+
+    Raises ServerIdentityError (field ``StateFuse-Server-Author`` or
+    ``StateFuse-Server-Signature``, rule ``server-identity-unproven``) when the answer carries
+    no proof, a malformed one, or one that does not verify for this space, server, endpoint,
+    status, challenge and body.
+    """
+    author_hex = headers.get("StateFuse-Server-Author")
+    signature_hex = headers.get("StateFuse-Server-Signature")
+    if author_hex is None and signature_hex is None:
+        raise ServerIdentityError(
+            "StateFuse-Server-Author",
+            "server-identity-unproven",
+            "the answer carries no proof (no StateFuse-Server-Author or"
+            " StateFuse-Server-Signature header)",
+        )
+    if author_hex is None or not _AUTHOR_HEX.fullmatch(author_hex):
+        raise ServerIdentityError(
+            "StateFuse-Server-Author",
+            "server-identity-unproven",
+            "the server's StateFuse-Server-Author header is missing or malformed",
+        )
+    if signature_hex is None or not _SIGNATURE_HEX.fullmatch(signature_hex):
+        raise ServerIdentityError(
+            "StateFuse-Server-Signature",
+            "server-identity-unproven",
+            "the server's StateFuse-Server-Signature header is missing or malformed",
+        )
+    author = bytes.fromhex(author_hex)
+    message = response_message(
+        space=space,
+        server=server,
+        endpoint=endpoint,
+        status=status,
+        challenge=challenge,
+        body=body,
+    )
+    try:
+        good = verify_signature(author, bytes.fromhex(signature_hex), message)
+    except PublicKeyError:
+        good = False
+    if not good:
+        raise ServerIdentityError(
+            "StateFuse-Server-Signature",
+            "server-identity-unproven",
+            f"the server's proof of author {author_hex[:16]}… does not verify for this space,"
+            " server, request and answer",
+        )
+    return author

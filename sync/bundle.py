@@ -9,9 +9,15 @@ Format, version 1 (framed, so a bundle of any size streams in bounded memory per
 
     magic      b"SFBUNDLE" + version:u8 (=1)
     header     len:u32 BE + canonical msgpack {"count": int, "exporter": <32 bytes>,
-                                               "space": str, "v": 1}
+                                               "space": str, "v": 1,
+                                               "creator": <32 bytes>}   (optional)
     frame*     len:u32 BE + signed change bytes                  (exactly ``count`` frames)
     trailer    signature[64] over BUNDLE_DOMAIN ‖ blake3(everything before the trailer)
+
+``creator`` is the open space's creator the exporter's store follows (`sync.creator`): an
+importing store with none pinned adopts it, one pinned to another refuses the bundle. It is
+written only when the exporter has one, so a bundle without it is byte for byte what earlier
+releases wrote and read, and their bundles import as before.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import os
 import struct
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import blake3
@@ -37,19 +44,46 @@ _MAX_HEADER = 4096
 _FRAME_LIMIT = MAX_CHANGE_BYTES + 1024
 
 
+#: Header keys every bundle has, and those it may have.
+_HEADER_KEYS = frozenset({"count", "exporter", "space", "v"})
+_OPTIONAL_KEYS = frozenset({"creator"})
+
+
 class BundleError(InputError, ValueError):
     """A bundle file that is unreadable, for another space, truncated or not signed by its
     exporter. Nothing from it is imported."""
 
 
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    """A bundle's header and its signed-change bytes, once its framing and signature check."""
+
+    exporter: bytes
+    space: str
+    creator: bytes | None
+    changes: list[bytes]
+
+
 def write_bundle(
-    path: str | os.PathLike[str], key: SigningKey, space: str, changes: Sequence[bytes]
+    path: str | os.PathLike[str],
+    key: SigningKey,
+    space: str,
+    changes: Sequence[bytes],
+    *,
+    creator: bytes | None = None,
 ) -> None:
     """Write ``changes`` (signed-change bytes) as a bundle signed by ``key``, atomically (a
-    temporary file renamed into place, so a reader never sees half a bundle)."""
-    header = encode_value(
-        {"count": len(changes), "exporter": key.author, "space": space, "v": 1}, "bundle"
-    )
+    temporary file renamed into place, so a reader never sees half a bundle). ``creator``: the
+    open space's creator the exporting store follows (None: none, and no header field)."""
+    fields: dict[str, object] = {
+        "count": len(changes),
+        "exporter": key.author,
+        "space": space,
+        "v": 1,
+    }
+    if creator is not None:
+        fields["creator"] = creator
+    header = encode_value(fields, "bundle")
     hasher = blake3.blake3()
     target = Path(path)
     fd, temp = tempfile.mkstemp(prefix=".bundle-", dir=target.parent or Path("."))
@@ -76,17 +110,27 @@ def write_bundle(
 def read_bundle(path: str | os.PathLike[str], *, space: str | None = None) -> list[bytes]:
     """The signed-change bytes of a bundle, after checking its framing and the exporter's
     signature (and, if given, that it was made for ``space``). Raises BundleError."""
+    return open_bundle(path, space=space).changes
+
+
+def open_bundle(path: str | os.PathLike[str], *, space: str | None = None) -> Bundle:
+    """`read_bundle`, with the header: who exported it, and the creator it follows."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise BundleError(
             "path", "readable", f"cannot read bundle {path}: {exc.strerror}"
         ) from None
-    return parse_bundle(data, space=space)
+    return parse_bundle_whole(data, space=space)
 
 
 def parse_bundle(data: bytes, *, space: str | None = None) -> list[bytes]:
     """`read_bundle` on bytes already in memory."""
+    return parse_bundle_whole(data, space=space).changes
+
+
+def parse_bundle_whole(data: bytes, *, space: str | None = None) -> Bundle:
+    """`open_bundle` on bytes already in memory."""
     if not data.startswith(MAGIC):
         raise BundleError("bundle", "magic", "not a StateFuse bundle (bad magic or version)")
     if len(data) < len(MAGIC) + 4 + 64:
@@ -113,13 +157,16 @@ def parse_bundle(data: bytes, *, space: str | None = None) -> list[bytes]:
         raise BundleError("bundle.header", exc.rule, str(exc)) from None
     if (
         not isinstance(header, dict)
-        or set(header) != {"count", "exporter", "space", "v"}
+        or not _HEADER_KEYS <= set(header) <= _HEADER_KEYS | _OPTIONAL_KEYS
         or header["v"] != 1
         or not isinstance(header["count"], int)
         or not 0 <= header["count"] <= MAX_BUNDLE_CHANGES
         or not isinstance(header["exporter"], bytes)
         or not isinstance(header["space"], str)
     ):
+        raise BundleError("bundle.header", "bundle-header", "malformed bundle header")
+    creator = header.get("creator")
+    if creator is not None and (not isinstance(creator, bytes) or len(creator) != 32):
         raise BundleError("bundle.header", "bundle-header", "malformed bundle header")
     try:
         signed = verify_signature(
@@ -138,4 +185,4 @@ def parse_bundle(data: bytes, *, space: str | None = None) -> list[bytes]:
     changes = [frame(_FRAME_LIMIT, f"change {i + 1}") for i in range(header["count"])]
     if pos != len(body):
         raise BundleError("bundle", "trailing-data", "bytes after the last change")
-    return changes
+    return Bundle(header["exporter"], header["space"], creator, changes)

@@ -41,6 +41,7 @@ from statefuse.registry.error import InputError, StateFuseError
 from statefuse.state import State
 from statefuse.sync.author import author_names, names_among
 from statefuse.sync.change import ChangeInputError, UnverifiedChange, VerifiedChange
+from statefuse.sync.clock import ClockJump, clock_jumps
 from statefuse.sync.declaration import SPACE_OP_TYPES, RegistryDeclared
 from statefuse.sync.quarantine import Quarantine, QuarantineEntry
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustState, trust_state
@@ -437,6 +438,13 @@ class ChangeLog:
 
     #: The name of the first release.
     equivocations = forks
+
+    def clock_jumps(self) -> list[ClockJump]:
+        """Every counted change holding an op whose lamport jumps far past every lower counted
+        one (`sync.clock`): kept and counted, reported like a fork so an operator can revoke
+        its author."""
+        ignored = self.verdicts()
+        return clock_jumps(c for cid, c in self._accepted.items() if cid not in ignored)
 
     def fork_at(self, author: bytes, seq: int) -> Fork | None:
         """The fork at ``(author, seq)``, or None if only one change holds that seq."""

@@ -19,6 +19,15 @@ Invariants:
   the client knows the server's id: a server names itself in every answer, and a 401 that
   names another id than the one signed for (or a first, unsigned request) is sent once more,
   signed for the named id. Known ids are remembered per URL for the process.
+- A closed space's changes go only to a server that proves, in its answers, an author the
+  client's replica admits now (the root, or admitted and not revoked: `TrustState.is_member`).
+  Every request carries a fresh challenge (the signed request's nonce, else a
+  ``StateFuse-Challenge`` header) that the server signs into its answer (`sync.auth`); in a
+  closed space each answer is checked before it is used, and again before each push page, so
+  a server that proves nothing, a bad proof, or a revoked or never-admitted author ends the
+  sync with `ServerIdentityError` after its first answer: nothing fetched from it, nothing
+  pushed to it (the first reconcile message, change-id fingerprints, has gone out). Open
+  spaces sync with any server; `SyncReport.server_author` tells whom the answers proved.
 - ``https://`` peers are verified against the system's CAs, or only those of ``cafile`` (or
   the ``STATEFUSE_CAFILE`` environment variable); verification is never turned off.
 - The replica is touched only in short calls that hold its own lock (and ``lock`` too, when
@@ -36,11 +45,17 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from statefuse.sync.auth import sign_request
+from statefuse.sync.auth import (
+    CHALLENGE_HEADER,
+    NONCE_BYTES,
+    RESPONSE_HEADERS,
+    sign_request,
+    verify_response,
+)
 from statefuse.sync.key import SigningKey
 from statefuse.sync.protocol import (
     CONTENT_TYPE,
@@ -54,6 +69,7 @@ from statefuse.sync.protocol import (
     PeerRejectedError,
     PeerTimeoutError,
     PeerUnreachableError,
+    ServerIdentityError,
     SyncError,
     check_seconds,
     decode_frames,
@@ -61,6 +77,7 @@ from statefuse.sync.protocol import (
 )
 from statefuse.sync.reconcile import ReconcileError, Reconciler
 from statefuse.sync.replica import MergeReport, Replica
+from statefuse.sync.trust import TrustMode
 
 __all__ = [
     "CAFILE_ENV",
@@ -96,8 +113,11 @@ class SyncReport:
 
     ``round_trips`` counts HTTP requests; ``bytes_sent`` / ``bytes_received`` count request and
     response bodies (headers add about 200 B per request). ``fetched`` changes came from the
-    peer and ``merge`` is what this replica made of them; ``pushed`` went to the peer and
+    peer and ``merge`` is what this replica made of them (its ``pending``: those still waiting
+    for a predecessor when the sync ended); ``pushed`` went to the peer and
     ``peer_merge`` is what the peer reported making of them. ``seconds`` is the wall time.
+    ``server_author`` is the author key the peer's last answer proved (`sync.auth`), None when
+    it proved none (an open space's server opened without its key, or one that does not sign).
     """
 
     url: str
@@ -109,15 +129,19 @@ class SyncReport:
     merge: MergeReport = field(default_factory=MergeReport)
     peer_merge: MergeReport = field(default_factory=MergeReport)
     seconds: float = 0.0
+    server_author: bytes | None = None
 
     def __add__(self, other: SyncReport) -> SyncReport:
-        """Two syncs with the same peer, added up."""
+        """Two syncs with the same peer, added up (the server author is the later one's)."""
         if other.url != self.url:
             raise SyncError("url", "same-peer", "only reports of one peer add up")
-        return SyncReport(
-            self.url,
-            *(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)[1:]),
-        )
+        summed = {
+            f.name: getattr(self, f.name) + getattr(other, f.name)
+            for f in fields(self)
+            if f.name not in ("url", "server_author")
+        }
+        author = other.server_author if other.server_author is not None else self.server_author
+        return SyncReport(self.url, **summed, server_author=author)
 
 
 def check_url(url: object) -> SplitResult:
@@ -192,6 +216,15 @@ def _server_header(value: str | None) -> bytes | None:
         return None
 
 
+def _creator_header(value: str | None) -> bytes | None:
+    if value is None or len(value) != 64:
+        return None
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        return None
+
+
 class _Connection:
     """One kept-alive HTTP(S) connection to a peer, counting requests and body bytes.
 
@@ -228,6 +261,14 @@ class _Connection:
         self.requests = 0
         self.sent = 0
         self.received = 0
+        #: The author key the last answer proved, or None; then `unproven` says why.
+        self.server_author: bytes | None = None
+        self.unproven: ServerIdentityError | None = None
+        #: Called with this connection on every 200 answer before its body is used (a closed
+        #: space's membership check); it raises to stop the sync there.
+        self.check: Callable[[_Connection], None] | None = None
+        #: The open space's creator the server named in its last answer (None: none).
+        self.creator: bytes | None = None
 
     def close(self) -> None:
         self._http.close()
@@ -247,6 +288,8 @@ class _Connection:
             status, data, content_type, _ = self._send(endpoint, path, body, server)
         if status != 200:
             raise _rejected(self.url, path, status, data, content_type)
+        if self.check is not None:
+            self.check(self)
         return data
 
     def _signed_for(self) -> bytes | None:
@@ -258,6 +301,9 @@ class _Connection:
         """One request (signed for ``server`` when it is given): the answer's status, body,
         content type and server id. The mapping seam of `post`."""
         headers = {"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE}
+        # A fresh challenge the server's proof must sign: a signed request's nonce, else its own
+        # header.
+        challenge = os.urandom(NONCE_BYTES)
         if self.key is not None and server is not None:
             headers.update(
                 sign_request(
@@ -267,8 +313,11 @@ class _Connection:
                     method="POST",
                     endpoint=f"/v1/{endpoint}",
                     body=body,
+                    nonce=challenge,
                 )
             )
+        else:
+            headers[CHALLENGE_HEADER] = challenge.hex()
         self.requests += 1
         self.sent += len(body)
         try:
@@ -287,6 +336,8 @@ class _Connection:
                 self._http.close()  # unread bytes left: this connection cannot be reused
             content_type = response.getheader("Content-Type") or ""
             named = _server_header(response.getheader("StateFuse-Server"))
+            proof = {name: response.getheader(name) for name in RESPONSE_HEADERS}
+            self.creator = _creator_header(response.getheader("StateFuse-Creator"))
         except TimeoutError:
             self._http.close()
             raise PeerTimeoutError(
@@ -322,7 +373,36 @@ class _Connection:
             )
         if named is not None and self.key is not None:
             _learn_server(self.url, named)
+        self._prove(endpoint, response.status, named, challenge, data, proof)
         return response.status, data, content_type, named
+
+    def _prove(
+        self,
+        endpoint: str,
+        status: int,
+        server: bytes | None,
+        challenge: bytes,
+        body: bytes,
+        proof: dict[str, str | None],
+    ) -> None:
+        """Record the author this answer proves (`server_author`), or why it proves none."""
+        try:
+            if server is None:
+                raise ServerIdentityError(
+                    "StateFuse-Server", "server-identity-unproven", "the server names no id"
+                )
+            self.server_author = verify_response(
+                proof,
+                space=self.space,
+                server=server,
+                endpoint=f"/v1/{endpoint}",
+                status=status,
+                challenge=challenge,
+                body=body,
+            )
+            self.unproven = None
+        except ServerIdentityError as e:
+            self.server_author, self.unproven = None, e
 
     def frames(self, endpoint: str, frames: Sequence[bytes], *, max_frames: int) -> list[bytes]:
         """POST a frame list, and check the framing of the answer (MalformedResponseError)."""
@@ -393,6 +473,32 @@ def _check_page_size(page_size: object) -> int:
     return page_size
 
 
+def _check_server(conn: _Connection, replica: Replica, lock: Lock | None) -> None:
+    """Refuse, with ServerIdentityError, a closed space's server whose last answer did not
+    prove an author ``replica`` admits now (its trust may have changed since the last check)."""
+    author = conn.server_author
+    if author is None:
+        why = conn.unproven.message if conn.unproven is not None else "it proved nothing yet"
+        raise ServerIdentityError(
+            conn.unproven.field if conn.unproven is not None else "server",
+            "server-identity-unproven",
+            f"{conn.url} does not prove its author key ({why}); a closed space's changes go"
+            " only to a server whose author the space admits: nothing was pushed to it",
+        )
+    with _holding(lock):
+        trust = replica.trust()
+    if trust.is_member(author):
+        return
+    status = "revoked" if author in trust.cutoffs or author in trust.keeps else "never admitted"
+    raise ServerIdentityError(
+        "server",
+        "server-not-a-member",
+        f"{conn.url} is served by author {author.hex()[:16]}…, {status} in space"
+        f" {replica.space!r}; a closed space's changes go only to a server whose author the"
+        " space admits: nothing was pushed to it",
+    )
+
+
 def _reconcile(conn: _Connection, replica: Replica, lock: Lock | None) -> Reconciler:
     """Run the exchange to its end; the reconciler then knows what each side lacks."""
     space = replica.space.encode()
@@ -456,6 +562,12 @@ def sync_with(
     CA certificates (PEM) an ``https://`` peer's certificate must chain to, instead of the
     system's (default: the file ``STATEFUSE_CAFILE`` names, if set).
 
+    In a closed space (`TrustMode.CLOSED`) the peer's answers must prove an author this
+    replica admits now (the root, or admitted and not revoked): else ServerIdentityError (rule
+    ``server-identity-unproven`` or ``server-not-a-member``) after its first answer, before
+    anything is fetched from it or pushed to it. The report names the proven author
+    (``server_author``) in either mode.
+
     Raises SyncError for a bad argument, and its subclasses (see `sync.protocol`) when the peer
     is unreachable (a certificate that does not verify: PeerUnreachableError rule
     ``tls-verify``), too slow, answers with an error (another space: PeerRejectedError with
@@ -468,9 +580,18 @@ def sync_with(
     page_size = _check_page_size(page_size)
     start = time.perf_counter()
     conn = _Connection(url, seconds, space=replica.space, key=replica.key, cafile=cafile)
+    closed = replica.mode is TrustMode.CLOSED
+    if closed:
+        conn.check = lambda c: _check_server(c, replica, lock)
     merge = peer_merge = MergeReport()
     try:
         reconciler = _reconcile(conn, replica, lock)
+        with _holding(lock), replica.lock:
+            # two spaces that share a name are refused before anything moves; a store with no
+            # creator follows the server's (its user chose to sync with it: `sync.creator`)
+            adopted = replica._meet(conn.creator, conn.url)
+        if adopted is not None:
+            merge = MergeReport(adopted_creator=adopted)
         want, give = reconciler.fetch, reconciler.send
         total = len(want) + len(give)
         done = 0
@@ -491,9 +612,14 @@ def sync_with(
             done += len(answer)
             if progress is not None:
                 progress(done, total)
+        if merge.pending:  # pages come in change-id order: a later page admits what one parked
+            with _holding(lock):
+                merge = replace(merge, pending=_still_pending(replica, want[:pos]))
         with _holding(lock):
             outgoing = _predecessors_first(replica, give)
         for page_changes in _pages(outgoing, page_size):
+            if closed:  # the trust may have changed since the last answer (fetched changes)
+                _check_server(conn, replica, lock)
             document = conn.document("push", [space, *page_changes])
             peer_merge = peer_merge + _merge_report(document, conn.url)
             done += len(page_changes)
@@ -511,7 +637,15 @@ def sync_with(
         merge=merge,
         peer_merge=peer_merge,
         seconds=time.perf_counter() - start,
+        server_author=conn.server_author,
     )
+
+
+def _still_pending(replica: Replica, ids: Sequence[bytes]) -> int:
+    """How many of ``ids`` wait in the replica's pending area now: what a sync's report calls
+    pending, however many a page parked before a later page brought their predecessors."""
+    waiting = {c.change_id for c in replica.pending()}
+    return sum(1 for cid in ids if cid in waiting)
 
 
 def _predecessors_first(replica: Replica, ids: Sequence[bytes]) -> list[bytes]:

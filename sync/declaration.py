@@ -7,9 +7,11 @@ same changes materializes under the same contracts, whatever registry its proces
 with:
 
 - closed mode: only the root's declarations count (as with trust ops);
-- open mode: every author may write, so the space has no root; its *creator* is the author of
-  the space's first declaration (lowest ``(lamport, op_id)``) and only the creator's
-  declarations count from then on;
+- open mode: every author may write, so the space has no root; only its *creator*'s
+  declarations count. The creator is a property of the store (`StoreInfo.creator`, see
+  `sync.creator`), never read from the ops: an author chooses its lamports, so "the first
+  declaration" would let a stranger's lamport-1 declaration take the space over. A store with
+  no creator pinned counts no declaration;
 - among the declarations that count, the highest ``(lamport, op_id)`` is in force; a space
   without one uses the built-in default (`DEFAULT_REGISTRY`).
 
@@ -98,22 +100,26 @@ SPACE_OP_TYPES: tuple[type[_OpBase], ...] = (*TRUST_OP_TYPES, RegistryDeclared, 
 
 
 def declaration_in_force(
-    declarations: Iterable[RegistryDeclared], *, mode: TrustMode, root: bytes | None
+    declarations: Iterable[RegistryDeclared],
+    *,
+    mode: TrustMode,
+    root: bytes | None,
+    creator: bytes | None = None,
 ) -> RegistryDeclared | None:
-    """The declaration in force among ``declarations`` (those of counted changes), or None."""
-    ops = list(declarations)
-    if mode is TrustMode.CLOSED:
-        authority = root
-    elif ops:
-        authority = min(ops, key=_stamp).author
-    else:
+    """The declaration in force among ``declarations`` (those of counted changes), or None:
+    the latest of the root's (closed mode) or of ``creator``'s (open mode; None: no creator
+    pinned, so none counts)."""
+    authority = root if mode is TrustMode.CLOSED else creator
+    if authority is None:
         return None
-    counting = [op for op in ops if op.author == authority]
+    counting = [op for op in declarations if op.author == authority]
     return max(counting, key=_stamp) if counting else None
 
 
 def creator(declarations: Iterable[RegistryDeclared]) -> bytes | None:
-    """The author of the first declaration (the space's creator in open mode), or None."""
+    """The rule of earlier releases (the author of the lowest ``(lamport, op_id)``
+    declaration), kept for callers of that release; it is forgeable, so it only ever pins the
+    creator of an old store once (`sync.creator.first_declarer`)."""
     ops = list(declarations)
     return min(ops, key=_stamp).author if ops else None
 

@@ -25,6 +25,7 @@ from statefuse.sync.protocol import (
     PeerRejectedError,
     PeerTimeoutError,
     PeerUnreachableError,
+    ServerIdentityError,
     SyncError,
 )
 from statefuse.sync.server import SyncApp, SyncServer, serve
@@ -43,6 +44,7 @@ __all__ = [
     "PeerTimeoutError",
     "PeerUnreachableError",
     "Progress",
+    "ServerIdentityError",
     "ServerLimits",
     "SyncApp",
     "SyncError",

@@ -39,6 +39,10 @@ Errors, all raised on purpose, all carrying ``field`` and ``rule``::
     │                                      ``field`` and ``rule`` are the peer's, when it sent
     │                                      them, e.g. ``space`` / ``same-space``)
     ├── MalformedResponseError             a response that breaks the protocol; never applied
+    ├── ServerIdentityError                a closed space's server that does not prove an
+    │                                      author the space admits (rules
+    │                                      ``server-identity-unproven``,
+    │                                      ``server-not-a-member``); nothing was pushed
     └── FollowError                        a follower's bad argument, a URL scheme no transport
                                            handles, a round on demand that could not run
                                            (`sync.follower`)
@@ -70,6 +74,7 @@ __all__ = [
     "PeerRejectedError",
     "PeerTimeoutError",
     "PeerUnreachableError",
+    "ServerIdentityError",
     "SyncError",
     "check_seconds",
     "decode_frames",
@@ -137,6 +142,13 @@ class PeerRejectedError(SyncError):
 class MalformedResponseError(SyncError):
     """A response that breaks the protocol (framing, sizes, a reconcile message the reconciler
     refuses, a JSON body of the wrong shape). Nothing from it was applied."""
+
+
+class ServerIdentityError(SyncError):
+    """A server of a closed space that did not prove an author the client's replica admits:
+    rule ``server-identity-unproven`` (no proof, or one that does not verify) or
+    ``server-not-a-member`` (a proven author that is not the root, or not admitted, or
+    revoked). Raised before any change is pushed to it (see `sync.client`)."""
 
 
 def check_seconds(field: str, value: object) -> float:

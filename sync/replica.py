@@ -47,7 +47,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
@@ -61,6 +61,7 @@ from statefuse.keytext import parse_key
 from statefuse.lens import Lens
 from statefuse.materializer import Materializer
 from statefuse.op import (
+    MAX_LAMPORT,
     ClaimAdded,
     ClaimRetracted,
     DecisionAdded,
@@ -103,13 +104,22 @@ from statefuse.sync.change import (
     wire,
 )
 from statefuse.sync.changelog import ChangeLog, Fork, Ignored, Receipt, Status, verdict
+from statefuse.sync.clock import ClockJump, LamportGaps
+from statefuse.sync.creator import (
+    REFUSED_RULE,
+    RefusedDeclaration,
+    check_creator,
+    first_declarer,
+    refused_declarations,
+    two_spaces,
+)
 from statefuse.sync.declaration import (
     SPACE_OP_TYPES,
     RegistryDeclared,
-    creator,
     declaration_in_force,
 )
 from statefuse.sync.key import KeyFileError, SigningKey
+from statefuse.sync.protocol import SyncError
 from statefuse.sync.quarantine import QuarantineEntry
 from statefuse.sync.reconcile import Reconciler
 from statefuse.sync.snapshot import (
@@ -189,6 +199,13 @@ class ReplicaError(InputError, ValueError):
     """A replica asked to do something its rules forbid (e.g. trust ops from a non-root key)."""
 
 
+class TwoSpacesError(ReplicaError, SyncError):
+    """Two stores created apart under one space name, pinned to different creators (field
+    ``creator``, rule ``two-spaces``): a sync, import or merge between them is refused before
+    anything moves (SEMANTICS §2). Also a `SyncError`, so a sync reports it like any failed
+    peer."""
+
+
 class UnknownClaimError(ReplicaError, ClaimLookupError):
     """A replica verb named a claim it cannot find (`State.claim`'s rules): both a
     `ReplicaError`, as such errors of a replica verb always were, and a `ClaimLookupError`."""
@@ -266,10 +283,14 @@ class RepairReport:
 @dataclass(frozen=True, slots=True)
 class MergeReport:
     """What one receive, merge or import did, counted by outcome, with the forks it revealed
-    (`ChangeLog.forks` of the authors and seqs it touched) and how many of this replica's own
-    changes arrived from elsewhere. ``registry_changed``: (old, new) fingerprints when the
+    (`ChangeLog.forks` of the authors and seqs it touched), the clock jumps among the changes
+    that started to count (`sync.clock`) and how many of this replica's own changes arrived
+    from elsewhere. ``registry_changed``: (old, new) fingerprints when the
     changes taken in put another registry declaration in force (the memory was recomputed
-    under it)."""
+    under it). ``refused_declarations``: registry declarations among the changes taken in
+    that do not count (their author is not the space's creator or root; `sync.creator`), with
+    the reason. ``adopted_creator``: the creator this store adopted from the source (an import,
+    a sync, a merge) before taking its changes in, or None."""
 
     accepted: int = 0
     duplicate: int = 0
@@ -279,9 +300,13 @@ class MergeReport:
     forks: tuple[Fork, ...] = ()
     own_from_elsewhere: int = 0
     registry_changed: tuple[bytes, bytes] | None = None
+    clock_jumps: tuple[ClockJump, ...] = ()
+    refused_declarations: tuple[RefusedDeclaration, ...] = ()
+    adopted_creator: bytes | None = None
 
     def __add__(self, other: MergeReport) -> MergeReport:
         forks = {(f.author, f.seq): f for f in (*self.forks, *other.forks)}
+        refused = {r.op_id: r for r in (*self.refused_declarations, *other.refused_declarations)}
         return MergeReport(
             accepted=self.accepted + other.accepted,
             duplicate=self.duplicate + other.duplicate,
@@ -291,6 +316,9 @@ class MergeReport:
             forks=tuple(forks[k] for k in sorted(forks)),
             own_from_elsewhere=self.own_from_elsewhere + other.own_from_elsewhere,
             registry_changed=_joined(self.registry_changed, other.registry_changed),
+            clock_jumps=_jumps_joined(self.clock_jumps, other.clock_jumps),
+            refused_declarations=tuple(refused.values()),
+            adopted_creator=self.adopted_creator or other.adopted_creator,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -303,6 +331,11 @@ class MergeReport:
         ]
         if self.registry_changed is not None:
             out["registry_changed"] = [fp.hex() for fp in self.registry_changed]
+        out["clock_jumps"] = [j.to_json() for j in self.clock_jumps]
+        if self.refused_declarations:
+            out["refused_declarations"] = [r.to_json() for r in self.refused_declarations]
+        if self.adopted_creator is not None:
+            out["adopted_creator"] = self.adopted_creator.hex()
         return out
 
     @classmethod
@@ -327,8 +360,15 @@ class MergeReport:
                     return None
                 ids = tuple(bytes.fromhex(c) for c in f["change_ids"][:_MAX_REPORTED_FORKS])
                 forks.append(Fork(bytes.fromhex(f["author"]), seq, ids))
+            jumps = _jumps_from_json(document.get("clock_jumps", []))
         except (TypeError, KeyError, ValueError):
             return None
+        if jumps is None:
+            return None
+        raw_refused = document.get("refused_declarations", [])
+        if not isinstance(raw_refused, list):
+            return None
+        refused = [RefusedDeclaration.from_json(r) for r in raw_refused[:_MAX_REPORTED_FORKS]]
         return cls(
             accepted=counts["accepted"],
             duplicate=counts["duplicate"],
@@ -338,7 +378,30 @@ class MergeReport:
             forks=tuple(forks),
             own_from_elsewhere=own,
             registry_changed=_fingerprints(document.get("registry_changed")),
+            clock_jumps=jumps,
+            refused_declarations=tuple(r for r in refused if r is not None),
         )
+
+
+def _jumps_joined(a: tuple[ClockJump, ...], b: tuple[ClockJump, ...]) -> tuple[ClockJump, ...]:
+    both = {(j.lamport, j.change_id): j for j in (*a, *b)}
+    return tuple(both[k] for k in sorted(both))
+
+
+def _jumps_from_json(raw: object) -> tuple[ClockJump, ...] | None:
+    """The clock jumps of a peer's report (at most `_MAX_REPORTED_FORKS`), or None when they
+    are not well formed. Raises TypeError / KeyError / ValueError on bad fields."""
+    if not isinstance(raw, list):
+        return None
+    jumps = []
+    for j in raw[:_MAX_REPORTED_FORKS]:
+        lamport, gap = j["lamport"], j["gap"]
+        if type(lamport) is not int or type(gap) is not int or not 1 <= lamport <= MAX_LAMPORT:
+            return None
+        jumps.append(
+            ClockJump(bytes.fromhex(j["author"]), bytes.fromhex(j["change_id"]), lamport, gap)
+        )
+    return tuple(jumps)
 
 
 def _joined(
@@ -369,9 +432,31 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+_first = itemgetter(0)
+
+
+def _said(exc: Exception) -> str:
+    """What ``exc`` says, on one line: a StateFuse error's message (no field or rule), an OS
+    error's text, else its str (its class name when it has none)."""
+    if isinstance(exc, InputError):
+        text = exc.message
+    elif isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
 def key_path(path: str | os.PathLike[str]) -> Path:
-    """Where a store's author key lives: next to it, ``<store>.key`` (mode 0600)."""
-    return Path(str(path) + ".key")
+    """Where a store's author key lives: beside the store file itself, ``<file>.key`` (mode
+    0600), ``path`` resolved as for its lock (`lock_path`), so every path to one store finds
+    one key. A path without symlinks is kept as given; a key beside a symlink (where earlier
+    releases looked) is still found when there is none beside the file."""
+    given = Path(f"{os.fspath(path)}.key")
+    real = Path(f"{os.path.realpath(path)}.key")
+    if real == Path(os.path.abspath(given)) or (given.exists() and not real.exists()):
+        return given
+    return real
 
 
 class Replica:
@@ -434,6 +519,11 @@ class Replica:
         self.space = info.space
         self.mode = TrustMode(info.mode)
         self.root = info.root
+        #: The open space's creator this store follows: the one author whose registry
+        #: declarations count (None: none pinned, or a closed space; see `sync.creator`).
+        self.creator: bytes | None = info.creator if self.mode is TrustMode.OPEN else None
+        #: A store of an earlier release: its creator is worked out once, on load.
+        self._creator_unknown = info.creator_unknown and self.mode is TrustMode.OPEN
         author = key.author if key is not None else info.author
         #: This replica's author id: the key's, or, opened without its key, the store's.
         self.author: bytes = author if author is not None else b""
@@ -456,6 +546,8 @@ class Replica:
         #: What failed verification when the store was opened (None: it verified).
         self.damage: Damage | None = None
         self._new_forks: set[tuple[bytes, int]] = set()
+        #: Clock jumps among the changes that started to count since the last report.
+        self._new_jumps: dict[tuple[int, bytes], ClockJump] = {}
         self._clock = clock
         self._observers: list[Observer] = []
         #: Ops written inside `batch()`, each with its encoding.
@@ -467,6 +559,9 @@ class Replica:
         #: instead of verifying them again (0: none).
         self.restored = 0
         self._load()
+        if self._creator_unknown and not self.readonly:
+            store.pin_creator(self.creator)  # decided once, by the old rule (`_load_all`)
+            self._creator_unknown = False
         self._check_asked()
         if (
             self.declaration is None
@@ -526,7 +621,7 @@ class Replica:
     def _refresh_registry(self) -> None:
         """Follow the declaration in force: when another one came into force, recompute the
         memory under its registry (a rare event: a space changes its contract)."""
-        declared = declaration_in_force(self.log.declarations(), mode=self.mode, root=self.root)
+        declared = self._in_force()
         if declared == self.declaration:
             return
         registry = self._registry_of(declared)
@@ -539,19 +634,108 @@ class Replica:
             self.writer.registry = registry
             self._mat = Materializer(self.log.ops(), registry=registry)
 
+    def _in_force(self) -> RegistryDeclared | None:
+        """The declaration in force among the counted changes (`declaration_in_force`)."""
+        return declaration_in_force(
+            self.log.declarations(), mode=self.mode, root=self.root, creator=self.creator
+        )
+
     def _may_declare(self) -> str | None:
-        """Why this replica may not declare the space's registry (None: it may)."""
+        """Why this replica may not declare the space's registry (None: it may; an open store
+        with no creator pinned may, and is pinned to its own author by declaring)."""
         if self.mode is TrustMode.CLOSED:
             if self.author != self.root:
                 return "in a closed space only the root key declares the registry"
             return None
-        first = creator(self.log.declarations())
-        if first is not None and first != self.author:
+        if self.creator is not None and self.creator != self.author:
             return (
-                f"in an open space only its creator ({first.hex()[:12]}…, who declared first)"
-                " declares the registry"
+                f"in an open space only its creator ({self.author_label(self.creator)},"
+                f" {self.creator.hex()[:12]}…) declares the registry; this store follows space"
+                f" {self.space!r} created by that author"
             )
         return None
+
+    # --- the open space's creator (`sync.creator`) --------------------------------------------
+
+    @_locked
+    def refused_declarations(self) -> list[RefusedDeclaration]:
+        """The registry declarations in counted changes that do not count, with the reason
+        (rule ``not-registry-authority``): by anyone but the open space's creator (every one,
+        while none is pinned) or the closed space's root. They stay in the log."""
+        return refused_declarations(
+            self.log.declarations(),
+            mode=self.mode,
+            root=self.root,
+            creator=self.creator,
+            space=self.space,
+        )
+
+    @_locked
+    def pin_creator(self, creator: bytes, *, force: bool = False) -> bool:
+        """Make ``creator`` the open space's creator this store follows: only its registry
+        declarations count from now on (the memory is recomputed under the latest of them).
+        Returns False, writing nothing, when it is pinned to ``creator`` already.
+
+        Raises ReplicaError rule ``closed-space`` in a closed space (its root declares), and
+        `TwoSpacesError` when the store is pinned to another creator (it belongs to another
+        space) unless ``force=True``: for a store of an earlier release whose creator the old
+        rule got wrong (a stranger's declaration stamped with a low lamport)."""
+        creator = check_creator("creator", creator)
+        if self.mode is TrustMode.CLOSED:
+            raise ReplicaError(
+                "creator",
+                "closed-space",
+                "a closed space's registry is declared by its root: it has no creator to pin",
+            )
+        if self.creator == creator:
+            return False
+        self._check_writable()
+        if self.creator is not None and not force:
+            raise TwoSpacesError(
+                "creator",
+                "two-spaces",
+                f"this store follows space {self.space!r} created by"
+                f" {self.creator.hex()[:16]}…, not {creator.hex()[:16]}…: re-pinning it means"
+                " it belongs to another space. Use force (CLI: --force) only to correct a"
+                " creator an earlier release's rule picked wrongly",
+            )
+        self._set_creator(creator)
+        return True
+
+    def _set_creator(self, creator: bytes | None) -> None:
+        """Record ``creator`` and follow the declaration it puts in force. All or nothing: a
+        declaration of it naming a normalizer this process lacks (RegistryError) or a failed
+        store write leaves the creator as it was."""
+        old = self.creator
+        self.creator = creator
+        try:
+            self._registry_of(self._in_force())  # raises before anything is recorded
+            self.store.pin_creator(creator)
+        except BaseException:
+            self.creator = old
+            raise
+        self._refresh_registry()
+
+    def _meet(self, theirs: bytes | None, source: str) -> bytes | None:
+        """Before taking in the changes of ``source`` (a bundle, a server, a replica) that
+        follows creator ``theirs``: refuse two spaces that share a name (`TwoSpacesError`),
+        and adopt ``theirs`` when this store has none pinned (its user chose the source).
+        Returns the creator adopted, or None."""
+        if self.mode is TrustMode.CLOSED or theirs is None or theirs == self.creator:
+            return None
+        if self.creator is not None:
+            raise TwoSpacesError(
+                "creator", "two-spaces", two_spaces(self.space, self.creator, theirs, source)
+            )
+        self._check_writable()
+        self._set_creator(check_creator("creator", theirs))
+        return theirs
+
+    def _unmeet(self, adopted: bytes | None) -> None:
+        """Undo `_meet`'s adoption when taking the changes in failed (the call changes
+        nothing)."""
+        if adopted is not None and self.creator == adopted:
+            self._set_creator(None)
 
     @_locked
     def declare_registry(self, registry: Registry) -> RegistryDeclared | None:
@@ -559,9 +743,10 @@ class Replica:
         `RegistryDeclared` op holding its document. The memory is recomputed under it here,
         and on every replica that receives it.
 
-        Only the root (closed mode) or the space's creator (open mode: whoever declared
-        first) may declare; others get ReplicaError rule ``not-registry-authority``. Returns
-        None, writing nothing, when ``registry`` is already the declaration in force.
+        Only the root (closed mode) or the space's creator (open mode: the creator this store
+        follows; a store with none pinned is pinned to this replica's author by declaring, see
+        `sync.creator`) may declare; others get ReplicaError rule ``not-registry-authority``.
+        Returns None, writing nothing, when ``registry`` is already the declaration in force.
         """
         self._check_writable()
         if not isinstance(registry, Registry):
@@ -570,15 +755,22 @@ class Replica:
             return None
         why = self._may_declare()
         if why is not None:
-            raise ReplicaError("registry", "not-registry-authority", why)
+            raise ReplicaError("registry", REFUSED_RULE, why)
+        if self.mode is TrustMode.OPEN and self.creator is None:
+            self._set_creator(self.author)  # declaring creates the space's contract
         self._custom.update(registry.custom_normalizers)
-        lamport, wall = self.writer._tick()
-        lamport = max(lamport, self.trust_writer._lamport + 1)
+        lamport, wall = self._space_tick()
         op = RegistryDeclared(self.author, lamport, wall, registry.to_document())
         self.writer.advance(lamport)
         self._built[op.op_id] = Registry.from_document(op.registry, normalizers=self._custom)
         written: RegistryDeclared = self._emit(op)
         return written
+
+    def _space_tick(self) -> tuple[int, int]:
+        """(lamport, wall) for a space op: past both writers' clocks, saturating at
+        `MAX_LAMPORT`."""
+        lamport, wall = self.writer._tick()
+        return min(max(lamport, self.trust_writer._lamport + 1), MAX_LAMPORT), wall
 
     # --- author names ----------------------------------------------------------------------------
 
@@ -619,8 +811,7 @@ class Replica:
         if self._declared_name() == name:
             return None
         self._check_writable()
-        lamport, wall = self.writer._tick()
-        lamport = max(lamport, self.trust_writer._lamport + 1)
+        lamport, wall = self._space_tick()
         op = AuthorNamed(self.author, lamport, wall, name)
         self.writer.advance(lamport)
         written: AuthorNamed = self._emit(op)
@@ -695,6 +886,7 @@ class Replica:
         clock: Callable[[], int] = _wall_ms,
         load: Load | str = Load.SNAPSHOT,
         name: str | None = None,
+        creator: bytes | None = None,
     ) -> Replica:
         """Open the SQLite replica at ``path`` (or, with ``create=True``, create it there).
 
@@ -714,7 +906,10 @@ class Replica:
         stored change again. ``name``: the name this replica's author goes by (`declare_name`,
         written only when it differs from the one it declared last; OpRuleError field ``name``
         for a bad one, before anything is opened, and ReadOnlyError when it differs on a
-        replica that may not write).
+        replica that may not write). ``creator``: the open space's creator, the one author
+        whose registry declarations count (`sync.creator`): a new store is created pinned to
+        it, an existing one with none pinned is pinned to it (`pin_creator`; another one
+        pinned already raises `TwoSpacesError`).
         """
         from statefuse.sqlitestore import SQLiteStore
 
@@ -728,7 +923,8 @@ class Replica:
         else:
             if space is None:
                 raise StoreError("space", "required", "a new store needs a space name")
-            made = [Path(f"{path}{end}") for end in ("", ".lock", "-wal", "-shm", ".key")]
+            file = os.path.realpath(path)  # where a link to nothing yet gets its store
+            made = [Path(f"{file}{end}") for end in ("", ".lock", "-wal", "-shm", ".key")]
             made = [p for p in made if not p.exists()]
             store = SQLiteStore(path, create=True, wait=wait)
         try:
@@ -739,7 +935,7 @@ class Replica:
                         "path", "not-a-store", f"{path} was never initialized as a store"
                     )
                 key = key or (_load_key(kpath) if kpath.exists() else SigningKey.generate())
-                new = _new_info(space, registry, key, mode, root)
+                new = _new_info(space, registry, key, mode, root, creator)
                 _check_key(key, new, path, adopt_key=adopt_key)  # before the store is marked
                 store.initialize(new)
                 info = store.info()
@@ -767,6 +963,8 @@ class Replica:
             replica = cls(
                 store, key, registry=registry, clock=clock, path=path, load=load, readonly=readonly
             )
+            if creator is not None:
+                replica.pin_creator(creator)
             if name is not None:
                 replica._go_by(name)
             return replica
@@ -788,14 +986,16 @@ class Replica:
         root: bytes | None = None,
         clock: Callable[[], int] = _wall_ms,
         name: str | None = None,
+        creator: bytes | None = None,
     ) -> Replica:
         """A replica in memory: same rules and verification, nothing on disk. ``name``: the
-        name its author goes by (`declare_name`)."""
+        name its author goes by (`declare_name`); ``creator``: the open space's creator (see
+        `open`)."""
         if name is not None:
             check_author_name("name", name)
         key = key or SigningKey.generate()
         store = MemoryStore()
-        store.initialize(_new_info(space, registry, key, mode, root))
+        store.initialize(_new_info(space, registry, key, mode, root, creator))
         replica = cls(store, key, registry=registry, clock=clock)
         if name is not None:
             replica.declare_name(name)
@@ -812,10 +1012,15 @@ class Replica:
         info = self.store.info()
         assert info is not None
         # the child takes the space's declaration from the changes it copies (it declares
-        # nothing itself); it gets the code of the custom normalizers this process has
+        # nothing itself) and follows the same creator; it gets the code of the custom
+        # normalizers this process has
         if path is None:
             child = Replica.memory(
-                space=self.space, mode=self.mode, root=info.root, clock=self._clock
+                space=self.space,
+                mode=self.mode,
+                root=info.root,
+                clock=self._clock,
+                creator=self.creator,
             )
         else:
             if Path(path).exists():
@@ -827,6 +1032,7 @@ class Replica:
                 mode=self.mode,
                 root=info.root,
                 clock=self._clock,
+                creator=self.creator,
             )
         child._custom.update(self._custom)
         child.merge(self)
@@ -883,29 +1089,77 @@ class Replica:
         self._head: tuple[int, bytes | None] = (
             (heads[0].seq, heads[0].change_id) if heads else (0, None)
         )
-        self.declaration = declaration_in_force(
-            self.log.declarations(), mode=self.mode, root=self.root
-        )
+        if self._creator_unknown:
+            # a store of an earlier release: pinned by that release's rule, over the changes
+            # it holds now, once (SEMANTICS §2; recorded by `__init__` when writable)
+            self.creator = first_declarer(self.log.declarations())
+        self.declaration = self._in_force()
         self.registry = self._registry_of(self.declaration)
         self.writer = Writer(self.author or bytes(32), registry=self.registry, clock=self._clock)
         self.trust_writer = TrustWriter(self.author or bytes(32))
         self._mat = Materializer(registry=self.registry)
         self._counted: set[bytes] = set()
-        rest = self.log.changes()
+        #: The counted lamports' clusters (`sync.clock`; None: worked out on first receive).
+        self._gaps: LamportGaps | None = None
         if restored is not None:
-            covered = {c.change_id for c in restored[0].changes}
-            rest = [c for c in rest if c.change_id not in covered]
             self._from_snapshot(restored[0])
-        self._recount()
-        self._observe(rest)
+        self._recount()  # observes the counted changes the snapshot did not cover
+        self._observe_own()
+        self._new_jumps.clear()
 
     def _observe(self, changes: Iterable[VerifiedChange]) -> None:
-        """Advance both writers' lamport clocks past every op of ``changes`` (SEMANTICS §2: one
-        more than the highest the replica holds, whoever wrote it and whether it counts), and
-        let the writer remember the ref retractions among them (for ``reasserts``)."""
+        """Advance both writers' lamport clocks past every op of ``changes`` and let the writer
+        remember the ref retractions among them (for ``reasserts``). SEMANTICS §2: only ops
+        that count move a clock, so callers pass counted changes (`_counting`) and this
+        replica's own (`_observe_own`); a stranger's op, however high its lamport, moves
+        nothing until its author counts."""
         self.writer.observe(op for c in changes for op in c.ops)
         if self.writer.lamport > self.trust_writer._lamport:
             self.trust_writer._lamport = self.writer.lamport
+
+    def _observe_own(self, changes: Iterable[VerifiedChange] | None = None) -> None:
+        """Observe this replica's own changes (of ``changes``, default every accepted one) that
+        do not count: an author a closed space has not admitted yet still writes after its own
+        ops, so they keep their order once it is."""
+        source = self.log.changes() if changes is None else changes
+        counted = self._counted
+        self._observe(c for c in source if c.author == self.author and c.change_id not in counted)
+
+    def _counting(self, changes: Sequence[VerifiedChange], *, observe: bool = True) -> None:
+        """``changes`` started to count: the clocks advance past their ops (unless ``observe``
+        is False: this replica's writers made them) and their lamports are checked for clock
+        jumps (`sync.clock`), noted for the next report."""
+        if observe:
+            self._observe(changes)
+        gaps = self._gaps
+        if gaps is None:
+            return  # not worked out yet: it will be from every counted change
+        jumps = self._new_jumps
+        # lowest first, so that a jump's gap is measured from every lower lamport of the batch
+        # too, whatever order its changes came in (the sort is stable: ties keep that order)
+        stamped = sorted(((op.lamport, c) for c in changes for op in c.ops), key=_first)
+        for lamport, c in stamped:
+            gap = gaps.add(lamport)
+            if gap is not None and observe:
+                jumps.setdefault(
+                    (lamport, c.change_id), ClockJump(c.author, c.change_id, lamport, gap)
+                )
+
+    def _lamport_gaps(self) -> LamportGaps:
+        """The counted lamports' clusters, worked out from every counted change on first use
+        and kept as changes start to count."""
+        gaps = self._gaps
+        if gaps is None:
+            get = self.log.get
+            gaps = self._gaps = LamportGaps(
+                op.lamport for c in map(get, self._counted) if c is not None for op in c.ops
+            )
+        return gaps
+
+    def _take_jumps(self) -> tuple[ClockJump, ...]:
+        """The clock jumps noted since the last call, by lamport and change id."""
+        jumps, self._new_jumps = self._new_jumps, {}
+        return tuple(jumps[k] for k in sorted(jumps))
 
     def _identity(self) -> Identity:
         return Identity(self.space, self.author, self._info_registry, self.mode.value, self.root)
@@ -944,14 +1198,13 @@ class Replica:
         counted = [
             c for c in snap.changes if c.change_id in self.log and c.change_id not in ignored
         ]
-        by_type = snap.by_type
-        if len(counted) != len(snap.changes):
-            by_type = {t: [] for t in by_type}
+        by_type, others = snap.by_type, snap.others
+        if len(counted) != len(snap.changes):  # only counted ops move the clocks (§2)
+            by_type, others = {t: [] for t in by_type}, []
             for c in counted:
                 for op in c.ops:
                     group = by_type.get(type(op))
-                    if group is not None:
-                        group.append(op)
+                    (group if group is not None else others).append(op)
         op_id = attrgetter("op_id")
 
         def index(t: type[Any]) -> dict[bytes, Any]:
@@ -967,13 +1220,13 @@ class Replica:
         )
         self._counted = {c.change_id for c in counted}
         lamport = attrgetter("lamport")
-        marks: list[Op] = [max(ops, key=lamport) for ops in snap.by_type.values() if ops]
+        marks: list[Op] = [max(ops, key=lamport) for ops in by_type.values() if ops]
         marks += [
             r
-            for r in snap.by_type[ClaimRetracted]
+            for r in by_type[ClaimRetracted]
             if isinstance(r, ClaimRetracted) and r.target_claim_ref is not None
         ]
-        marks += snap.others
+        marks += others
         self.writer.observe(marks)
 
     # --- counting (which accepted changes the state includes) -----------------------------------
@@ -987,13 +1240,21 @@ class Replica:
         self._naming = self._labels = None
         ignored = self.log.verdicts()
         counted = {cid for cid in self.log.change_ids() if cid not in ignored}
+        get = self.log.get
+        fresh = [c for c in map(get, sorted(counted - self._counted)) if c is not None]
         if self._counted - counted:
             self._mat = Materializer(self.log.ops(), registry=self.registry)
             self._counted = counted
+            if self._gaps is not None:  # lamports cannot be taken out: work them out again
+                ids = {c.change_id for c in fresh}
+                self._gaps = LamportGaps(
+                    op.lamport for c in map(get, counted - ids) if c is not None for op in c.ops
+                )
+            self._counting(fresh)
             return ()
-        fresh = sorted(counted - self._counted)
         self._counted = counted
-        return self._apply(self.log.get(cid) for cid in fresh)
+        self._counting(fresh)
+        return self._apply(fresh)
 
     def _apply(self, changes: Iterable[VerifiedChange | None]) -> tuple[Op, ...]:
         # A VerifiedChange's ops hashed to their ids when verified or sealed: no re-hash.
@@ -1037,17 +1298,22 @@ class Replica:
             if self.writer.lamport > self.trust_writer._lamport:
                 self.trust_writer._lamport = self.writer.lamport
         else:
-            self._observe(admitted)
+            self._lamport_gaps()  # so that the changes starting to count are checked for jumps
         if recount:
             new_ops = self._recount()
         else:
             counting = [c for c in admitted if verdict(c, self._trust, self._kept) is None]
             self._counted.update(c.change_id for c in counting)
+            self._counting(counting, observe=not own)
             new_ops = self._apply(counting)
             if names:
                 self._take_names(counting)
+        if not own:
+            self._observe_own(admitted)
         if declares or recount:
             self._refresh_registry()
+        if own:  # a receive reports what it made count; `clock_jumps` lists every jump
+            self._new_jumps.clear()
         return new_ops
 
     def _take_forks(self) -> tuple[Fork, ...]:
@@ -1086,6 +1352,13 @@ class Replica:
         are kept and count; revoke the author (`revoke`) or re-key it if that was not an
         accident."""
         return self.log.forks()
+
+    @_locked
+    def clock_jumps(self) -> list[ClockJump]:
+        """Every counted change that moved the lamport clock far past every lower counted op
+        (`sync.clock`: more than `LAMPORT_JUMP`). Kept and counted, like a fork's branches;
+        revoke the author (`revoke`) if it should not move every writer's clock."""
+        return self.log.clock_jumps()
 
     @_locked
     def state(self) -> State:
@@ -1654,9 +1927,7 @@ class Replica:
             if declares:
                 # a declaration naming a normalizer this process lacks: refuse the whole call
                 # (nothing stored) rather than hold memory it cannot compute
-                self._registry_of(
-                    declaration_in_force(self.log.declarations(), mode=self.mode, root=self.root)
-                )
+                self._registry_of(self._in_force())
             admitted_ids = {c.change_id for c in accepted}
             batch = StoreWrite(
                 accepted=tuple((c.change_id, c.data) for c in accepted),
@@ -1683,6 +1954,10 @@ class Replica:
                 stacklevel=_caller_level(),
             )
         self._notify(new_ops, Origin.RECEIVED, source)
+        refused: tuple[RefusedDeclaration, ...] = ()
+        if declares:  # reported with their reason, never refused in silence (`sync.creator`)
+            brought = {op.op_id for c in accepted for op in c.ops if type(op) is RegistryDeclared}  # type: ignore[comparison-overlap]
+            refused = tuple(r for r in self.refused_declarations() if r.op_id in brought)
         return MergeReport(
             accepted=len(accepted),
             duplicate=counts[Status.DUPLICATE],
@@ -1692,6 +1967,8 @@ class Replica:
             forks=self._take_forks(),
             own_from_elsewhere=own,
             registry_changed=self._take_registry_change(),
+            clock_jumps=self._take_jumps(),
+            refused_declarations=refused,
         )
 
     def _take_registry_change(self) -> tuple[bytes, bytes] | None:
@@ -1702,16 +1979,48 @@ class Replica:
         """Take in every change ``other`` has that this replica lacks (one way; merge both ways
         for a full sync), through the same verification as network data. ``other``'s changes
         are copied under its lock first, then taken in under this replica's: the two locks are
-        never held together."""
+        never held together.
+
+        Like an import or a sync, this replica adopts ``other``'s creator when it has none
+        pinned, and two replicas pinned to different creators raise `TwoSpacesError` before
+        anything moves (`sync.creator`)."""
         with self._lock:
             self._check_writable()
         with other._lock:
             other._check_open()
             theirs = sorted(other.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
             theirs += other.log.pending()
+            creator = other.creator
         with self._lock:
             mine = self.log
-            return self.receive([c.data for c in theirs if c.change_id not in mine])
+            return self._receive_from(
+                creator,
+                f"replica {other.author.hex()[:12]}…",
+                None,
+                [c.data for c in theirs if c.change_id not in mine],
+                source=None,
+            )
+
+    def _receive_from(
+        self,
+        creator: bytes | None,
+        label: str,
+        progress: Callable[[int, int], object] | None,
+        changes: Iterable[bytes | UnverifiedChange],
+        *,
+        source: str | None,
+    ) -> MergeReport:
+        """`receive` from a source this store's user chose, which follows ``creator``: meet
+        it first (`_meet`), then take the changes in; undo an adoption if that fails."""
+        self._check_writable()
+        items = _unverified(changes)
+        adopted = self._meet(creator, label)
+        try:
+            report = self._receive(items, progress, source=source)
+        except BaseException:
+            self._unmeet(adopted)
+            raise
+        return report if adopted is None else replace(report, adopted_creator=adopted)
 
     # --- bundles ---------------------------------------------------------------------------------
 
@@ -1726,7 +2035,7 @@ class Replica:
             raise ReadOnlyError(
                 "key", "no-key", "a bundle is signed by its exporter: export needs the author key"
             )
-        write_bundle(path, self.key, self.space, changes)
+        write_bundle(path, self.key, self.space, changes, creator=self.creator)
         return len(changes)
 
     @_locked
@@ -1736,11 +2045,14 @@ class Replica:
         """Verify and take in the changes of a bundle file (see `sync.bundle`), all or nothing:
         the file is read and checked whole before anything is taken in, and one store
         transaction keeps what it brought."""
-        from statefuse.sync.bundle import read_bundle
+        from statefuse.sync.bundle import open_bundle
 
         self._check_writable()
-        changes = read_bundle(path, space=self.space)
-        return self._receive(_unverified(changes), progress, source=os.fspath(path))
+        bundle = open_bundle(path, space=self.space)
+        where = os.fspath(path)
+        return self._receive_from(
+            bundle.creator, f"bundle {where}", progress, bundle.changes, source=where
+        )
 
     # --- observers and lifetime ------------------------------------------------------------------
 
@@ -1943,7 +2255,7 @@ class Replica:
                 pass  # a store with changes that fail on reload: `statefuse verify` says which
             except Exception as exc:  # a cache must never stop a close
                 warnings.warn(
-                    SnapshotWarning("snapshot-save", f"snapshot not saved: {exc!r}"),
+                    SnapshotWarning("snapshot-save", f"snapshot not saved: {_said(exc)}"),
                     stacklevel=_caller_level(),
                 )
             finally:
@@ -2191,6 +2503,7 @@ def _new_info(
     key: SigningKey,
     mode: TrustMode | str,
     root: bytes | None,
+    creator: bytes | None = None,
 ) -> StoreInfo:
     try:
         mode = TrustMode(mode)
@@ -2202,7 +2515,29 @@ def _new_info(
         raise ReplicaError("space", "space-name", "a space is a non-empty name of up to 256 chars")
     if mode is TrustMode.CLOSED and root is None:
         root = key.author
+    if creator is not None:
+        creator = check_creator("creator", creator)
+        if mode is TrustMode.CLOSED:
+            raise ReplicaError(
+                "creator",
+                "closed-space",
+                "a closed space's registry is declared by its root: give creator= only for an"
+                " open space",
+            )
+        declares = registry is not None and registry.fingerprint != DEFAULT_REGISTRY.fingerprint
+        if declares and creator != key.author:
+            raise ReplicaError(
+                "registry",
+                REFUSED_RULE,
+                f"only the space's creator ({creator.hex()[:12]}…) declares its registry: leave"
+                " out registry= to take the space's from its changes",
+            )
     fingerprint = (registry or DEFAULT_REGISTRY).fingerprint
     return StoreInfo(
-        space=space, mode=mode.value, root=root, registry=fingerprint, author=key.author
+        space=space,
+        mode=mode.value,
+        root=root,
+        registry=fingerprint,
+        author=key.author,
+        creator=creator,
     )

@@ -23,6 +23,9 @@ Invariants:
   server's `AuthMode` (`sync.auth`): in ``members`` mode (the default for closed spaces) only
   requests signed by the root or an admitted, unrevoked author, fresh and never seen before.
   A request for another space is told so (409) before it is authenticated.
+- Every answer, of every status, is signed with the served replica's author key when it holds
+  one (`sync.auth.sign_response`: the space, server id, endpoint, status, the request's
+  challenge and the body), so a client can check whom it talks to before it pushes.
 """
 
 from __future__ import annotations
@@ -48,7 +51,15 @@ from waitress.server import TcpWSGIServer
 from waitress.task import ThreadedTaskDispatcher
 
 from statefuse.registry.error import RegistryError
-from statefuse.sync.auth import DEFAULT_WINDOW, HEADERS, AuthMode, RequestGate
+from statefuse.sync.auth import (
+    CHALLENGE_HEADER,
+    DEFAULT_WINDOW,
+    HEADERS,
+    AuthMode,
+    RequestGate,
+    request_challenge,
+    sign_response,
+)
 from statefuse.sync.changelog import AreaFullError
 from statefuse.sync.guard import ClientSlots, ServerLimits, refusal, refuse
 from statefuse.sync.protocol import (
@@ -99,6 +110,14 @@ _GATE_STATUS = {"key-busy": 429, "busy": 503}
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+#: Why a push to a store served read-only (a read-only file system, `statefuse serve` of a
+#: file this process cannot write) is refused, in the words a peer's operator needs.
+_READ_ONLY = (
+    "this server serves its store read-only: it answers reconcile, fetch and info, and"
+    " refuses pushes"
+)
 
 
 class _Reject(Exception):
@@ -215,12 +234,38 @@ class SyncApp:
             ("Cache-Control", "no-store"),
             ("StateFuse-Server", self.server_id.hex()),
         ]
+        headers += self._proof(environ, status, body)
+        creator = self.replica.creator  # who the open space's creator is (`sync.creator`)
+        if creator is not None:
+            headers.append(("StateFuse-Creator", creator.hex()))
         if status == 401:
             headers.append(("WWW-Authenticate", f'StateFuse server="{self.server_id.hex()}"'))
         if status == 405:
             headers.append(("Allow", self._routes[_path(environ)][0]))
         start_response(f"{status} {_REASONS[status]}", headers)
         return [body]
+
+    def _proof(self, environ: dict[str, Any], status: int, body: bytes) -> list[tuple[str, str]]:
+        """The headers that prove this server's author key made this answer, for the request's
+        challenge (`sync.auth.sign_response`); none when the replica has no key."""
+        key = self.replica.key
+        if key is None:
+            return []
+        asked = {
+            name.lower(): str(environ[env])
+            for name in ("StateFuse-Nonce", CHALLENGE_HEADER)
+            if (env := "HTTP_" + name.upper().replace("-", "_")) in environ
+        }
+        proof = sign_response(
+            key,
+            space=self.space,
+            server=self.server_id,
+            endpoint=_path(environ),
+            status=status,
+            challenge=request_challenge(asked),
+            body=body,
+        )
+        return list(proof.items())
 
     def _dispatch(self, environ: dict[str, Any]) -> tuple[int, str, bytes]:
         path = _path(environ)
@@ -294,11 +339,7 @@ class SyncApp:
         says now."""
         with self._locked():
             trust = self.replica.trust()
-        if author == self.replica.root:
-            return True
-        return (
-            author in trust.admitted and author not in trust.cutoffs and author not in trust.keeps
-        )
+        return trust.is_member(author)
 
     def _request(self, request: _Request, *, max_frames: int, max_frame_bytes: int) -> list[bytes]:
         """The frames after the space frame, once the framing, the space and the signer are
@@ -365,7 +406,8 @@ class SyncApp:
             try:
                 report = self.replica.receive(changes)
             except ReadOnlyError as exc:  # a damaged or read-only store still serves reads
-                raise _Reject(503, exc.field, exc.rule, exc.message) from None
+                message = exc.message if self.replica.damage is not None else _READ_ONLY
+                raise _Reject(503, exc.field, exc.rule, message) from None
             except AreaFullError as exc:
                 raise _Reject(503, "changes", "area-full", str(exc)) from None
             except RegistryError as exc:  # a declaration this process has no code for
@@ -389,6 +431,7 @@ class SyncApp:
             "space": self.space,
             "server": self.server_id.hex(),
             "auth": self.auth.value,
+            "creator": None if self.replica.creator is None else self.replica.creator.hex(),
             "limits": {**limits(), "page_bytes": self.page_bytes},
         }
         try:

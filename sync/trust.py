@@ -22,6 +22,7 @@ whatever order they arrived in:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -29,6 +30,7 @@ from typing import Any, ClassVar
 
 from statefuse.error import OpRuleError
 from statefuse.op import (
+    MAX_LAMPORT,
     _author,
     _id,
     _ids,
@@ -198,6 +200,13 @@ class TrustState:
     #: closed over ancestors by the change log, which holds the ``prev`` links).
     keeps: dict[bytes, tuple[frozenset[bytes], ...]] = field(default_factory=dict)
 
+    def is_member(self, author: bytes) -> bool:
+        """Whether ``author`` is the root, or admitted and not revoked (by either form): whom a
+        closed space's server answers (``members`` auth) and a client pushes to."""
+        if author == self.root:
+            return True
+        return author in self.admitted and author not in self.cutoffs and author not in self.keeps
+
     def may_write(self, author: bytes) -> bool:
         return self.mode is TrustMode.OPEN or author == self.root or author in self.admitted
 
@@ -270,20 +279,31 @@ def _vote(
 
 
 class TrustWriter:
-    """Makes trust ops for the root key, with its own lamport clock."""
+    """Makes trust ops for the root key, with its own lamport clock (saturating at
+    `MAX_LAMPORT`, as a `Writer`'s does: a clock never makes a write fail)."""
 
-    __slots__ = ("_lamport", "root")
+    __slots__ = ("_lamport", "_saturated", "root")
 
     def __init__(self, root: bytes) -> None:
         self.root = root
         self._lamport = 0
+        #: The last ``wall_ms`` of a trust op made at the ceiling (below it, trust ops carry 0).
+        self._saturated = 0
 
     def _tick(self) -> int:
-        self._lamport += 1
+        self._lamport = min(self._lamport + 1, MAX_LAMPORT)
         return self._lamport
 
+    def _wall(self) -> int:
+        """0 below the ceiling; at it, the time in ms kept strictly increasing: every trust op
+        there takes MAX_LAMPORT, and two equal ops must stay two ops (distinct ids)."""
+        if self._lamport < MAX_LAMPORT:
+            return 0
+        self._saturated = max(time.time_ns() // 1_000_000, self._saturated + 1)
+        return self._saturated
+
     def admit(self, author: bytes, roles: Iterable[str] = ()) -> AuthorAdmitted:
-        return AuthorAdmitted(self.root, self._tick(), 0, author, tuple(roles))
+        return AuthorAdmitted(self.root, self._tick(), self._wall(), author, tuple(roles))
 
     def revoke(
         self,
@@ -296,7 +316,7 @@ class TrustWriter:
         return AuthorRevoked(
             self.root,
             self._tick(),
-            0,
+            self._wall(),
             _id("subject", author),
             through_seq,
             through_change,
@@ -305,10 +325,10 @@ class TrustWriter:
 
     def cut_off(self, author: bytes, *, keep: Iterable[bytes], reason: str = "") -> AuthorCutOff:
         """Revoke ``author``, keeping the changes ``keep`` names and their ancestors."""
-        return AuthorCutOff(self.root, self._tick(), 0, author, tuple(keep), reason)
+        return AuthorCutOff(self.root, self._tick(), self._wall(), author, tuple(keep), reason)
 
     def grant(self, author: bytes, roles: Iterable[str]) -> RolesGranted:
-        return RolesGranted(self.root, self._tick(), 0, author, tuple(roles))
+        return RolesGranted(self.root, self._tick(), self._wall(), author, tuple(roles))
 
     def withdraw(self, author: bytes, roles: Iterable[str]) -> RolesWithdrawn:
-        return RolesWithdrawn(self.root, self._tick(), 0, author, tuple(roles))
+        return RolesWithdrawn(self.root, self._tick(), self._wall(), author, tuple(roles))

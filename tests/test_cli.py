@@ -937,6 +937,7 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
         "new_ops": 0,
         "forks": [],
         "own_from_elsewhere": 0,
+        "clock_jumps": [],
     }
     keys = doc("keys")
     assert set(keys) == {"authors", "mode", "root", "space", "you"}
@@ -949,6 +950,7 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
             "roles": [],
             "status": ["you"],
             "forks": [],
+            "clock_jumps": [],
         }
     ]
     assert doc("quarantine") == {"quarantine": []}
@@ -957,9 +959,10 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
     assert verified["changes"] == {"accepted": 8, "pending": 0, "quarantined": 0, "ignored": 0}
     created = doc("--store", str(tmp_path / "new.db"), "init", "--space", "s")
     assert set(created) == {
-        "author", "created", "key_file", "mode", "name", "root", "space", "store",
+        "author", "created", "creator", "key_file", "mode", "name", "root", "space", "store",
     }  # fmt: skip
     assert created["created"] is True and created["root"] is None
+    assert created["creator"] is None  # nothing declared, no --creator: none pinned
 
 
 # --- serve and sync -------------------------------------------------------------------------------

@@ -61,6 +61,7 @@ def test_op_limits_are_the_documented_ones():
         ("MAX_NAME_CHARS", MAX_NAME_CHARS),
         ("MAX_TEXT_CHARS", MAX_TEXT_CHARS),
         ("MAX_LIST_ITEMS", MAX_LIST_ITEMS),
+        ("MAX_LAMPORT", 2**63 - 1),
     ]:
         assert getattr(statefuse.op, name) == value == documented.get(name), name
 

@@ -272,10 +272,12 @@ def test_trust_ops_and_their_clock_survive_a_restored_open(tmp_path):
     with _open(path) as fast:
         assert fast.restored == len(fast)
         got = _fingerprint(fast)
-        # the agent's claims had lamports 1 and 2; admit and revoke followed them (3, 4)
-        assert got["trust_lamport"] == 4
+        # the agent's claims (lamports 1 and 2) did not count when the root admitted it (1):
+        # only counted ops move a clock (SEMANTICS §2); the revocation followed them (3) and
+        # left the agent's seq 2 (lamport 2) uncounted
+        assert got["trust_lamport"] == 3
         nxt = fast.grant(agent.author, ["editor"])
-        assert nxt.lamport == 5
+        assert nxt.lamport == 4
     with _open(path, load="verify") as slow:
         assert _fingerprint(slow)["digest"] == got["digest"]
         assert slow.verdicts() == got["verdicts"]

@@ -84,11 +84,18 @@ def _full_sync(reps: list[Replica]) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(start=st.lists(registries, min_size=3, max_size=3), schedule=steps)
+@given(start=registries, schedule=steps)
 def test_replicas_with_the_same_changes_show_the_same_memory_whatever_their_registries(
-    start: list[int], schedule: list[tuple[object, ...]]
+    start: int, schedule: list[tuple[object, ...]]
 ) -> None:
-    reps = [Replica.memory(space=SPACE, registry=REGISTRIES[i]) for i in start]
+    # one space: replica 0 is its creator (declaring from the start, or later, or never),
+    # replica 1 is pinned to it, replica 2 has no creator until it syncs with one that has
+    creator = SigningKey.generate()
+    reps = [
+        Replica.memory(space=SPACE, registry=REGISTRIES[start], key=creator),
+        Replica.memory(space=SPACE, creator=creator.author),
+        Replica.memory(space=SPACE),
+    ]
     for step in schedule:
         kind = step[0]
         if kind == "write":
@@ -105,8 +112,12 @@ def test_replicas_with_the_same_changes_show_the_same_memory_whatever_their_regi
             _, who, which = step
             chosen = REGISTRIES[int(which)]  # type: ignore[call-overload]
             rep = reps[int(who)]  # type: ignore[call-overload]
-            if chosen is not None and rep._may_declare() is None:
+            if chosen is None:
+                continue
+            if rep.author == creator.author:
                 rep.declare_registry(chosen)
+            elif rep.creator is not None:  # the others may not (and nobody else's counts)
+                assert rep._may_declare() is not None
     _full_sync(reps)
     first = reps[0]
     for rep in reps[1:]:
@@ -319,7 +330,8 @@ def test_a_peer_without_the_normalizer_code_refuses_a_push_and_keeps_its_memory(
     custom = Registry([PredicateContract("sku", normalizer="shout")], normalizers={"shout": _shout})
     mine = Replica.memory(space=SPACE, registry=custom)
     mine.add_claim("parts", "p1", "sku", "ab-1")
-    theirs = Replica.memory(space=SPACE)
+    # the served store follows the same creator (a push never pins one: `sync.creator`)
+    theirs = Replica.memory(space=SPACE, creator=mine.author)
     theirs.add_claim("parts", "p2", "sku", "cd-2")
     before = (theirs.change_ids(), theirs.state().digest())
     with serve(theirs) as server, pytest.raises(PeerRejectedError) as caught:
@@ -343,3 +355,35 @@ def test_init_again_with_another_registry_file_is_refused_and_changes_nothing(tm
     with Replica.open(store, readonly=True) as rep:
         assert rep.registry == Registry([PredicateContract("price", normalizer="money")])
         assert len(rep) == 1
+
+
+# --- whose declarations count: the creator the store follows (`sync.creator`) -------------------
+
+
+def test_a_received_declaration_counts_only_once_its_author_is_the_pinned_creator():
+    creator = Replica.memory(space=SPACE, registry=MONEY)
+    served = Replica.memory(space=SPACE)  # no creator: what a push brings cannot pin it
+    report = served.receive(c.data for c in creator.log.changes())
+    assert report.accepted == 1 and served.registry == DEFAULT_REGISTRY
+    [refused] = report.refused_declarations
+    assert refused.author == creator.author and refused.rule == "not-registry-authority"
+    assert "statefuse registry creator" in refused.reason
+    assert served.pin_creator(creator.author) is True
+    assert served.registry == MONEY and served.refused_declarations() == []
+    assert served.pin_creator(creator.author) is False  # pinned already: nothing written
+
+
+def test_pinning_a_creator_whose_declaration_this_process_cannot_build_changes_nothing(tmp_path):
+    def sku(value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    custom = Registry([PredicateContract("sku", normalizer="sku")], normalizers={"sku": sku})
+    creator = Replica.memory(space=SPACE, registry=custom)
+    with Replica.open(tmp_path / "s.db", create=True, space=SPACE) as served:
+        served.receive(c.data for c in creator.log.changes())  # refused: nothing in force
+        with pytest.raises(RegistryError) as caught:
+            served.pin_creator(creator.author)
+        assert caught.value.rule == "unknown-normalizer"
+        assert served.creator is None and served.registry == DEFAULT_REGISTRY
+    with Replica.open(tmp_path / "s.db") as again:
+        assert again.creator is None
