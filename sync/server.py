@@ -504,6 +504,13 @@ class _State(Enum):
     CLOSED = "closed"
 
 
+class _Phase(Enum):
+    """What a connection is waiting for from its client."""
+
+    HEADERS = "headers"
+    BODY = "body"
+
+
 class _Channel(HTTPChannel):
     """A waitress connection that holds one of its client's slots (`ClientSlots`) and a fixed
     deadline for the request it is reading (`ServerLimits`): the headers within
@@ -523,7 +530,7 @@ class _Channel(HTTPChannel):
         self._slot = client
         #: When the request being read must be complete (None: none is being read).
         self.deadline: float | None = time.monotonic() + server.limits.header_timeout
-        self.phase = "headers"
+        self.phase = _Phase.HEADERS
         self._partial: object | None = None
         self._first = True
 
@@ -536,12 +543,12 @@ class _Channel(HTTPChannel):
             return done
         limits = self.server.limits
         if request is not self._partial:  # a new request began in these bytes
-            self._partial, self.phase = request, "headers"
+            self._partial, self.phase = request, _Phase.HEADERS
             if not self._first:  # the first one's deadline runs from the accept
                 self.deadline = now + limits.header_timeout
             self._first = False
-        if request.headers_finished and self.phase == "headers":
-            self.phase = "body"
+        if request.headers_finished and self.phase is _Phase.HEADERS:
+            self.phase = _Phase.BODY
             length = None if request.chunked else int(request.content_length)
             self.deadline = now + limits.body_seconds(length)
         return done
@@ -607,7 +614,7 @@ class _Server(TcpWSGIServer):
                     log.warning(
                         "closed a connection from %s: its request %s did not arrive in time",
                         channel.addr[0],
-                        channel.phase,
+                        channel.phase.value,
                     )
 
 
