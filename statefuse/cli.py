@@ -919,7 +919,14 @@ def _cmd_serve(s: Session) -> int:
 
     a = s.args
     if (a.tls_cert is None) != (a.tls_key is None):
-        raise CliError("--tls-cert", "tls-pair", "--tls-cert and --tls-key go together")
+        given, missing = (
+            ("--tls-cert", "--tls-key") if a.tls_key is None else ("--tls-key", "--tls-cert")
+        )
+        raise CliError(given, "tls-pair", f"{given} needs {missing} too (the pair serves HTTPS)")
+    for option, path in (("--tls-cert", a.tls_cert), ("--tls-key", a.tls_key)):
+        if path is not None and not os.path.isfile(path):
+            raise CliError(option, "tls-file", f"{option}: no such file: {path}")
+    limits = _server_limits(a)
     for url in a.nats:
         if not _is_broker(url):
             raise CliError("--nats", "url-scheme", f"--nats takes a nats:// URL, got {_shown(url)}")
@@ -936,6 +943,7 @@ def _cmd_serve(s: Session) -> int:
             auth=a.auth,
             window=a.clock_window,
             tls=None if a.tls_cert is None else (a.tls_cert, a.tls_key),
+            limits=limits,
         )
         if a.http or not followed
         else None
@@ -970,6 +978,25 @@ def _cmd_serve(s: Session) -> int:
             signal.signal(signal.SIGTERM, previous)
     print("Stopped.", file=sys.stderr)
     return EXIT_OK
+
+
+def _server_limits(a: argparse.Namespace) -> Any:
+    """The `ServerLimits` of serve's options; a bad value is an error naming its option."""
+    from statefuse.sync.guard import ServerLimits
+    from statefuse.sync.protocol import SyncError
+
+    options = {
+        "max_connections_per_client": "--max-connections-per-client",
+        "max_connections": "--max-connections",
+        "header_timeout": "--header-timeout",
+        "body_timeout": "--body-timeout",
+    }
+    given = {name: getattr(a, name) for name in options if getattr(a, name) is not None}
+    try:
+        return ServerLimits(**given)
+    except SyncError as exc:
+        option = options.get(exc.field, "--max-connections")
+        raise CliError(option, exc.rule, f"{option}: {exc.message}") from None
 
 
 def _served_replica(s: Session, *, following: bool) -> Replica:
@@ -1971,6 +1998,31 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate")
     p.add_argument("--tls-key", metavar="FILE", help="the PEM private key of --tls-cert")
+    p.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        metavar="N",
+        help="open connections one remote address may hold; more are refused (default 16)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        metavar="N",
+        help="open connections in all (default 512)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a request's headers (and TLS handshake) must arrive within this, however slowly"
+        " bytes trickle in (default 10)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a body must arrive within this, or at 64 KiB/s if that allows longer (default 10)",
+    )
     p.add_argument(
         "--nats",
         action="append",

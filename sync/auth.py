@@ -25,12 +25,34 @@ A server accepts a signature when the headers are well formed (else 401 rule ``a
 name this server (401 ``server-identity``: the client learns the right id from the answer and
 signs again), carry a time within ``window`` of the server's clock (401 ``clock-window``), and
 verify (401 ``signature``); then, if the request is allowed at all (`AuthMode`; 403
-``not-a-member``), its (author, nonce) must be new (401 ``replay``). Nonces are remembered
-until their time leaves the window, so the memory they take is bounded by the request rate; past
-``max_nonces`` the server answers 503 (rule ``busy``) rather than forget one early.
+``not-a-member``), its (author, nonce) must be new (401 ``replay``).
 
-Invariant: `RequestGate.consume` refuses every (author, nonce) it has accepted before, for as
-long as a request carrying it could pass the time check.
+Nonces, per signing key. A nonce is remembered until its request's time leaves the window (up
+to twice the window for a request dated ahead). Each author key has its own bucket of at most
+``max_nonces_per_key`` (`MAX_NONCES_PER_KEY`) live nonces: a key that sends more is answered
+429 (rule ``key-busy``) until its own nonces expire, and no other key notices. One shared table
+(the old design) let a single self-made key fill it and lock out every honest peer.
+
+How many keys are tracked, and what a flood of self-made keys costs, depends on the mode:
+
+- ``members``: only the root and admitted authors reach `consume` (the server checks membership
+  first), so a stranger's valid signature spends nothing and the keys are as many as the
+  members. At most ``max_keys`` (`MAX_KEYS`) are tracked at once; a new one takes the place of
+  a bucket whose every nonce has expired, never of a live one, so replays stay refused for every
+  member. Only when ``max_keys`` members all hold live nonces is a new one answered 503
+  ``busy``.
+- ``open`` and ``signed``: anyone can make keys, so no bound on keys can both keep every nonce
+  and never refuse an honest newcomer. Here a replay grants nothing: the mode lets any key (in
+  ``open`` even no key) send the same request, and changes carry their own signatures. So the
+  gate never refuses a key for others' sake: past ``max_nonces`` (`MAX_NONCES`) in all, or
+  ``max_keys`` keys, it forgets the buckets of the least recently active keys (their nonces
+  could then be replayed, which these modes allow anyway in another form). Memory stays bounded
+  by ``max_nonces`` and ``max_keys``; a key's own flood still hits only its own budget.
+
+Invariant: in ``members`` mode (the gate's ``auth``), `RequestGate.consume` refuses every
+(author, nonce) it has accepted before, for as long as a request carrying it could pass the
+time check; in every mode a key is refused for being busy only by its own nonces, or (members
+mode only) when ``max_keys`` members are all busy at once.
 
 Server proof (every answer, of every endpoint and status, of a server whose replica holds its
 author key; a server opened without its key sends neither header)::
@@ -61,8 +83,9 @@ import os
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 import blake3
@@ -74,6 +97,9 @@ __all__ = [
     "CHALLENGE_HEADER",
     "DEFAULT_WINDOW",
     "HEADERS",
+    "MAX_KEYS",
+    "MAX_NONCES",
+    "MAX_NONCES_PER_KEY",
     "NONCE_BYTES",
     "REQUEST_DOMAIN",
     "RESPONSE_DOMAIN",
@@ -103,8 +129,14 @@ DEFAULT_WINDOW = 120.0
 NONCE_BYTES = 16
 #: Length of a server id (a store id).
 SERVER_ID_BYTES = 16
-#: (author, nonce) pairs a server remembers at most.
+#: (author, nonce) pairs a server remembers at most, all keys together (``open`` and
+#: ``signed`` mode; in ``members`` mode the bound is `MAX_KEYS` x `MAX_NONCES_PER_KEY`).
 MAX_NONCES = 100_000
+#: Live nonces one signing key may hold: about 17 requests a second for the whole window, far
+#: above what a syncing peer sends (a sync is a few requests; a 300 MB first sync, ~100).
+MAX_NONCES_PER_KEY = 2_048
+#: Signing keys tracked at once.
+MAX_KEYS = 1_024
 #: The request headers, in the order of the module docstring.
 HEADERS = (
     "StateFuse-Author",
@@ -207,10 +239,24 @@ def sign_request(
     }
 
 
-class RequestGate:
-    """A server's check of request signatures, and its memory of the nonces they spent.
+@dataclass(slots=True)
+class _Bucket:
+    """One author key's live nonces, and when each expires (a heap)."""
 
-    ``headers`` maps header names (any case) to values. Thread-safe.
+    seen: set[bytes] = field(default_factory=set)
+    expiry: list[tuple[int, bytes]] = field(default_factory=list)
+    #: When its last nonce expires: the bucket holds nothing live after it.
+    last: int = 0
+
+
+class RequestGate:
+    """A server's check of request signatures, and its memory of the nonces they spent, per
+    signing key (module docstring).
+
+    ``auth`` is the server's mode: in ``members`` mode (the default, the strict one) a live
+    nonce is never forgotten; in ``open`` and ``signed`` mode the least recently active keys'
+    buckets are, past ``max_nonces`` in all or ``max_keys`` keys. ``headers`` maps header names
+    (any case) to values. Thread-safe.
     """
 
     def __init__(
@@ -220,16 +266,42 @@ class RequestGate:
         server: bytes,
         window: float = DEFAULT_WINDOW,
         max_nonces: int = MAX_NONCES,
+        max_nonces_per_key: int = MAX_NONCES_PER_KEY,
+        max_keys: int = MAX_KEYS,
+        auth: AuthMode = AuthMode.MEMBERS,
         clock: Callable[[], int] = _wall_ms,
     ) -> None:
+        for name, value in (
+            ("max_nonces", max_nonces),
+            ("max_nonces_per_key", max_nonces_per_key),
+            ("max_keys", max_keys),
+        ):
+            if type(value) is not int or value < 1:
+                raise SyncError(name, "range", f"{name} is an int >= 1, not {value!r}")
         self.space = space
         self.server = server
         self.window_ms = round(window * 1000)
         self.max_nonces = max_nonces
+        self.max_nonces_per_key = max_nonces_per_key
+        self.max_keys = max_keys
+        self.auth = AuthMode(auth)
         self._clock = clock
         self._lock = threading.Lock()
-        self._seen: set[tuple[bytes, bytes]] = set()
-        self._expiry: list[tuple[int, bytes, bytes]] = []
+        #: Author -> bucket, least recently active first.
+        self._buckets: OrderedDict[bytes, _Bucket] = OrderedDict()
+        self._total = 0
+
+    @property
+    def keys(self) -> int:
+        """Signing keys whose nonces the gate holds now."""
+        with self._lock:
+            return len(self._buckets)
+
+    @property
+    def nonces(self) -> int:
+        """Nonces the gate holds now (some may have expired and wait to be dropped)."""
+        with self._lock:
+            return self._total
 
     def authenticate(
         self, headers: Mapping[str, str], *, method: str, endpoint: str, body: bytes
@@ -279,22 +351,71 @@ class RequestGate:
         return Signed(author, nonce, sent)
 
     def consume(self, signed: Signed) -> None:
-        """Spend the request's nonce. Raises SyncError rule ``replay`` if it was spent before,
-        ``busy`` if the server remembers `max_nonces` already."""
-        key = (signed.author, signed.nonce)
+        """Spend the request's nonce in its author's bucket.
+
+        Raises SyncError rule ``replay`` if it was spent before, ``key-busy`` if this author
+        holds `max_nonces_per_key` live nonces already (its own doing: no other key is
+        affected), ``busy`` (``members`` mode only) if `max_keys` other keys all hold live
+        nonces.
+        """
         with self._lock:
             now = self._clock()
             # Checked again under the lock: a nonce is forgotten only once its time is out.
             self._check_time(signed.time_ms, now)
-            while self._expiry and self._expiry[0][0] < now:
-                _, author, nonce = heapq.heappop(self._expiry)
-                self._seen.discard((author, nonce))
-            if key in self._seen:
-                raise SyncError("StateFuse-Nonce", "replay", "this request was sent before")
-            if len(self._seen) >= self.max_nonces:
-                raise SyncError("server", "busy", "too many recent requests; try again later")
-            self._seen.add(key)
-            heapq.heappush(self._expiry, (signed.time_ms + self.window_ms, *key))
+            bucket = self._buckets.get(signed.author)
+            if bucket is not None:
+                self._expire(bucket, now)
+                if signed.nonce in bucket.seen:
+                    raise SyncError("StateFuse-Nonce", "replay", "this request was sent before")
+                if len(bucket.seen) >= self.max_nonces_per_key:
+                    raise SyncError(
+                        "StateFuse-Author",
+                        "key-busy",
+                        f"this key sent more than {self.max_nonces_per_key} requests within"
+                        f" {self.window_ms / 1000:g} s; try again later",
+                    )
+            else:
+                self._make_room(now)
+                bucket = self._buckets[signed.author] = _Bucket()
+            expires = signed.time_ms + self.window_ms
+            bucket.seen.add(signed.nonce)
+            heapq.heappush(bucket.expiry, (expires, signed.nonce))
+            bucket.last = max(bucket.last, expires)
+            self._buckets.move_to_end(signed.author)
+            self._total += 1
+            if self.auth is not AuthMode.MEMBERS:
+                while self._total > self.max_nonces and len(self._buckets) > 1:
+                    self._forget_oldest()
+
+    def _expire(self, bucket: _Bucket, now: int) -> None:
+        while bucket.expiry and bucket.expiry[0][0] < now:
+            _, nonce = heapq.heappop(bucket.expiry)
+            bucket.seen.discard(nonce)
+            self._total -= 1
+
+    def _make_room(self, now: int) -> None:
+        """Room for one more key: in ``members`` mode by dropping buckets that hold nothing
+        live (else ``busy``), in the other modes by forgetting the least recently active."""
+        if len(self._buckets) < self.max_keys:
+            return
+        if self.auth is not AuthMode.MEMBERS:
+            self._forget_oldest()
+            return
+        for author, bucket in list(self._buckets.items()):
+            if bucket.last < now:
+                self._total -= len(bucket.seen)
+                del self._buckets[author]
+        if len(self._buckets) >= self.max_keys:
+            raise SyncError(
+                "server",
+                "busy",
+                f"{len(self._buckets)} keys sent requests within the last"
+                f" {self.window_ms / 1000:g} s, this server's limit; try again later",
+            )
+
+    def _forget_oldest(self) -> None:
+        _, bucket = self._buckets.popitem(last=False)
+        self._total -= len(bucket.seen)
 
     def _check_time(self, sent: int, now: int) -> None:
         if abs(now - sent) > self.window_ms:

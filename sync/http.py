@@ -15,6 +15,7 @@ from statefuse.sync.client import (
     sync_all,
     sync_with,
 )
+from statefuse.sync.guard import ServerLimits
 from statefuse.sync.protocol import (
     MAX_BODY_BYTES,
     MAX_PAGE_CHANGES,
@@ -44,6 +45,7 @@ __all__ = [
     "PeerUnreachableError",
     "Progress",
     "ServerIdentityError",
+    "ServerLimits",
     "SyncApp",
     "SyncError",
     "SyncReport",

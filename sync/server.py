@@ -41,12 +41,14 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from blake3 import blake3
 from waitress import trigger, wasyncore
+from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
-from waitress.server import BaseWSGIServer, create_server
+from waitress.server import TcpWSGIServer
+from waitress.task import ThreadedTaskDispatcher
 
 from statefuse.registry.error import RegistryError
 from statefuse.sync.auth import (
@@ -59,6 +61,7 @@ from statefuse.sync.auth import (
     sign_response,
 )
 from statefuse.sync.changelog import AreaFullError
+from statefuse.sync.guard import ClientSlots, ServerLimits, refusal, refuse
 from statefuse.sync.protocol import (
     CONTENT_TYPE,
     MAX_BODY_BYTES,
@@ -80,7 +83,15 @@ from statefuse.sync.replica import ReadOnlyError, Replica
 from statefuse.sync.tls import TLSSyncServer
 from statefuse.sync.trust import TrustMode
 
-__all__ = ["DEFAULT_TIMEOUT", "AuthMode", "SyncApp", "SyncServer", "TLSSyncServer", "serve"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "AuthMode",
+    "ServerLimits",
+    "SyncApp",
+    "SyncServer",
+    "TLSSyncServer",
+    "serve",
+]
 
 log = logging.getLogger("statefuse.sync.server")
 
@@ -92,6 +103,10 @@ _RELEARN_LIMIT = 100_000
 #: Reconcile errors that mean "your message contradicts my ids": the ids changed between two
 #: rounds of an exchange (or the peer lies). The client starts the exchange again.
 _CONTRADICTIONS = frozenset({"answer-length", "answer-id-known"})
+
+#: HTTP status of a nonce the gate would not spend (other refusals of `RequestGate.consume`
+#: are 401): one key over its own budget, or (members mode) every key slot busy.
+_GATE_STATUS = {"key-busy": 429, "busy": 503}
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -127,6 +142,7 @@ _REASONS = {
     409: "Conflict",
     413: "Content Too Large",
     422: "Unprocessable Content",
+    429: "Too Many Requests",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
@@ -183,7 +199,9 @@ class SyncApp:
         self.space = replica.space
         #: The id signed requests must name: the served store's id.
         self.server_id = _server_id(replica)
-        self.gate = RequestGate(space=replica.space, server=self.server_id, window=window)
+        self.gate = RequestGate(
+            space=replica.space, server=self.server_id, window=window, auth=self.auth
+        )
         #: The locks a request holds, in the order taken: the caller's (if any), the replica's.
         self.locks: tuple[Lock, ...] = (replica.lock,) if lock is None else (lock, replica.lock)
         self.lock_timeout = float(lock_timeout)
@@ -313,7 +331,7 @@ class SyncApp:
             self.gate.consume(signed)
         except SyncError as e:
             log.info("refused %s: %s", request.endpoint, e.rule)
-            raise _Reject(503 if e.rule == "busy" else 401, e.field, e.rule, e.message) from None
+            raise _Reject(_GATE_STATUS.get(e.rule, 401), e.field, e.rule, e.message) from None
         return signed.author
 
     def _member(self, author: bytes) -> bool:
@@ -419,7 +437,7 @@ class SyncApp:
         try:
             self._signer(request)
         except _Reject as r:
-            if r.status == 503:
+            if r.status in (429, 503):
                 raise
         else:
             with self._locked():
@@ -486,6 +504,120 @@ class _State(Enum):
     CLOSED = "closed"
 
 
+class _Phase(Enum):
+    """What a connection is waiting for from its client."""
+
+    HEADERS = "headers"
+    BODY = "body"
+
+
+class _Channel(HTTPChannel):
+    """A waitress connection that holds one of its client's slots (`ClientSlots`) and a fixed
+    deadline for the request it is reading (`ServerLimits`): the headers within
+    ``header_timeout`` of the accept (the first request) or of the request's first byte, then
+    the body within `ServerLimits.body_seconds`. Bytes that trickle in do not move it."""
+
+    server: _Server
+
+    def __init__(self, server: _Server, sock: Any, addr: Any, adj: Any, map: Any = None) -> None:
+        client = str(addr[0]) if isinstance(addr, tuple) and addr else "?"
+        self._slot: str | None = None
+        try:
+            super().__init__(server, sock, addr, adj, map=map)
+        except BaseException:
+            server.slots.give(client)
+            raise
+        self._slot = client
+        #: When the request being read must be complete (None: none is being read).
+        self.deadline: float | None = time.monotonic() + server.limits.header_timeout
+        self.phase = _Phase.HEADERS
+        self._partial: object | None = None
+        self._first = True
+
+    def received(self, data: bytes) -> bool:
+        done = bool(super().received(data))
+        request = self.request
+        now = time.monotonic()
+        if request is None:  # nothing half-read: idle (or served); the idle timeout applies
+            self._partial, self.deadline, self._first = None, None, False
+            return done
+        limits = self.server.limits
+        if request is not self._partial:  # a new request began in these bytes
+            self._partial, self.phase = request, _Phase.HEADERS
+            if not self._first:  # the first one's deadline runs from the accept
+                self.deadline = now + limits.header_timeout
+            self._first = False
+        if request.headers_finished and self.phase is _Phase.HEADERS:
+            self.phase = _Phase.BODY
+            length = None if request.chunked else int(request.content_length)
+            self.deadline = now + limits.body_seconds(length)
+        return done
+
+    def overdue(self, now: float) -> bool:
+        """Whether a request is half-read past its deadline (a running one never is)."""
+        return (
+            self.deadline is not None
+            and now > self.deadline
+            and not self.requests
+            and not self.will_close
+        )
+
+    def del_channel(self, map: Any = None) -> None:
+        super().del_channel(map)
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            self.server.slots.give(slot)
+
+
+class _Server(TcpWSGIServer):
+    """waitress's TCP server with `ServerLimits`: a connection over its client's limit (or the
+    total) is answered 503 and closed at accept; a half-read request past its deadline is
+    closed by the maintenance pass, which runs every second."""
+
+    channel_class = _Channel
+
+    def __init__(self, application: Any, *, limits: ServerLimits, **kw: Any) -> None:
+        self.limits = limits
+        self.slots = ClientSlots(limits)
+        super().__init__(application, **kw)
+
+    def handle_accept(self) -> None:
+        try:
+            pair = self.accept()
+        except OSError:
+            return
+        if pair is None:
+            return
+        conn, addr = pair
+        client = str(addr[0])
+        why = self.slots.take(client)
+        if why is not None:
+            if self.slots.report(client):
+                log.warning("refused connections from %s: %s", client, why)
+            refuse(conn, refusal(why))
+            return
+        try:
+            self.set_socket_options(conn)
+            socket_map = cast(Any, self)._map  # wasyncore's; waitress's stubs omit it
+            self.channel_class(self, conn, self.fix_addr(addr), self.adj, map=socket_map)
+        except OSError:  # the client is already gone; the channel gave its slot back
+            conn.close()
+
+    def maintenance(self, now: float) -> None:
+        super().maintenance(now)  # type: ignore[arg-type]  # time.time(); stubs say int
+        clock = time.monotonic()
+        channels = cast(dict[int, Any], self.active_channels)  # stubs: a channel, wrongly
+        for channel in list(channels.values()):
+            if isinstance(channel, _Channel) and channel.overdue(clock):
+                channel.will_close = True
+                if self.slots.report(channel.addr[0]):
+                    log.warning(
+                        "closed a connection from %s: its request %s did not arrive in time",
+                        channel.addr[0],
+                        channel.phase.value,
+                    )
+
+
 class SyncServer:
     """A bound HTTP server (waitress) around a WSGI app, usually a `SyncApp` made by `serve`.
 
@@ -493,7 +625,16 @@ class SyncServer:
     background thread with `start` or ``with server:``. `close` shuts down cleanly: it stops
     accepting, lets running requests finish and their answers go out (up to ``timeout``
     seconds), closes every connection and releases the port. ``timeout`` is also how long an
-    idle or stalled connection may stay open.
+    idle kept-alive connection may stay open between requests.
+
+    ``limits`` (`ServerLimits`, `sync.guard`) bounds what one client may hold: connections per
+    remote address and in all (one more is answered 503 and closed), and the time a request's
+    headers and body may take to arrive (a connection past it is closed, however slowly bytes
+    trickle in). waitress alone cannot: its connection limit is global (one client reaching it
+    locks every other out) and its only timer is an idle one that every byte restarts; so the
+    server is waitress's, with its accept and maintenance steps extended (`_Server`,
+    `_Channel`). A server in another process (uvicorn, hypercorn) was not worth a dependency:
+    none bounds connections per client either.
     """
 
     def __init__(
@@ -504,6 +645,7 @@ class SyncServer:
         port: int = 0,
         threads: int = 4,
         timeout: float = DEFAULT_TIMEOUT,
+        limits: ServerLimits | None = None,
     ) -> None:
         if not isinstance(host, str) or not host:
             raise SyncError("host", "host", "expected a host name or address")
@@ -512,6 +654,7 @@ class SyncServer:
         if type(threads) is not int or not 1 <= threads <= 256:
             raise SyncError("threads", "range", "expected an int in [1, 256]")
         check_seconds("timeout", timeout)
+        self.limits = _limits(limits)
         self.app = app
         self.timeout = float(timeout)
         self._map: dict[Any, Any] = {}
@@ -519,28 +662,34 @@ class SyncServer:
         # which owns the sockets, does the closing at once.
         self._wake = trigger.trigger(self._map)
         try:
-            server = create_server(
-                app,
-                map=self._map,
+            adj = Adjustments(
                 host=host,
                 port=port,
                 threads=threads,
                 channel_timeout=_whole_seconds(timeout),
+                # A backstop only: `ServerLimits` refuses first (the map also holds the
+                # listener and two wake-up pipes).
+                connection_limit=self.limits.max_connections + 8,
+                cleanup_interval=1,  # the deadline checks run every second
                 max_request_body_size=MAX_BODY_BYTES + 1,  # waitress refuses length >= this
                 max_request_header_size=64 << 10,
                 asyncore_use_poll=True,
                 expose_tracebacks=False,
                 ident="statefuse",
             )
+            if len(adj.listen) != 1:  # one host name resolved to several sockets
+                raise SyncError("host", "one-address", f"{host!r} resolves to several addresses")
+            dispatcher = ThreadedTaskDispatcher()
+            dispatcher.set_thread_count(threads)
+            server = _Server(app, limits=self.limits, map=self._map, dispatcher=dispatcher, adj=adj)
         except OSError as e:
             wasyncore.close_all(self._map, ignore_all=True)
             raise SyncError(
                 "port", "bind", f"cannot listen on {host}:{port}: {e.strerror or e}"
             ) from None
-        if not isinstance(server, BaseWSGIServer):  # one host name resolved to several sockets
-            server.close()
+        except SyncError:
             wasyncore.close_all(self._map, ignore_all=True)
-            raise SyncError("host", "one-address", f"{host!r} resolves to several addresses")
+            raise
         self._server = server
         bound_host, bound_port = server.getsockname()
         self.host = str(bound_host)
@@ -660,6 +809,14 @@ def _whole_seconds(seconds: float) -> int:
     return max(1, math.ceil(seconds))
 
 
+def _limits(limits: object) -> ServerLimits:
+    if limits is None:
+        return ServerLimits()
+    if not isinstance(limits, ServerLimits):
+        raise SyncError("limits", "limits-type", f"expected ServerLimits, got {limits!r}")
+    return limits
+
+
 def serve(
     replica: Replica,
     *,
@@ -671,6 +828,7 @@ def serve(
     auth: AuthMode | str | None = None,
     window: float = DEFAULT_WINDOW,
     tls: tuple[str | Path, str | Path] | None = None,
+    limits: ServerLimits | None = None,
 ) -> SyncServer | TLSSyncServer:
     """A bound, not yet running server for ``replica`` (loopback, an OS-chosen port).
 
@@ -684,16 +842,25 @@ def serve(
     hide what moves.
 
     ``timeout`` bounds how long a request waits for the replica and how long an idle connection
-    stays open. The replica locks itself (`Replica.lock`), so the serving process may go on
-    using it from any thread; ``lock`` is optional and, when given, held too by every request
-    (see `SyncApp`). Raises SyncError for a bad argument, a certificate or key that does not
-    load (rule ``tls``) or a port that cannot be bound.
+    stays open. ``limits`` (`ServerLimits`) bounds the connections one client (remote address)
+    may hold and how long a request's headers and body may take to arrive; the defaults hold
+    16 connections per client, 512 in all, 10 s for the headers. The replica locks itself
+    (`Replica.lock`), so the serving process may go on using it from any thread; ``lock`` is
+    optional and, when given, held too by every request (see `SyncApp`). Raises SyncError for a
+    bad argument, a certificate or key that does not load (rule ``tls``) or a port that cannot
+    be bound.
     """
     check_seconds("timeout", timeout)
     app = SyncApp(replica, lock=lock, lock_timeout=timeout, auth=auth, window=window)
     if tls is not None:
         certfile, keyfile = tls
         return TLSSyncServer(
-            app, certfile=certfile, keyfile=keyfile, host=host, port=port, timeout=timeout
+            app,
+            certfile=certfile,
+            keyfile=keyfile,
+            host=host,
+            port=port,
+            timeout=timeout,
+            limits=limits,
         )
-    return SyncServer(app, host=host, port=port, threads=threads, timeout=timeout)
+    return SyncServer(app, host=host, port=port, threads=threads, timeout=timeout, limits=limits)

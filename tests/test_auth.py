@@ -235,20 +235,24 @@ def test_a_peer_url_with_a_password_is_refused_and_the_password_masked():
 
 def test_the_gate_forgets_a_nonce_only_once_its_time_is_out_and_bounds_what_it_keeps():
     now = [1_000_000]
-    gate = RequestGate(space=SPACE, server=bytes(16), window=1, max_nonces=2, clock=lambda: now[0])
+    gate = RequestGate(
+        space=SPACE, server=bytes(16), window=1, max_nonces_per_key=2, clock=lambda: now[0]
+    )
     first = Signed(b"a" * 32, b"n" * 16, now[0])
     gate.consume(first)
     with pytest.raises(SyncError, match="sent before"):
         gate.consume(first)
     gate.consume(Signed(b"a" * 32, b"m" * 16, now[0]))
     with pytest.raises(SyncError) as full:
-        gate.consume(Signed(b"b" * 32, b"n" * 16, now[0]))
-    assert full.value.rule == "busy"
+        gate.consume(Signed(b"a" * 32, b"o" * 16, now[0]))
+    assert full.value.rule == "key-busy"  # a's own budget; b is not affected
+    gate.consume(Signed(b"b" * 32, b"n" * 16, now[0]))
     now[0] += 1001
     with pytest.raises(SyncError) as stale:
         gate.consume(first)
     assert stale.value.rule == "clock-window"
-    gate.consume(Signed(b"b" * 32, b"n" * 16, now[0]))  # the old ones were forgotten
+    gate.consume(Signed(b"a" * 32, b"p" * 16, now[0]))  # the old ones were forgotten
+    assert gate.nonces == 2  # a's new one, and b's (expired, dropped when b comes back)
 
 
 def test_no_signature_or_key_reaches_the_server_log(caplog):
