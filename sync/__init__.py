@@ -50,6 +50,7 @@ from statefuse.sync.key import (
     SigningKeyError,
     verify_signature,
 )
+from statefuse.sync.pending import DEFAULT_BOUNDS, Eviction, Overflow, Standing
 from statefuse.sync.quarantine import Quarantine, QuarantineEntry
 from statefuse.sync.reconcile import (
     MAX_EXCHANGE_MESSAGES,
@@ -97,6 +98,10 @@ __all__ = [
     "AuthorNamed",
     "AuthorRevoked",
     "Bounds",
+    "DEFAULT_BOUNDS",
+    "Eviction",
+    "Overflow",
+    "Standing",
     "BoundsConfigError",
     "ChangeLog",
     "Equivocation",

@@ -76,7 +76,9 @@ from statefuse.registry.value import Value
 from statefuse.resolver import Resolver
 from statefuse.state import ConflictSet, State
 from statefuse.store import (
+    EvictedRow,
     MemoryStore,
+    PendingRow,
     QuarantineRecord,
     RepairPlan,
     Store,
@@ -103,6 +105,7 @@ from statefuse.sync.change import (
     wire,
 )
 from statefuse.sync.changelog import ChangeLog, Fork, Ignored, Receipt, Status, verdict
+from statefuse.sync.pending import DEFAULT_BOUNDS, Area, Bounds, BoundsConfigError, Parked
 from statefuse.sync.declaration import (
     SPACE_OP_TYPES,
     RegistryDeclared,
@@ -279,6 +282,9 @@ class MergeReport:
     forks: tuple[Fork, ...] = ()
     own_from_elsewhere: int = 0
     registry_changed: tuple[bytes, bytes] | None = None
+    #: Pending changes and quarantine entries evicted to keep those areas within their bounds
+    #: (`sync.pending`; a peer sends an evicted pending change again on its next sync).
+    evicted: int = 0
 
     def __add__(self, other: MergeReport) -> MergeReport:
         forks = {(f.author, f.seq): f for f in (*self.forks, *other.forks)}
@@ -291,12 +297,14 @@ class MergeReport:
             forks=tuple(forks[k] for k in sorted(forks)),
             own_from_elsewhere=self.own_from_elsewhere + other.own_from_elsewhere,
             registry_changed=_joined(self.registry_changed, other.registry_changed),
+            evicted=self.evicted + other.evicted,
         )
 
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON document (ids in hex): what the HTTP server answers a push."""
         out: dict[str, Any] = {name: getattr(self, name) for name in _COUNTS}
         out["own_from_elsewhere"] = self.own_from_elsewhere
+        out["evicted"] = self.evicted
         out["forks"] = [
             {"author": f.author.hex(), "seq": f.seq, "change_ids": [c.hex() for c in f.change_ids]}
             for f in self.forks
@@ -316,8 +324,11 @@ class MergeReport:
                 return None
             counts[name] = c
         own = document.get("own_from_elsewhere", 0)
+        evicted = document.get("evicted", 0)  # a peer of an earlier release evicts nothing
         raw_forks = document.get("forks", [])
         if type(own) is not int or own < 0 or not isinstance(raw_forks, list):
+            return None
+        if type(evicted) is not int or evicted < 0:
             return None
         forks = []
         try:
@@ -338,6 +349,7 @@ class MergeReport:
             forks=tuple(forks),
             own_from_elsewhere=own,
             registry_changed=_fingerprints(document.get("registry_changed")),
+            evicted=evicted,
         )
 
 
@@ -393,7 +405,12 @@ class Replica:
         path: Path | None = None,
         load: Load | str = Load.SNAPSHOT,
         readonly: bool = False,
+        bounds: Bounds | None = None,
     ) -> None:
+        if bounds is not None and not isinstance(bounds, Bounds):
+            raise BoundsConfigError("bounds", "bounds-type", f"expected Bounds, got {bounds!r}")
+        #: The bounds of the pending area and the quarantine (`sync.pending`).
+        self.bounds: Bounds = DEFAULT_BOUNDS if bounds is None else bounds
         try:
             load = Load(load)
         except ValueError:
@@ -695,6 +712,7 @@ class Replica:
         clock: Callable[[], int] = _wall_ms,
         load: Load | str = Load.SNAPSHOT,
         name: str | None = None,
+        bounds: Bounds | None = None,
     ) -> Replica:
         """Open the SQLite replica at ``path`` (or, with ``create=True``, create it there).
 
@@ -714,7 +732,8 @@ class Replica:
         stored change again. ``name``: the name this replica's author goes by (`declare_name`,
         written only when it differs from the one it declared last; OpRuleError field ``name``
         for a bad one, before anything is opened, and ReadOnlyError when it differs on a
-        replica that may not write).
+        replica that may not write). ``bounds``: how much the pending area and the quarantine
+        keep (default `DEFAULT_BOUNDS`; see `sync.pending`).
         """
         from statefuse.sqlitestore import SQLiteStore
 
@@ -765,7 +784,14 @@ class Replica:
                     info = store.bind(key.author)
                     _bind_key_file(key, kpath, info, create=False)
             replica = cls(
-                store, key, registry=registry, clock=clock, path=path, load=load, readonly=readonly
+                store,
+                key,
+                registry=registry,
+                clock=clock,
+                path=path,
+                load=load,
+                readonly=readonly,
+                bounds=bounds,
             )
             if name is not None:
                 replica._go_by(name)
@@ -788,15 +814,16 @@ class Replica:
         root: bytes | None = None,
         clock: Callable[[], int] = _wall_ms,
         name: str | None = None,
+        bounds: Bounds | None = None,
     ) -> Replica:
         """A replica in memory: same rules and verification, nothing on disk. ``name``: the
-        name its author goes by (`declare_name`)."""
+        name its author goes by (`declare_name`); ``bounds`` as for `open`."""
         if name is not None:
             check_author_name("name", name)
         key = key or SigningKey.generate()
         store = MemoryStore()
         store.initialize(_new_info(space, registry, key, mode, root))
-        replica = cls(store, key, registry=registry, clock=clock)
+        replica = cls(store, key, registry=registry, clock=clock, bounds=bounds)
         if name is not None:
             replica.declare_name(name)
         return replica
@@ -846,7 +873,8 @@ class Replica:
                 gc.enable()
 
     def _load_all(self) -> None:
-        self.log = ChangeLog(self.space, root=self.root, mode=self.mode)
+        self.log = ChangeLog(self.space, root=self.root, mode=self.mode, bounds=self.bounds)
+        self._unindexed: list[bytes] = []
         self._reconciler = None
         self.damage = None
         now = self._clock()
@@ -864,7 +892,7 @@ class Replica:
                         self.log.receive_verified(c, seen_ms=now)
                 for pos, data in self.store.accepted(upto):
                     scan.accepted(pos, data, self.log.receive(data, seen_ms=now))
-                for cid, data in self.store.pending_rows():
+                for cid, data in self._restore_pending(now):
                     scan.pending(cid, data, self.log.receive(data, seen_ms=now))
         except StoreError as exc:  # SQLite could not read part of the file
             scan.sqlite.append(exc.message)
@@ -872,6 +900,7 @@ class Replica:
             scan.sqlite.extend(self.store.integrity_problems(full=True))
         self.log.take_quarantined()  # damage found on load is reported as damage, not stored
         self.damage = scan.damage(self.log)
+        self._index_pending()
         if self._unused_snapshot is not None and self.damage is None:
             warnings.warn(self._unused_snapshot, stacklevel=_caller_level())
         self._scan = scan
@@ -898,6 +927,43 @@ class Replica:
             self._from_snapshot(restored[0])
         self._recount()
         self._observe(rest)
+
+    def _restore_pending(self, now: int) -> list[tuple[bytes, bytes]]:
+        """Put the stored pending changes back in the log by their index, without verifying
+        them (`sync.pending`: they were verified when they arrived, and are again when their
+        predecessor arrives). Returns the rows to verify now: those stored without an index (by
+        an earlier release, or a repair) and those whose predecessor is accepted already."""
+        check: list[tuple[bytes, bytes]] = []
+        parked: list[Parked] = []
+        for row in self.store.pending_index():
+            if row.author is None or row.seq is None or row.prev is None or row.prev in self.log:
+                data = row.data if row.data is not None else self.store.pending_data(row.change_id)
+                if data is not None:
+                    check.append((row.change_id, data))
+                continue
+            parked.append(
+                Parked(row.change_id, row.author, row.seq, row.prev, row.size, len(parked) + 1)
+            )
+        self.log.restore_pending(parked, loader=self._pending_bytes, seen_ms=now)
+        self._unindexed = [cid for cid, _ in check]
+        return check
+
+    def _pending_bytes(self, change_id: bytes) -> bytes | None:
+        return self.store.pending_data(change_id)
+
+    def _index_pending(self) -> None:
+        """Store the index of pending rows that had none (verified on this open), so the next
+        open does not verify them again. Only a cache: a store that cannot take it is left as
+        it is (and verifies them again next time)."""
+        if not self._unindexed or self.readonly or self.damage is not None:
+            return
+        rows = []
+        for cid in self._unindexed:
+            c = self.log.pending_change(cid)
+            if c is not None and c.prev is not None:
+                rows.append(PendingRow(c.change_id, c.data, c.author, c.seq, c.prev))
+        with contextlib.suppress(StoreError):
+            self.store.write(StoreWrite(parked=tuple(rows)))
 
     def _observe(self, changes: Iterable[VerifiedChange]) -> None:
         """Advance both writers' lamport clocks past every op of ``changes`` (SEMANTICS §2: one
@@ -1634,7 +1700,7 @@ class Replica:
     ) -> MergeReport:
         now = self._clock()
         accepted: list[VerifiedChange] = []
-        pending: list[tuple[bytes, bytes]] = []
+        pending: list[VerifiedChange] = []
         counts = {s: 0 for s in Status}
         known = self.log.highest_seq(self.author)
         with self.log.atomic():
@@ -1645,8 +1711,9 @@ class Replica:
                     if r.status is Status.ACCEPTED:
                         accepted.extend(r.admitted)
                     elif r.status is Status.PENDING:
-                        assert r.change_id is not None
-                        pending.append((r.change_id, item.data))
+                        parked = self.log.pending_change(r.change_id or b"")
+                        if parked is not None:
+                            pending.append(parked)
                 if progress is not None:
                     progress(min(start + _RECEIVE_STEP, len(items)), len(items))
             quarantined = [_record(e, now) for e in self.log.take_quarantined()]
@@ -1657,13 +1724,23 @@ class Replica:
                 self._registry_of(
                     declaration_in_force(self.log.declarations(), mode=self.mode, root=self.root)
                 )
-            admitted_ids = {c.change_id for c in accepted}
+            evicted = [e for e in self.log.take_evicted() if e.area is Area.PENDING]
+            gone = {c.change_id for c in accepted} | {e.change_id for e in evicted}
+            b = self.bounds
             batch = StoreWrite(
                 accepted=tuple((c.change_id, c.data) for c in accepted),
-                pending=tuple(p for p in pending if p[0] not in admitted_ids),
+                parked=tuple(
+                    PendingRow(c.change_id, c.data, c.author, c.seq, c.prev)
+                    for c in pending
+                    if c.change_id not in gone
+                ),
                 quarantined=tuple(quarantined),
+                evicted=tuple(
+                    EvictedRow(e.change_id, e.author or b"", e.size, e.seen_ms) for e in evicted
+                ),
+                quarantine_bounds=(b.quarantine_entries, b.quarantine_bytes),
             )
-            self.store.write(batch)
+            trimmed = self.store.write(batch) or 0
         # Stored: from here on, memory follows the store (rebuilt from it if this fails).
         try:
             new_ops = self._admitted(accepted, declares=declares, names=names)
@@ -1686,12 +1763,13 @@ class Replica:
         return MergeReport(
             accepted=len(accepted),
             duplicate=counts[Status.DUPLICATE],
-            pending=len(batch.pending),
+            pending=len(batch.parked),
             quarantined=len(quarantined),
             new_ops=len(new_ops),
             forks=self._take_forks(),
             own_from_elsewhere=own,
             registry_changed=self._take_registry_change(),
+            evicted=len(evicted) + trimmed,
         )
 
     def _take_registry_change(self) -> tuple[bytes, bytes] | None:
