@@ -977,6 +977,12 @@ class SQLiteStore:
                     " SELECT ?, ? WHERE NOT EXISTS (SELECT 1 FROM changes WHERE change_id = ?)",
                     [(c, d, c) for c, d in batch.pending],
                 )
+            # evictions first (one parked again later in the batch is in ``parked``); one
+            # parked by this same batch never had a row: it is counted all the same
+            db.executemany(
+                "DELETE FROM pending WHERE change_id = ?", [(e.change_id,) for e in batch.evicted]
+            )
+            counts = [(e.author, e.size, e.seen_ms) for e in batch.evicted]
             if batch.parked:
                 db.executemany(
                     "INSERT INTO pending (change_id, data, author, seq, prev)"
@@ -991,10 +997,6 @@ class SQLiteStore:
                 )
             if batch.quarantined:
                 _upsert_quarantine(db, batch.quarantined)
-            counts = []
-            for e in batch.evicted:
-                if db.execute("DELETE FROM pending WHERE change_id = ?", (e.change_id,)).rowcount:
-                    counts.append((e.author, e.size, e.seen_ms))
             trimmed: list[tuple[bytes, int]] = []
             if batch.quarantined and batch.quarantine_bounds != (None, None):
                 trimmed = over_bounds(
@@ -1011,11 +1013,15 @@ class SQLiteStore:
 
     def pending_index(self) -> list[PendingRow]:
         with self._sqlite("while reading the pending changes") as db:
-            rows = db.execute(
-                "SELECT change_id, author, seq, prev, length(data),"
-                " CASE WHEN author IS NULL OR seq IS NULL OR prev IS NULL THEN data END"
-                " FROM pending ORDER BY rowid"
-            ).fetchall()
+            if self._schema(db) < 5:  # read-only, not migrated: no index stored yet
+                old = db.execute("SELECT change_id, data FROM pending ORDER BY change_id")
+                rows = [(c, None, None, None, 0, d) for c, d in old]
+            else:
+                rows = db.execute(
+                    "SELECT change_id, author, seq, prev, length(data),"
+                    " CASE WHEN author IS NULL OR seq IS NULL OR prev IS NULL THEN data END"
+                    " FROM pending ORDER BY rowid"
+                ).fetchall()
         p, what = self.path, "a pending change"
         out = []
         for cid, author, seq, prev, size, data in rows:
@@ -1042,8 +1048,16 @@ class SQLiteStore:
             ).fetchone()
         return None if row is None else _typed(self.path, row[0], bytes, "a pending change")
 
+    def _schema(self, db: sqlite3.Connection) -> int:
+        """The schema version of the file (older than `SCHEMA_VERSION` only when read-only)."""
+        return SCHEMA_VERSION if not self._readonly else int(
+            db.execute("PRAGMA user_version").fetchone()[0]
+        )
+
     def evictions(self) -> list[EvictionTally]:
         with self._sqlite("while reading the evictions") as db:
+            if self._schema(db) < 5:
+                return []
             rows = db.execute(
                 "SELECT area, author, changes, bytes, first_ms, last_ms FROM evictions"
                 " ORDER BY area, author"

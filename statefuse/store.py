@@ -392,16 +392,16 @@ class MemoryStore:
         for cid, data in batch.pending:
             if cid not in self._ids:
                 self._pending.setdefault(cid, data)
+        for e in batch.evicted:  # one parked by this same batch had no row: counted all the same
+            self._pending.pop(e.change_id, None)
+            self._index.pop(e.change_id, None)
+        counts = [(e.author, e.size, e.seen_ms) for e in batch.evicted]
         for row in batch.parked:
             if row.change_id not in self._ids and row.data is not None:
                 self._pending.setdefault(row.change_id, row.data)
                 self._index[row.change_id] = replace(row, data=None)
         for rec in batch.quarantined:
             self._quarantine[rec.key] = merge_quarantine(self._quarantine.get(rec.key), rec)
-        gone = [e for e in batch.evicted if self._pending.pop(e.change_id, None) is not None]
-        for e in gone:
-            self._index.pop(e.change_id, None)
-        counts = [(e.author, e.size, e.seen_ms) for e in gone]
         trimmed = over_bounds(
             ((k, len(r.data)) for k, r in self._quarantine.items()), batch.quarantine_bounds
         )

@@ -547,6 +547,10 @@ class ChangeLog:
         p = self._area.get(change_id)
         return None if p is None else self._loaded(p, None)
 
+    def is_pending(self, change_id: bytes) -> bool:
+        """Whether the change waits in the pending area."""
+        return change_id in self._area
+
     def pending_count(self) -> int:
         """How many changes wait for a predecessor (loads nothing)."""
         return len(self._area)

@@ -1725,14 +1725,13 @@ class Replica:
                     declaration_in_force(self.log.declarations(), mode=self.mode, root=self.root)
                 )
             evicted = [e for e in self.log.take_evicted() if e.area is Area.PENDING]
-            gone = {c.change_id for c in accepted} | {e.change_id for e in evicted}
+            waiting = {c.change_id: c for c in pending if self.log.is_pending(c.change_id)}
             b = self.bounds
             batch = StoreWrite(
                 accepted=tuple((c.change_id, c.data) for c in accepted),
                 parked=tuple(
                     PendingRow(c.change_id, c.data, c.author, c.seq, c.prev)
-                    for c in pending
-                    if c.change_id not in gone
+                    for c in waiting.values()
                 ),
                 quarantined=tuple(quarantined),
                 evicted=tuple(
