@@ -1050,8 +1050,10 @@ class SQLiteStore:
 
     def _schema(self, db: sqlite3.Connection) -> int:
         """The schema version of the file (older than `SCHEMA_VERSION` only when read-only)."""
-        return SCHEMA_VERSION if not self._readonly else int(
-            db.execute("PRAGMA user_version").fetchone()[0]
+        return (
+            SCHEMA_VERSION
+            if not self._readonly
+            else int(db.execute("PRAGMA user_version").fetchone()[0])
         )
 
     def evictions(self) -> list[EvictionTally]:

@@ -29,10 +29,6 @@ from statefuse.sync.change import (
     sign_change,
 )
 from statefuse.sync.changelog import (
-    Area,
-    AreaFullError,
-    Bounds,
-    BoundsConfigError,
     ChangeLog,
     Equivocation,
     Fork,
@@ -50,7 +46,16 @@ from statefuse.sync.key import (
     SigningKeyError,
     verify_signature,
 )
-from statefuse.sync.pending import DEFAULT_BOUNDS, Eviction, Overflow, Standing
+from statefuse.sync.pending import (
+    DEFAULT_BOUNDS,
+    Area,
+    AreaFullError,
+    Bounds,
+    BoundsConfigError,
+    Eviction,
+    Overflow,
+    Standing,
+)
 from statefuse.sync.quarantine import Quarantine, QuarantineEntry
 from statefuse.sync.reconcile import (
     MAX_EXCHANGE_MESSAGES,
@@ -83,6 +88,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHANGE_FORMAT_VERSION",
+    "DEFAULT_BOUNDS",
     "MAX_AUTHOR_NAME_CHARS",
     "MAX_CHANGE_BYTES",
     "MAX_EXCHANGE_MESSAGES",
@@ -98,19 +104,17 @@ __all__ = [
     "AuthorNamed",
     "AuthorRevoked",
     "Bounds",
-    "DEFAULT_BOUNDS",
-    "Eviction",
-    "Overflow",
-    "Standing",
     "BoundsConfigError",
     "ChangeLog",
     "Equivocation",
+    "Eviction",
     "FollowError",
     "FollowStatus",
     "Follower",
     "Fork",
     "Ignored",
     "KeyFileError",
+    "Overflow",
     "PeerStatus",
     "PublicKey",
     "PublicKeyError",
@@ -128,6 +132,7 @@ __all__ = [
     "SignatureError",
     "SigningKey",
     "SigningKeyError",
+    "Standing",
     "Status",
     "SyncError",
     "SyncReport",

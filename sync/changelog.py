@@ -235,9 +235,7 @@ class ChangeLog:
                 return
             q.put_back(old.key, None)
             self._undo(lambda old=old: q.put_back(old.key, old))  # type: ignore[misc]
-            self._evictions.append(
-                Eviction(Area.QUARANTINE, old.key, None, len(old.data), seen_ms)
-            )
+            self._evictions.append(Eviction(Area.QUARANTINE, old.key, None, len(old.data), seen_ms))
 
     def take_evicted(self) -> list[Eviction]:
         """The evictions (pending changes and quarantine entries) since the last call, in
@@ -546,6 +544,17 @@ class ChangeLog:
         """One pending change (loaded and verified if it was restored by index only)."""
         p = self._area.get(change_id)
         return None if p is None else self._loaded(p, None)
+
+    def unload_pending(self, ids: Iterable[bytes]) -> None:
+        """Keep only the index of these pending changes (their bytes are stored: a replica
+        calls this once they are): they are loaded and verified again when their predecessor
+        arrives, so a flood of the pending area costs memory only for its index."""
+        if self._loader is None:
+            return
+        for cid in ids:
+            p = self._area.get(cid)
+            if p is not None:
+                p.change = None
 
     def is_pending(self, change_id: bytes) -> bool:
         """Whether the change waits in the pending area."""

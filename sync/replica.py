@@ -105,7 +105,6 @@ from statefuse.sync.change import (
     wire,
 )
 from statefuse.sync.changelog import ChangeLog, Fork, Ignored, Receipt, Status, verdict
-from statefuse.sync.pending import DEFAULT_BOUNDS, Area, Bounds, BoundsConfigError, Parked
 from statefuse.sync.declaration import (
     SPACE_OP_TYPES,
     RegistryDeclared,
@@ -113,6 +112,7 @@ from statefuse.sync.declaration import (
     declaration_in_force,
 )
 from statefuse.sync.key import KeyFileError, SigningKey
+from statefuse.sync.pending import DEFAULT_BOUNDS, Area, Bounds, BoundsConfigError, Parked
 from statefuse.sync.quarantine import QuarantineEntry
 from statefuse.sync.reconcile import Reconciler
 from statefuse.sync.snapshot import (
@@ -1706,7 +1706,7 @@ class Replica:
         with self.log.atomic():
             for start in range(0, len(items), _RECEIVE_STEP):
                 part = items[start : start + _RECEIVE_STEP]
-                for item, r in zip(part, self.log.receive_all(part, seen_ms=now), strict=True):
+                for r in self.log.receive_all(part, seen_ms=now):
                     counts[r.status] += 1
                     if r.status is Status.ACCEPTED:
                         accepted.extend(r.admitted)
@@ -1740,6 +1740,7 @@ class Replica:
                 quarantine_bounds=(b.quarantine_entries, b.quarantine_bytes),
             )
             trimmed = self.store.write(batch) or 0
+            self.log.unload_pending(waiting)  # stored: memory keeps their index only
         # Stored: from here on, memory follows the store (rebuilt from it if this fails).
         try:
             new_ops = self._admitted(accepted, declares=declares, names=names)

@@ -47,7 +47,7 @@ from waitress.server import BaseWSGIServer, create_server
 
 from statefuse.registry.error import RegistryError
 from statefuse.sync.auth import DEFAULT_WINDOW, HEADERS, AuthMode, RequestGate
-from statefuse.sync.changelog import AreaFullError
+from statefuse.sync.pending import AreaFullError
 from statefuse.sync.protocol import (
     CONTENT_TYPE,
     MAX_BODY_BYTES,
