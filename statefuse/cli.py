@@ -1156,7 +1156,7 @@ def _cmd_status(s: Session) -> int:
     counts = {
         "accepted": len(rep),
         "own": own,
-        "pending": rep.log.pending_count(),
+        "pending": rep.pending_count(),
         "quarantined": len(rep.quarantine()),
     }
     outbox: dict[str, int] = {}

@@ -190,6 +190,7 @@ def _pending_index(db: sqlite3.Connection) -> None:
     the replica verifies those once more and fills it in), and the tally of evictions."""
     for column in ("author BLOB", "seq INTEGER", "prev BLOB"):
         db.execute(f"ALTER TABLE pending ADD COLUMN {column}")
+    db.execute("CREATE INDEX pending_unindexed ON pending (change_id) WHERE author IS NULL")
     db.execute(
         "CREATE TABLE evictions ("
         " area TEXT NOT NULL,"
@@ -1014,32 +1015,40 @@ class SQLiteStore:
     def pending_index(self) -> list[PendingRow]:
         with self._sqlite("while reading the pending changes") as db:
             if self._schema(db) < 5:  # read-only, not migrated: no index stored yet
-                old = db.execute("SELECT change_id, data FROM pending ORDER BY change_id")
-                rows = [(c, None, None, None, 0, d) for c, d in old]
-            else:
-                rows = db.execute(
-                    "SELECT change_id, author, seq, prev, length(data),"
-                    " CASE WHEN author IS NULL OR seq IS NULL OR prev IS NULL THEN data END"
-                    " FROM pending ORDER BY rowid"
-                ).fetchall()
+                return []
+            rows = db.execute(
+                "SELECT change_id, author, seq, prev, length(data) FROM pending"
+                " WHERE author IS NOT NULL AND seq IS NOT NULL AND prev IS NOT NULL"
+                " ORDER BY rowid"
+            ).fetchall()
         p, what = self.path, "a pending change"
-        out = []
-        for cid, author, seq, prev, size, data in rows:
-            cid = _typed(p, cid, bytes, what)
-            if data is not None:
-                out.append(PendingRow(cid, _typed(p, data, bytes, what), size=len(data)))
-            else:
-                out.append(
-                    PendingRow(
-                        cid,
-                        None,
-                        _typed(p, author, bytes, what),
-                        _typed(p, seq, int, what),
-                        _typed(p, prev, bytes, what),
-                        _typed(p, size, int, what),
-                    )
+        return [
+            PendingRow(
+                _typed(p, cid, bytes, what),
+                None,
+                _typed(p, author, bytes, what),
+                _typed(p, seq, int, what),
+                _typed(p, prev, bytes, what),
+                _typed(p, size, int, what),
+            )
+            for cid, author, seq, prev, size in rows
+        ]
+
+    def pending_unindexed(self) -> list[PendingRow]:
+        with self._sqlite("while reading the pending changes") as db:
+            if self._schema(db) < 5:  # read-only, not migrated: no index stored yet
+                rows = db.execute("SELECT change_id, data FROM pending ORDER BY change_id")
+            else:  # the partial index `pending_unindexed`: never a scan of the whole area
+                rows = db.execute(
+                    "SELECT change_id, data FROM pending INDEXED BY pending_unindexed"
+                    " WHERE author IS NULL ORDER BY change_id"
                 )
-        return out
+            found = rows.fetchall()
+        p, what = self.path, "a pending change"
+        return [
+            PendingRow(_typed(p, c, bytes, what), _typed(p, d, bytes, what), size=len(d))
+            for c, d in found
+        ]
 
     def pending_data(self, change_id: bytes) -> bytes | None:
         with self._sqlite("while reading a pending change") as db:

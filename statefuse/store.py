@@ -199,7 +199,10 @@ class Store(Protocol):
         """``(change id, wire bytes)`` of parked changes, sorted by change id."""
 
     def pending_index(self) -> list[PendingRow]:
-        """Every parked change by index, oldest first: the bytes only of rows without one."""
+        """The parked changes stored with an index, by it (no bytes), oldest first."""
+
+    def pending_unindexed(self) -> list[PendingRow]:
+        """The parked changes stored without an index, with their bytes, by change id."""
 
     def pending_data(self, change_id: bytes) -> bytes | None:
         """The bytes of one parked change (None: not parked)."""
@@ -446,14 +449,19 @@ class MemoryStore:
 
     def pending_index(self) -> list[PendingRow]:
         self._open()
-        out = []
-        for cid, data in self._pending.items():
-            row = self._index.get(cid)
-            if row is None:
-                out.append(PendingRow(cid, data, size=len(data)))
-            else:
-                out.append(replace(row, size=len(data)))
-        return out
+        return [
+            replace(self._index[cid], size=len(data))
+            for cid, data in self._pending.items()
+            if cid in self._index
+        ]
+
+    def pending_unindexed(self) -> list[PendingRow]:
+        self._open()
+        return [
+            PendingRow(cid, self._pending[cid], size=len(self._pending[cid]))
+            for cid in sorted(self._pending)
+            if cid not in self._index
+        ]
 
     def pending_data(self, change_id: bytes) -> bytes | None:
         self._open()

@@ -389,12 +389,12 @@ class ChangeLog:
         return cached[1]
 
     def restore_pending(
-        self, parked: Iterable[Parked], *, loader: Callable[[bytes], bytes | None], seen_ms: int
-    ) -> list[Receipt]:
+        self, parked: Iterable[Parked], *, loader: Callable[[bytes], bytes | None]
+    ) -> list[Parked]:
         """Take back pending changes a store holds by index only (their bytes stay in the
         store: they were verified when they arrived, and are loaded with ``loader`` and verified
-        again only when their predecessor arrives). One whose predecessor is accepted already
-        is loaded and received now; its receipt is returned."""
+        again only when their predecessor arrives). Returns, without parking them, those whose
+        predecessor is accepted already: the caller receives their bytes (``loader``)."""
         self._loader = loader
         due: list[Parked] = []
         for p in parked:
@@ -404,13 +404,8 @@ class ChangeLog:
             if p.prev in self._accepted:
                 due.append(p)
             else:
-                self._put(p)
-        out = []
-        for p in due:
-            data = loader(p.change_id)
-            if data is not None:
-                out.append(self.receive(data, seen_ms=seen_ms))
-        return out
+                self._area.add(p)
+        return due
 
     def _loaded(self, p: Parked, seen_ms: int | None) -> VerifiedChange | None:
         """The verified change of a pending entry, its bytes loaded and verified if it was

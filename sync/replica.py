@@ -875,6 +875,7 @@ class Replica:
     def _load_all(self) -> None:
         self.log = ChangeLog(self.space, root=self.root, mode=self.mode, bounds=self.bounds)
         self._unindexed: list[bytes] = []
+        self._pending_loaded = True  # nothing to restore until `_restore_pending` says so
         self._reconciler = None
         self.damage = None
         now = self._clock()
@@ -892,7 +893,7 @@ class Replica:
                         self.log.receive_verified(c, seen_ms=now)
                 for pos, data in self.store.accepted(upto):
                     scan.accepted(pos, data, self.log.receive(data, seen_ms=now))
-                for cid, data in self._restore_pending(now):
+                for cid, data in self._restore_pending():
                     scan.pending(cid, data, self.log.receive(data, seen_ms=now))
         except StoreError as exc:  # SQLite could not read part of the file
             scan.sqlite.append(exc.message)
@@ -928,25 +929,33 @@ class Replica:
         self._recount()
         self._observe(rest)
 
-    def _restore_pending(self, now: int) -> list[tuple[bytes, bytes]]:
-        """Put the stored pending changes back in the log by their index, without verifying
-        them (`sync.pending`: they were verified when they arrived, and are again when their
-        predecessor arrives). Returns the rows to verify now: those stored without an index (by
-        an earlier release, or a repair) and those whose predecessor is accepted already."""
-        check: list[tuple[bytes, bytes]] = []
-        parked: list[Parked] = []
-        for row in self.store.pending_index():
-            if row.author is None or row.seq is None or row.prev is None or row.prev in self.log:
-                data = row.data if row.data is not None else self.store.pending_data(row.change_id)
-                if data is not None:
-                    check.append((row.change_id, data))
-                continue
-            parked.append(
-                Parked(row.change_id, row.author, row.seq, row.prev, row.size, len(parked) + 1)
-            )
-        self.log.restore_pending(parked, loader=self._pending_bytes, seen_ms=now)
+    def _restore_pending(self) -> list[tuple[bytes, bytes]]:
+        """The stored pending rows to verify on open: those stored without an index (by an
+        earlier release, or a repair). The others stay out of the load path: `_pending_ready`
+        restores them by their index, without verifying them (`sync.pending`), the first time
+        the pending area is needed (a receive, `pending`), so a read-only open of a flooded
+        store costs what one of an unflooded store does."""
+        self._pending_loaded = False
+        self.log.restore_pending((), loader=self._pending_bytes)
+        check = [(r.change_id, r.data) for r in self.store.pending_unindexed() if r.data]
         self._unindexed = [cid for cid, _ in check]
         return check
+
+    def _pending_ready(self) -> None:
+        """Restore the indexed pending rows (once per load). One whose predecessor is accepted
+        already (a store another process wrote since this one loaded) is received again."""
+        if self._pending_loaded:
+            return
+        self._pending_loaded = True
+        parked = [
+            Parked(row.change_id, row.author, row.seq, row.prev, row.size, k + 1)
+            for k, row in enumerate(self.store.pending_index())
+            if row.author is not None and row.seq is not None and row.prev is not None
+        ]
+        due = self.log.restore_pending(parked, loader=self._pending_bytes)
+        datas = [d for d in map(self._pending_bytes, (p.change_id for p in due)) if d]
+        if datas and self._readonly is None and self.damage is None:
+            self._receive(_unverified(datas))
 
     def _pending_bytes(self, change_id: bytes) -> bytes | None:
         return self.store.pending_data(change_id)
@@ -1166,8 +1175,15 @@ class Replica:
         return self.store.quarantine()
 
     @_locked
+    def pending_count(self) -> int:
+        """How many changes wait for a predecessor (verifies none of them)."""
+        self._pending_ready()
+        return self.log.pending_count()
+
+    @_locked
     def pending(self) -> list[VerifiedChange]:
         """Changes parked until their predecessor arrives."""
+        self._pending_ready()
         return self.log.pending()
 
     @_locked
@@ -1216,7 +1232,7 @@ class Replica:
     def all_change_bytes(self) -> list[bytes]:
         """Every accepted and pending change, predecessors first (what a copy needs)."""
         accepted = sorted(self.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
-        return [c.data for c in accepted] + [c.data for c in self.log.pending()]
+        return [c.data for c in accepted] + [c.data for c in self.pending()]
 
     @_locked
     def __len__(self) -> int:
@@ -1698,6 +1714,7 @@ class Replica:
         *,
         source: str | None = None,
     ) -> MergeReport:
+        self._pending_ready()
         now = self._clock()
         accepted: list[VerifiedChange] = []
         pending: list[VerifiedChange] = []
@@ -1786,7 +1803,7 @@ class Replica:
         with other._lock:
             other._check_open()
             theirs = sorted(other.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
-            theirs += other.log.pending()
+            theirs += other.pending()
         with self._lock:
             mine = self.log
             return self.receive([c.data for c in theirs if c.change_id not in mine])
@@ -1959,7 +1976,7 @@ class Replica:
         self._load()
         if self.damage is not None:  # what is left SQLite reports; the rows all verify
             raise StoreDamagedError("store", "store-damaged", self.damage.describe())
-        own_waiting = sum(1 for c in self.log.pending() if c.author == self.author)
+        own_waiting = sum(1 for c in self.pending() if c.author == self.author)
         return RepairReport(
             quarantined=len(plan.quarantine_accepted) + len(plan.quarantine_pending),
             parked=len(plan.park),
