@@ -937,6 +937,7 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
         "new_ops": 0,
         "forks": [],
         "own_from_elsewhere": 0,
+        "evicted": 0,
     }
     keys = doc("keys")
     assert set(keys) == {"authors", "mode", "root", "space", "you"}

@@ -555,6 +555,7 @@ def test_garbage_changes_get_422_and_land_in_the_quarantine_with_their_reason():
             "quarantined": 2,
             "forks": [],
             "own_from_elsewhere": 0,
+            "evicted": 0,
         }
         reasons = {q.data: q.reason for q in replica.quarantine()}
         assert reasons == {b"not a change": "malformed", bytes(tampered): "bad-signature"}

@@ -252,3 +252,15 @@ def test_a_bound_option_that_is_not_a_positive_integer_is_one_error_line(tmp_pat
     assert _cli(path, "init", "--space", SPACE).returncode == 0
     bad = _cli(path, "--max-pending", "0", "claim", "a/b/c", "1")
     assert bad.returncode == 1 and bad.stderr.strip() == "Error: --max-pending is an integer >= 1"
+
+
+def test_the_quarantine_keeps_its_newest_entries_within_its_bound_and_counts_the_rest(tmp_path):
+    bounds = Bounds(quarantine_entries=5, overflow=Overflow.EVICT)
+    with Replica.open(tmp_path / "q.db", create=True, space=SPACE, bounds=bounds) as r:
+        garbage = [f"not a change {i}".encode() for i in range(20)]
+        reports = [r.receive(garbage[:12]), r.receive(garbage[12:])]
+        assert {q.data for q in r.quarantine()} == set(garbage[-5:])
+        assert sum(rep.evicted for rep in reports) == 15
+        (tally,) = r.store.evictions()
+        assert (tally.area, tally.author, tally.changes) == ("quarantine", b"", 15)
+        assert len(r.log.quarantine) <= 5
