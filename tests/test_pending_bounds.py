@@ -264,3 +264,30 @@ def test_the_quarantine_keeps_its_newest_entries_within_its_bound_and_counts_the
         (tally,) = r.store.evictions()
         assert (tally.area, tally.author, tally.changes) == ("quarantine", b"", 15)
         assert len(r.log.quarantine) <= 5
+
+
+def test_pending_rows_of_an_earlier_release_are_verified_once_then_restored_by_their_index(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "old.db"
+    with Replica.open(path, create=True, space=SPACE) as r:
+        r.receive([_stranger(2) for _ in range(3)])
+    db = sqlite3.connect(path)
+    with db:  # as a release before the index stored them
+        db.execute("UPDATE pending SET author = NULL, seq = NULL, prev = NULL")
+    db.close()
+    import statefuse.sync.changelog as changelog
+
+    counted: list[int] = []
+    verify_one = changelog.verify_change
+
+    def one(change, **kw):
+        counted.append(1)
+        return verify_one(change, **kw)
+
+    monkeypatch.setattr(changelog, "verify_change", one)
+    with Replica.open(path, load="verify") as r:
+        assert r.pending_count() == 3 and len(counted) == 3  # verified once, index stored
+    counted.clear()
+    with Replica.open(path, load="verify") as r:
+        assert r.pending_count() == 3 and counted == []
