@@ -346,7 +346,6 @@ class ChangeLog:
         """Evict until the pending area is within its bounds: first ``author``'s own changes
         past ``pending_per_author``, then by standing and age (`sync.pending`)."""
         area, b = self._area, self.bounds
-        out: list[bytes] = []
         victims: list[Parked] = []
         while b.pending_per_author is not None and area.of_author(author) > b.pending_per_author:
             v = area.author_victim(author)
@@ -361,8 +360,7 @@ class ChangeLog:
                 break
             self._evict(v, seen_ms)
             victims.append(v)
-        out.extend(v.change_id for v in victims)
-        return tuple(out)
+        return tuple(v.change_id for v in victims)
 
     def _evict(self, p: Parked, seen_ms: int) -> None:
         standing = self._standing(p)
@@ -438,7 +436,8 @@ class ChangeLog:
 
     def _check_room(self, area: Area, data: bytes, author: bytes = b"") -> None:
         """Raise AreaFullError if keeping ``data`` in ``area`` would pass one of its bounds
-        (with ``overflow=EVICT`` only the pending area's checks run here: see `_make_room`)."""
+        (``overflow=REFUSE``; with ``EVICT`` the areas make room instead: `_make_room`,
+        `_trim_quarantine`)."""
         b = self.bounds
         if area is Area.PENDING:
             checks: tuple[tuple[str, int | None, int], ...] = (

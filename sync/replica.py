@@ -125,7 +125,7 @@ from statefuse.sync.snapshot import (
     open_snapshot,
 )
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
-from statefuse.sync.verify import QuarantineReason
+from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change
 from statefuse.view import SurfacedConflict
 from statefuse.writer import Writer
 
@@ -1964,14 +1964,17 @@ class Replica:
         if self._readonly is not None:
             e = self._readonly
             raise ReadOnlyError(e.field, e.rule, e.message)
-        if self.damage is None:
+        failed = self._failed_pending()
+        if self.damage is None and not failed:
             return RepairReport()
         original: Path | None = None
         rebuild = getattr(self.store, "rebuild", None)
-        if self.damage.sqlite and rebuild is not None:
+        if self.damage is not None and self.damage.sqlite and rebuild is not None:
             original = rebuild()
             self._load()
+            failed = self._failed_pending()
         plan = self._scan.plan(self.log, now=self._clock())
+        plan = replace(plan, quarantine_pending=plan.quarantine_pending + tuple(failed))
         self.store.apply_repair(plan)
         self._load()
         if self.damage is not None:  # what is left SQLite reports; the rows all verify
@@ -1983,6 +1986,27 @@ class Replica:
             original=original,
             own_waiting=own_waiting,
         )
+
+    def _failed_pending(self) -> list[tuple[bytes, QuarantineRecord]]:
+        """The pending rows stored with an index that no longer verify (an open does not look:
+        `sync.pending`; `statefuse verify` does, and `repair` moves them to quarantine)."""
+        now = self._clock()
+        out = []
+        for row in self.store.pending_index():
+            data = self.store.pending_data(row.change_id)
+            if data is None:
+                continue
+            try:
+                c = verify_change(UnverifiedChange(data), space=self.space)
+            except VerificationError as exc:
+                out.append(
+                    (row.change_id, _seen(_damaged(data, exc.reason.value, exc.message), now))
+                )
+                continue
+            if c.change_id != row.change_id:
+                why = "stored under another id"
+                out.append((row.change_id, _seen(_damaged(data, "malformed", why), now)))
+        return out
 
     @_locked
     def snapshot(self) -> int:

@@ -291,3 +291,24 @@ def test_pending_rows_of_an_earlier_release_are_verified_once_then_restored_by_t
     counted.clear()
     with Replica.open(path, load="verify") as r:
         assert r.pending_count() == 3 and counted == []
+
+
+def test_a_damaged_pending_row_fails_verify_and_repair_quarantines_it(tmp_path):
+    path = tmp_path / "s.db"
+    assert _cli(path, "init", "--space", SPACE).returncode == 0
+    with Replica.open(path) as r:
+        r.receive([_stranger(2), _stranger(2)])
+    db = sqlite3.connect(path)
+    with db:
+        (cid, data) = db.execute("SELECT change_id, data FROM pending LIMIT 1").fetchone()
+        flipped = bytearray(data)
+        flipped[-5] ^= 0x01  # inside the signature
+        db.execute("UPDATE pending SET data = ? WHERE change_id = ?", (bytes(flipped), cid))
+    db.close()
+    checked = _cli(path, "verify")
+    assert checked.returncode == 1 and "a pending change fails verification" in checked.stdout
+    repaired = _cli(path, "repair")
+    assert repaired.returncode == 0 and "1 damaged change moved to quarantine" in repaired.stdout
+    assert _cli(path, "verify").returncode == 0
+    with Replica.open(path, readonly=True) as r:
+        assert r.pending_count() == 1 and len(r.quarantine()) == 1
