@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from benchmarks.flood import flood_changes, push, served
 from statefuse.registry import DEFAULT_REGISTRY
@@ -312,3 +314,23 @@ def test_a_damaged_pending_row_fails_verify_and_repair_quarantines_it(tmp_path):
     assert _cli(path, "verify").returncode == 0
     with Replica.open(path, readonly=True) as r:
         assert r.pending_count() == 1 and len(r.quarantine()) == 1
+
+
+_HONEST = _feed(SigningKey.from_seed(b"\x07" * 32), 6)
+_FLOOD = [_stranger(2, key=SigningKey.from_seed(bytes([0x20 + i]) * 32)) for i in range(8)]
+
+
+@settings(max_examples=min(settings.default.max_examples, 200), deadline=None)
+@given(st.permutations(range(len(_HONEST) - 1 + len(_FLOOD))), st.integers(1, 4))
+def test_a_flood_never_passes_the_bound_and_a_resending_peer_loses_nothing(order, bound):
+    log = ChangeLog(SPACE, bounds=Bounds(pending_changes=bound, overflow=Overflow.EVICT))
+    log.receive(_HONEST[0], seen_ms=0)  # the honest author is known
+    arrivals = _HONEST[1:] + _FLOOD
+    for i in order:
+        log.receive(arrivals[i], seen_ms=i)
+        assert log.pending_count() <= bound
+    for data in _HONEST:  # the peer's next sync sends what is missing, predecessors first
+        log.receive(data, seen_ms=99)
+    honest_ids = {ChangeLog(SPACE).receive(d, seen_ms=0).change_id for d in _HONEST}
+    assert honest_ids <= set(log.change_ids())
+    assert set(log.change_ids()) == honest_ids  # no stranger's change was ever accepted
