@@ -65,6 +65,7 @@ from statefuse.store import QuarantineRecord, StoreError
 from statefuse.view import json_value
 
 if TYPE_CHECKING:
+    from statefuse.sync.pending import Bounds
     from statefuse.sync.replica import MergeReport, Replica
 
 Key = tuple[str, str, str]
@@ -253,6 +254,7 @@ class Session:
                 f"no store at {self.path} (create one with: statefuse init --space NAME)",
             )
         options.setdefault("adopt_key", self.args.adopt_key)
+        options.setdefault("bounds", self.bounds())
         try:
             rep = Replica.open(self.path, create=create, wait=self.args.wait, **options)
         except StoreError as exc:
@@ -272,6 +274,22 @@ class Session:
         if options.get("readonly") and not quiet:
             self.warn_damage()
         return rep
+
+    def bounds(self) -> Bounds:
+        """`DEFAULT_BOUNDS` with what the ``--max-pending`` / ``--max-quarantine`` options
+        change."""
+        from statefuse.sync.pending import DEFAULT_BOUNDS, Bounds, BoundsConfigError
+
+        given = {
+            name: getattr(self.args, name, None)
+            for name, _ in _BOUND_OPTIONS
+            if getattr(self.args, name, None) is not None
+        }
+        try:
+            return Bounds(**{**_bounds_fields(DEFAULT_BOUNDS), **given})
+        except BoundsConfigError as exc:
+            option = dict(_BOUND_OPTIONS)[exc.field]
+            raise CliError(option, exc.rule, f"{option} is an integer >= 1") from None
 
     def warn_damage(self) -> None:
         """One ``Warning:`` line when the open store is damaged (commands that go on reading
@@ -364,13 +382,16 @@ def _report_json(report: MergeReport) -> dict[str, Any]:
 
 
 def _report_text(report: MergeReport) -> str:
-    """One line of counts, then one line per fork and per clock jump the changes revealed."""
+    """One line of counts, then one line per fork and per clock jump the changes revealed (and
+    one for what was evicted to keep the pending area and the quarantine within their bounds)."""
     text = (
         f"{report.accepted} accepted, {report.duplicate} already known, {report.pending} pending,"
         f" {report.quarantined} quarantined; {plural(report.new_ops, 'new op')}"
     )
     lines = [text, *(f.describe() for f in report.forks)]
     lines += [j.describe() for j in report.clock_jumps]
+    if report.evicted:
+        lines.append(_evicted_text(report.evicted, "here"))
     if report.registry_changed is not None:
         old, new = (fp.hex()[:16] for fp in report.registry_changed)
         lines.append(
@@ -1150,6 +1171,8 @@ def _cmd_sync(s: Session) -> int:
         )
         if outcome.peer_merge.refused_declarations:  # what we pushed that the peer does not count
             texts[url] += f"\n{_shown(url)}: {_refused_text(outcome.peer_merge)}"
+        if outcome.peer_merge.evicted:
+            texts[url] += "\n" + _evicted_text(outcome.peer_merge.evicted, "at the peer")
     peers = [results[u] for u in urls]
     for p in peers:
         if not p["ok"]:
@@ -1231,7 +1254,7 @@ def _cmd_status(s: Session) -> int:
     counts = {
         "accepted": len(rep),
         "own": own,
-        "pending": len(rep.pending()),
+        "pending": rep.pending_count(),
         "quarantined": len(rep.quarantine()),
     }
     outbox: dict[str, int] = {}
@@ -1687,6 +1710,14 @@ def _quarantine_json(r: QuarantineRecord) -> dict[str, Any]:
     }
 
 
+def _evicted_text(n: int, where: str) -> str:
+    """The one line that says evictions happened (`sync.pending`)."""
+    return (
+        f"evicted {where}: {n} (pending changes or quarantine entries past the bounds; a peer"
+        " sends an evicted change again on its next sync; statefuse verify lists the evictions)"
+    )
+
+
 def _cmd_verify(s: Session) -> int:
     from statefuse.materializer import materialize
     from statefuse.sync.change import UnverifiedChange
@@ -1775,6 +1806,36 @@ def _cmd_verify(s: Session) -> int:
             (
                 "clock jumps",
                 f"{plural(len(jumps), 'change')} by {', '.join(by)} (kept and counted)",
+            )
+        )
+    evictions = rep.store.evictions()
+    data["evicted"] = [
+        {
+            "area": t.area,
+            "author": t.author.hex() or None,
+            "changes": t.changes,
+            "bytes": t.nbytes,
+            "first_ms": t.first_ms,
+            "last_ms": t.last_ms,
+        }
+        for t in evictions
+    ]
+    if evictions:
+        by_area = {
+            area: (
+                sum(t.changes for t in evictions if t.area == area),
+                len({t.author for t in evictions if t.area == area and t.author}),
+            )
+            for area in sorted({t.area for t in evictions})
+        }
+        lines.append(
+            (
+                "evicted",
+                "; ".join(
+                    f"{area} {n}" + (f" (of {plural(k, 'author')} named)" if k else "")
+                    for area, (n, k) in by_area.items()
+                )
+                + " (to stay within the bounds: docs/operations.md#bounds-and-eviction)",
             )
         )
     verdict = (
@@ -2298,6 +2359,38 @@ def _global_options(p: argparse.ArgumentParser, *, suppress: bool) -> None:
         help="import this Python module first: it registers the custom normalizers the space's"
         " registry names (repeat; also $STATEFUSE_NORMALIZERS, comma-separated)",
     )
+    helps = {
+        "--max-pending": "most changes waiting for a predecessor (default 10000)",
+        "--max-pending-bytes": "most bytes of them (default 64 MiB)",
+        "--max-pending-per-author": "most of them by one author (default 1000)",
+        "--max-quarantine": "most quarantine entries (default 10000)",
+        "--max-quarantine-bytes": "most bytes of them (default 64 MiB)",
+    }
+    for name, option in _BOUND_OPTIONS:
+        p.add_argument(
+            option,
+            dest=name,
+            metavar="N",
+            type=int,
+            default=default(None),
+            help=helps[option] + "; past it the least likely to count is evicted",
+        )
+
+
+#: The options that change `DEFAULT_BOUNDS`: (`Bounds` field, option).
+_BOUND_OPTIONS = (
+    ("pending_changes", "--max-pending"),
+    ("pending_bytes", "--max-pending-bytes"),
+    ("pending_per_author", "--max-pending-per-author"),
+    ("quarantine_entries", "--max-quarantine"),
+    ("quarantine_bytes", "--max-quarantine-bytes"),
+)
+
+
+def _bounds_fields(bounds: Any) -> dict[str, Any]:
+    return {name: getattr(bounds, name) for name, _ in _BOUND_OPTIONS} | {
+        "overflow": bounds.overflow
+    }
 
 
 def parser() -> argparse.ArgumentParser:

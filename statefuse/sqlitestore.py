@@ -63,6 +63,8 @@ from urllib.parse import quote
 from statefuse.store import (
     SCHEMA_VERSION,
     STORE_ID_BYTES,
+    EvictionTally,
+    PendingRow,
     QuarantineRecord,
     RepairPlan,
     StoreError,
@@ -70,7 +72,9 @@ from statefuse.store import (
     StoreWarning,
     StoreWrite,
     check_author,
+    over_bounds,
     repair_plan_error,
+    tallied,
 )
 
 try:  # POSIX; elsewhere the lock degrades to SQLite's own busy handling
@@ -186,6 +190,25 @@ def _publish_marks(db: sqlite3.Connection) -> None:
     )
 
 
+def _pending_index(db: sqlite3.Connection) -> None:
+    """Schema 4 → 5: each pending change's index beside its bytes (NULL for rows parked before:
+    the replica verifies those once more and fills it in), and the tally of evictions."""
+    for column in ("author BLOB", "seq INTEGER", "prev BLOB"):
+        db.execute(f"ALTER TABLE pending ADD COLUMN {column}")
+    db.execute("CREATE INDEX pending_unindexed ON pending (change_id) WHERE author IS NULL")
+    db.execute(
+        "CREATE TABLE evictions ("
+        " area TEXT NOT NULL,"
+        " author BLOB NOT NULL,"
+        " changes INTEGER NOT NULL,"
+        " bytes INTEGER NOT NULL,"
+        " first_ms INTEGER NOT NULL,"
+        " last_ms INTEGER NOT NULL,"
+        " PRIMARY KEY (area, author)"
+        ") WITHOUT ROWID"
+    )
+
+
 #: Schema steps: ``_MIGRATIONS[v]`` turns a version-``v`` store into version ``v + 1``; the caller
 #: runs each inside a transaction and sets ``user_version`` in the same one.
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
@@ -193,6 +216,7 @@ _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _identify,
     2: _rowid_areas,
     3: _publish_marks,
+    4: _pending_index,
 }
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -783,6 +807,11 @@ def _copy_readable(old: sqlite3.Connection, new: sqlite3.Connection) -> None:
             _BLOBS,
         ),
     )
+    with contextlib.suppress(*_FAILURES):  # a tally SQLite cannot read stays in the original
+        new.executemany(
+            "INSERT OR IGNORE INTO evictions VALUES (?, ?, ?, ?, ?, ?)",
+            old.execute("SELECT area, author, changes, bytes, first_ms, last_ms FROM evictions"),
+        )
 
 
 def _keep_aside(path: Path) -> Path:
@@ -986,11 +1015,11 @@ class SQLiteStore:
         assert bound is not None
         return bound
 
-    def write(self, batch: StoreWrite) -> None:
+    def write(self, batch: StoreWrite) -> int:
         if not batch:
             self._conn()
             self._check_writable("writing")
-            return
+            return 0
         with self._transaction("writing") as db:
             if batch.accepted:
                 db.executemany(
@@ -1005,8 +1034,113 @@ class SQLiteStore:
                     " SELECT ?, ? WHERE NOT EXISTS (SELECT 1 FROM changes WHERE change_id = ?)",
                     [(c, d, c) for c, d in batch.pending],
                 )
+            # evictions first (one parked again later in the batch is in ``parked``); one
+            # parked by this same batch never had a row: it is counted all the same
+            db.executemany(
+                "DELETE FROM pending WHERE change_id = ?", [(e.change_id,) for e in batch.evicted]
+            )
+            counts = [(e.author, e.size, e.seen_ms) for e in batch.evicted]
+            if batch.parked:
+                db.executemany(
+                    "INSERT INTO pending (change_id, data, author, seq, prev)"
+                    " SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS"
+                    " (SELECT 1 FROM changes WHERE change_id = ?)"
+                    " ON CONFLICT (change_id) DO UPDATE SET"
+                    " author = excluded.author, seq = excluded.seq, prev = excluded.prev",
+                    [
+                        (r.change_id, r.data, r.author, r.seq, r.prev, r.change_id)
+                        for r in batch.parked
+                    ],
+                )
             if batch.quarantined:
                 _upsert_quarantine(db, batch.quarantined)
+            trimmed: list[tuple[bytes, int]] = []
+            if batch.quarantined and batch.quarantine_bounds != (None, None):
+                trimmed = over_bounds(
+                    db.execute("SELECT key, length(data) FROM quarantine ORDER BY rowid"),
+                    batch.quarantine_bounds,
+                )
+                db.executemany("DELETE FROM quarantine WHERE key = ?", [(k,) for k, _ in trimmed])
+            if counts:
+                _tally(db, "pending", counts)
+            if trimmed:
+                ms = max(r.last_seen_ms for r in batch.quarantined)
+                _tally(db, "quarantine", [(b"", n, ms) for _, n in trimmed])
+        return len(trimmed)
+
+    def pending_index(self) -> list[PendingRow]:
+        with self._sqlite("while reading the pending changes") as db:
+            if self._schema(db) < 5:  # read-only, not migrated: no index stored yet
+                return []
+            rows = db.execute(
+                "SELECT change_id, author, seq, prev, length(data) FROM pending"
+                " WHERE author IS NOT NULL AND seq IS NOT NULL AND prev IS NOT NULL"
+                " ORDER BY rowid"
+            ).fetchall()
+        p, what = self.path, "a pending change"
+        return [
+            PendingRow(
+                _typed(p, cid, bytes, what),
+                None,
+                _typed(p, author, bytes, what),
+                _typed(p, seq, int, what),
+                _typed(p, prev, bytes, what),
+                _typed(p, size, int, what),
+            )
+            for cid, author, seq, prev, size in rows
+        ]
+
+    def pending_unindexed(self) -> list[PendingRow]:
+        with self._sqlite("while reading the pending changes") as db:
+            if self._schema(db) < 5:  # read-only, not migrated: no index stored yet
+                rows = db.execute("SELECT change_id, data FROM pending ORDER BY change_id")
+            else:  # the partial index `pending_unindexed`: never a scan of the whole area
+                rows = db.execute(
+                    "SELECT change_id, data FROM pending INDEXED BY pending_unindexed"
+                    " WHERE author IS NULL ORDER BY change_id"
+                )
+            found = rows.fetchall()
+        p, what = self.path, "a pending change"
+        return [
+            PendingRow(_typed(p, c, bytes, what), _typed(p, d, bytes, what), size=len(d))
+            for c, d in found
+        ]
+
+    def pending_data(self, change_id: bytes) -> bytes | None:
+        with self._sqlite("while reading a pending change") as db:
+            row = db.execute(
+                "SELECT data FROM pending WHERE change_id = ?", (change_id,)
+            ).fetchone()
+        return None if row is None else _typed(self.path, row[0], bytes, "a pending change")
+
+    def _schema(self, db: sqlite3.Connection) -> int:
+        """The schema version of the file (older than `SCHEMA_VERSION` only when read-only)."""
+        return (
+            SCHEMA_VERSION
+            if not self._readonly
+            else int(db.execute("PRAGMA user_version").fetchone()[0])
+        )
+
+    def evictions(self) -> list[EvictionTally]:
+        with self._sqlite("while reading the evictions") as db:
+            if self._schema(db) < 5:
+                return []
+            rows = db.execute(
+                "SELECT area, author, changes, bytes, first_ms, last_ms FROM evictions"
+                " ORDER BY area, author"
+            ).fetchall()
+        p, what = self.path, "an eviction tally"
+        return [
+            EvictionTally(
+                _typed(p, area, str, what),
+                _typed(p, author, bytes, what),
+                _typed(p, n, int, what),
+                _typed(p, size, int, what),
+                _typed(p, first, int, what),
+                _typed(p, last, int, what),
+            )
+            for area, author, n, size, first, last in rows
+        ]
 
     @contextlib.contextmanager
     def read_transaction(self) -> Iterator[None]:
@@ -1246,6 +1380,25 @@ def _take(db: sqlite3.Connection, table: str, key: str, value: object, missing: 
         raise repair_plan_error(missing)
     db.execute(f"DELETE FROM {table} WHERE {key} = ?", (value,))
     return row[0]
+
+
+def _tally(db: sqlite3.Connection, area: str, counts: list[tuple[bytes, int, int]]) -> None:
+    """Count evictions in the tally of ``area`` (`statefuse.store.tallied`: bounded)."""
+    old = [
+        EvictionTally(area, a, n, size, first, last)
+        for a, n, size, first, last in db.execute(
+            "SELECT author, changes, bytes, first_ms, last_ms FROM evictions WHERE area = ?",
+            (area,),
+        )
+    ]
+    db.execute("DELETE FROM evictions WHERE area = ?", (area,))
+    db.executemany(
+        "INSERT INTO evictions VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (t.area, t.author, t.changes, t.nbytes, t.first_ms, t.last_ms)
+            for t in tallied(old, area, counts)
+        ],
+    )
 
 
 def _upsert_quarantine(db: sqlite3.Connection, records: tuple[QuarantineRecord, ...]) -> None:

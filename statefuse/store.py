@@ -29,7 +29,13 @@ from statefuse.registry.error import InputError
 #: Version 2 marks the file as StateFuse's (SQLite ``application_id``) and gives every store a
 #: random ``store_id``, so a key file can be bound to the one store it writes. Version 4 adds the
 #: publish marks (`Store.published`) of the transports that publish a replica's own changes.
-SCHEMA_VERSION = 4
+#: Version 5 stores each pending change's index (author, seq, prev) beside its bytes, so a replica
+#: restores its pending area without verifying it again, and tallies evictions (`Store.evictions`).
+SCHEMA_VERSION = 5
+
+#: Most authors the eviction tally names one by one per area; the rest are added up under the
+#: empty author (the totals always count every eviction).
+EVICTION_AUTHORS = 256
 
 #: Length of a new store's random ``store_id``.
 STORE_ID_BYTES = 16
@@ -91,6 +97,45 @@ class QuarantineRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingRow:
+    """A parked change as stored: its id, and the index a replica restores it by without
+    verifying it again (``author``, ``seq``, ``prev``; None for a row stored without one, e.g. by
+    an older release or a repair). Read by `Store.pending_index`, ``data`` is None for an
+    indexed row (its bytes stay in the store: `Store.pending_data`) and ``size`` is their length."""
+
+    change_id: bytes
+    data: bytes | None = field(default=None, repr=False)
+    author: bytes | None = None
+    seq: int | None = None
+    prev: bytes | None = None
+    size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EvictedRow:
+    """A pending change evicted to keep the pending area within its bounds: its row goes, and
+    the author's tally counts it."""
+
+    change_id: bytes
+    author: bytes
+    size: int
+    seen_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionTally:
+    """How much one area evicted of one author (the empty author: entries not attributed to one,
+    quarantine entries and authors past `EVICTION_AUTHORS`), and when."""
+
+    area: str
+    author: bytes
+    changes: int
+    nbytes: int
+    first_ms: int
+    last_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class StoreWrite:
     """Everything one received or written batch changes, stored in one transaction.
 
@@ -101,9 +146,19 @@ class StoreWrite:
     accepted: tuple[tuple[bytes, bytes], ...] = ()
     pending: tuple[tuple[bytes, bytes], ...] = ()
     quarantined: tuple[QuarantineRecord, ...] = ()
+    #: Changes to park with their index (`PendingRow` with ``data``); a row already parked gets
+    #: the index it lacked.
+    parked: tuple[PendingRow, ...] = ()
+    #: Pending changes evicted: removed and tallied (`Store.evictions`).
+    evicted: tuple[EvictedRow, ...] = ()
+    #: (most entries, most bytes) the quarantine keeps after this write (None: no bound): the
+    #: oldest rows past them are evicted and tallied.
+    quarantine_bounds: tuple[int | None, int | None] = (None, None)
 
     def __bool__(self) -> bool:
-        return bool(self.accepted or self.pending or self.quarantined)
+        return bool(
+            self.accepted or self.pending or self.quarantined or self.parked or self.evicted
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +204,9 @@ class Store(Protocol):
         which ends ``creator_unknown``); returns the info. The replica decides who; the store
         only keeps it durably."""
 
-    def write(self, batch: StoreWrite) -> None:
-        """Apply ``batch`` atomically and durably."""
+    def write(self, batch: StoreWrite) -> int | None:
+        """Apply ``batch`` atomically and durably; returns how many quarantine rows its
+        ``quarantine_bounds`` evicted."""
 
     def read_transaction(self) -> contextlib.AbstractContextManager[None]:
         """A consistent view across several reads (a writer elsewhere commits meanwhile)."""
@@ -163,6 +219,18 @@ class Store(Protocol):
 
     def pending_rows(self) -> list[tuple[bytes, bytes]]:
         """``(change id, wire bytes)`` of parked changes, sorted by change id."""
+
+    def pending_index(self) -> list[PendingRow]:
+        """The parked changes stored with an index, by it (no bytes), oldest first."""
+
+    def pending_unindexed(self) -> list[PendingRow]:
+        """The parked changes stored without an index, with their bytes, by change id."""
+
+    def pending_data(self, change_id: bytes) -> bytes | None:
+        """The bytes of one parked change (None: not parked)."""
+
+    def evictions(self) -> list[EvictionTally]:
+        """What the bounds evicted, per area and author, sorted."""
 
     def quarantine(self) -> list[QuarantineRecord]:
         """Every refused copy, sorted by first sight then key."""
@@ -210,6 +278,62 @@ def merge_quarantine(old: QuarantineRecord | None, new: QuarantineRecord) -> Qua
     )
 
 
+def tallied(
+    tallies: Iterable[EvictionTally], area: str, counts: Iterable[tuple[bytes, int, int]]
+) -> list[EvictionTally]:
+    """``area``'s tallies after counting ``(author, size, seen_ms)`` evictions: one row per
+    author, at most `EVICTION_AUTHORS` of them; the ones evicted from longest ago are added up
+    under the empty author, so the totals always count everything."""
+    rows = {t.author: t for t in tallies if t.area == area}
+    for author, size, ms in counts:
+        old = rows.get(author)
+        rows[author] = (
+            EvictionTally(area, author, 1, size, ms, ms)
+            if old is None
+            else replace(
+                old,
+                changes=old.changes + 1,
+                nbytes=old.nbytes + size,
+                first_ms=min(old.first_ms, ms),
+                last_ms=max(old.last_ms, ms),
+            )
+        )
+    named = sorted((t for t in rows.values() if t.author), key=lambda t: (t.last_ms, t.author))
+    extra = named[: max(0, len(named) - EVICTION_AUTHORS)]
+    if extra:
+        rest = rows.get(b"") or EvictionTally(area, b"", 0, 0, extra[0].first_ms, 0)
+        for t in extra:
+            del rows[t.author]
+            rest = replace(
+                rest,
+                changes=rest.changes + t.changes,
+                nbytes=rest.nbytes + t.nbytes,
+                first_ms=min(rest.first_ms, t.first_ms),
+                last_ms=max(rest.last_ms, t.last_ms),
+            )
+        rows[b""] = rest
+    return [rows[a] for a in sorted(rows)]
+
+
+def over_bounds(
+    sizes: Iterable[tuple[bytes, int]], bounds: tuple[int | None, int | None]
+) -> list[tuple[bytes, int]]:
+    """The oldest of ``sizes`` (``(key, size)``, oldest first) to evict so that at most
+    ``bounds`` = (entries, bytes) are left."""
+    most, most_bytes = bounds
+    rows = list(sizes)
+    total = sum(n for _, n in rows)
+    out = []
+    left = len(rows)
+    for key, n in rows:
+        if (most is None or left <= most) and (most_bytes is None or total <= most_bytes):
+            break
+        out.append((key, n))
+        left -= 1
+        total -= n
+    return out
+
+
 def check_author(author: object) -> bytes:
     """``author`` as handed to `Store.bind`, checked up front (raises StoreError ``author``)."""
     if not isinstance(author, bytes) or not author:
@@ -228,7 +352,9 @@ class MemoryStore:
     __slots__ = (
         "_accepted",
         "_closed",
+        "_evictions",
         "_ids",
+        "_index",
         "_info",
         "_next_pos",
         "_pending",
@@ -246,7 +372,10 @@ class MemoryStore:
         self._next_pos = 1
         self._ids: set[bytes] = set()
         self._pending: dict[bytes, bytes] = {}
+        #: change id -> the pending row's index (rows parked without one have none).
+        self._index: dict[bytes, PendingRow] = {}
         self._quarantine: dict[bytes, QuarantineRecord] = {}
+        self._evictions: list[EvictionTally] = []
         self._snapshot: tuple[int, bytes] | None = None
         self._published: dict[str, set[bytes]] = {}
         self._closed = False
@@ -285,17 +414,41 @@ class MemoryStore:
         self._info = replace(self._info, creator=creator, creator_unknown=False)
         return self._info
 
-    def write(self, batch: StoreWrite) -> None:
+    def write(self, batch: StoreWrite) -> int:
         self._open()
         for cid, data in batch.accepted:
             self._pending.pop(cid, None)
+            self._index.pop(cid, None)
             if cid not in self._ids:
                 self._append(cid, data)
         for cid, data in batch.pending:
             if cid not in self._ids:
                 self._pending.setdefault(cid, data)
+        for e in batch.evicted:  # one parked by this same batch had no row: counted all the same
+            self._pending.pop(e.change_id, None)
+            self._index.pop(e.change_id, None)
+        counts = [(e.author, e.size, e.seen_ms) for e in batch.evicted]
+        for row in batch.parked:
+            if row.change_id not in self._ids and row.data is not None:
+                self._pending.setdefault(row.change_id, row.data)
+                self._index[row.change_id] = replace(row, data=None)
         for rec in batch.quarantined:
             self._quarantine[rec.key] = merge_quarantine(self._quarantine.get(rec.key), rec)
+        trimmed = over_bounds(
+            ((k, len(r.data)) for k, r in self._quarantine.items()), batch.quarantine_bounds
+        )
+        ms = max((r.last_seen_ms for r in batch.quarantined), default=0)
+        if trimmed:
+            for key, _ in trimmed:
+                del self._quarantine[key]
+        if counts or trimmed:
+            others = [t for t in self._evictions if t.area not in ("pending", "quarantine")]
+            self._evictions = (
+                others
+                + tallied(self._evictions, "pending", counts)
+                + tallied(self._evictions, "quarantine", [(b"", n, ms) for _, n in trimmed])
+            )
+        return len(trimmed)
 
     def _append(self, cid: bytes, data: bytes) -> None:
         pos = self._next_pos
@@ -322,6 +475,30 @@ class MemoryStore:
     def pending_rows(self) -> list[tuple[bytes, bytes]]:
         self._open()
         return [(c, self._pending[c]) for c in sorted(self._pending)]
+
+    def pending_index(self) -> list[PendingRow]:
+        self._open()
+        return [
+            replace(self._index[cid], size=len(data))
+            for cid, data in self._pending.items()
+            if cid in self._index
+        ]
+
+    def pending_unindexed(self) -> list[PendingRow]:
+        self._open()
+        return [
+            PendingRow(cid, self._pending[cid], size=len(self._pending[cid]))
+            for cid in sorted(self._pending)
+            if cid not in self._index
+        ]
+
+    def pending_data(self, change_id: bytes) -> bytes | None:
+        self._open()
+        return self._pending.get(change_id)
+
+    def evictions(self) -> list[EvictionTally]:
+        self._open()
+        return sorted(self._evictions, key=lambda t: (t.area, t.author))
 
     def quarantine(self) -> list[QuarantineRecord]:
         self._open()
@@ -390,6 +567,7 @@ class MemoryStore:
         self._positions = list(accepted)  # insertion order is position order
         self._ids = {cid for cid, _ in accepted.values()}
         self._pending = pending
+        self._index = {c: row for c, row in self._index.items() if c in pending}
         self._quarantine = quarantine
         self._snapshot = None
 

@@ -29,10 +29,6 @@ from statefuse.sync.change import (
     sign_change,
 )
 from statefuse.sync.changelog import (
-    Area,
-    AreaFullError,
-    Bounds,
-    BoundsConfigError,
     ChangeLog,
     Equivocation,
     Fork,
@@ -50,6 +46,16 @@ from statefuse.sync.key import (
     SigningKey,
     SigningKeyError,
     verify_signature,
+)
+from statefuse.sync.pending import (
+    DEFAULT_BOUNDS,
+    Area,
+    AreaFullError,
+    Bounds,
+    BoundsConfigError,
+    Eviction,
+    Overflow,
+    Standing,
 )
 from statefuse.sync.quarantine import Quarantine, QuarantineEntry
 from statefuse.sync.reconcile import (
@@ -83,6 +89,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHANGE_FORMAT_VERSION",
+    "DEFAULT_BOUNDS",
     "LAMPORT_JUMP",
     "MAX_AUTHOR_NAME_CHARS",
     "MAX_CHANGE_BYTES",
@@ -103,12 +110,14 @@ __all__ = [
     "ChangeLog",
     "ClockJump",
     "Equivocation",
+    "Eviction",
     "FollowError",
     "FollowStatus",
     "Follower",
     "Fork",
     "Ignored",
     "KeyFileError",
+    "Overflow",
     "PeerStatus",
     "PublicKey",
     "PublicKeyError",
@@ -126,6 +135,7 @@ __all__ = [
     "SignatureError",
     "SigningKey",
     "SigningKeyError",
+    "Standing",
     "Status",
     "SyncError",
     "SyncReport",

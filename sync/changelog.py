@@ -19,11 +19,13 @@ Receiving is atomic per call when wrapped in `ChangeLog.atomic`: everything take
 block is undone if it raises, so a caller that fails to store what it received leaves the log
 exactly as it was.
 
-The pending area and the quarantine hold what peers send, so they can be bounded (`Bounds`). A
-change that would take either past its bound is refused with `AreaFullError` and the log is left
-as it was: nothing is dropped in silence, the caller still has the bytes and decides (retry once
-the area drains, or stop listening to that peer). Verdicts stay a function of the bytes: a bound
-only ever refuses to take something in.
+The pending area and the quarantine hold what peers send, so they can be bounded (`Bounds`). With
+``overflow=Overflow.REFUSE`` (the default of `Bounds`) a change that would take either past its
+bound is refused with `AreaFullError` and the log is left as it was: the caller still has the
+bytes and decides. With ``overflow=Overflow.EVICT`` (what a replica uses, `DEFAULT_BOUNDS`) the
+area makes room: what counts least goes first (`sync.pending`), and every eviction is counted
+(`Receipt.evicted`, `take_evicted`). Verdicts on accepted changes stay a function of the bytes: a
+bound only ever keeps something out of the pending area or the quarantine.
 """
 
 from __future__ import annotations
@@ -37,12 +39,24 @@ from enum import Enum
 from statefuse.materializer import materialize
 from statefuse.opset import OpSet
 from statefuse.registry import DEFAULT_REGISTRY, Registry
-from statefuse.registry.error import InputError, StateFuseError
+from statefuse.registry.error import InputError
 from statefuse.state import State
 from statefuse.sync.author import author_names, names_among
 from statefuse.sync.change import ChangeInputError, UnverifiedChange, VerifiedChange
 from statefuse.sync.clock import ClockJump, clock_jumps
 from statefuse.sync.declaration import SPACE_OP_TYPES, RegistryDeclared
+from statefuse.sync.pending import (
+    UNBOUNDED,
+    Area,
+    AreaFullError,
+    Bounds,
+    BoundsConfigError,
+    Eviction,
+    Overflow,
+    Parked,
+    PendingArea,
+    Standing,
+)
 from statefuse.sync.quarantine import Quarantine, QuarantineEntry
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustState, trust_state
 from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change, verify_changes
@@ -50,57 +64,6 @@ from statefuse.sync.verify import QuarantineReason, VerificationError, verify_ch
 
 class TrustConfigError(InputError, ValueError):
     """A change log configured against the trust rules (e.g. closed mode without a root)."""
-
-
-class BoundsConfigError(InputError, ValueError):
-    """A bound that is not a positive int (or None for no bound)."""
-
-
-class Area(Enum):
-    """The parts of a change log that hold what is not (yet) accepted."""
-
-    PENDING = "pending"
-    QUARANTINE = "quarantine"
-
-
-class AreaFullError(StateFuseError):
-    """Taking in a change would pass a bound of its area; the log did not change.
-
-    ``area`` is the Area, ``bound`` the name of the `Bounds` field that would be passed and
-    ``limit`` its value."""
-
-    def __init__(self, area: Area, bound: str, limit: int) -> None:
-        self.area = area
-        self.bound = bound
-        self.limit = limit
-        super().__init__(f"the {area.value} area is full ({bound} = {limit})")
-
-    def __reduce__(self) -> tuple[type[AreaFullError], tuple[Area, str, int]]:
-        return (type(self), (self.area, self.bound, self.limit))
-
-
-@dataclass(frozen=True, slots=True)
-class Bounds:
-    """Most a change log keeps in its pending area and quarantine (None: no bound).
-
-    Sizes are those of the changes' bytes. A change leaving the pending area for quarantine
-    (its predecessor arrived, and the link is broken) is always kept: it was already counted
-    against the pending bounds, so the quarantine can pass its own by at most that much.
-    Raises BoundsConfigError (naming the field) for a bound that is not a positive int.
-    """
-
-    pending_changes: int | None = None
-    pending_bytes: int | None = None
-    quarantine_entries: int | None = None
-    quarantine_bytes: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("pending_changes", "pending_bytes", "quarantine_entries", "quarantine_bytes"):
-            v = getattr(self, name)
-            if v is not None and (type(v) is not int or v < 1):
-                raise BoundsConfigError(
-                    name, "positive-int", f"must be an int >= 1 or None, got {v!r}"
-                )
 
 
 class Ignored(Enum):
@@ -118,6 +81,9 @@ class Status(Enum):
     DUPLICATE = "duplicate"
     PENDING = "pending"
     QUARANTINED = "quarantined"
+    #: It would have waited in the pending area, but that area is full of changes more likely to
+    #: count (`sync.pending`): it was evicted on arrival, and counted.
+    EVICTED = "evicted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +96,8 @@ class Receipt:
     admitted: tuple[VerifiedChange, ...] = ()
     reason: QuarantineReason | None = None
     message: str = ""
+    #: Ids of the pending changes evicted to make room for this one (itself when EVICTED).
+    evicted: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,13 +126,15 @@ class ChangeLog:
 
     __slots__ = (
         "_accepted",
+        "_area",
         "_by_seq",
+        "_evictions",
         "_journal",
-        "_pending",
-        "_pending_bytes",
-        "_pending_ids",
+        "_loader",
+        "_root_count",
         "_top",
         "_touched",
+        "_trust_cache",
         "bounds",
         "mode",
         "quarantine",
@@ -178,7 +148,7 @@ class ChangeLog:
         *,
         root: bytes | None = None,
         mode: TrustMode = TrustMode.OPEN,
-        bounds: Bounds = Bounds(),
+        bounds: Bounds = UNBOUNDED,
     ) -> None:
         if mode is TrustMode.CLOSED and root is None:
             raise TrustConfigError("root", "closed-needs-root", "closed mode needs a root key")
@@ -190,10 +160,15 @@ class ChangeLog:
         self.bounds = bounds
         self._accepted: dict[bytes, VerifiedChange] = {}
         self._by_seq: dict[tuple[bytes, int], list[bytes]] = {}
-        # prev -> {change id -> change}: what each missing predecessor will let in.
-        self._pending: dict[bytes, dict[bytes, VerifiedChange]] = {}
-        self._pending_ids: set[bytes] = set()
-        self._pending_bytes = 0
+        #: What waits for a predecessor, indexed by prev, standing and author (`sync.pending`).
+        self._area = PendingArea(self._standing)
+        #: change id -> stored bytes of a pending change restored by index only (None: none).
+        self._loader: Callable[[bytes], bytes | None] | None = None
+        #: Pending changes and quarantine entries evicted since `take_evicted` last ran.
+        self._evictions: list[Eviction] = []
+        #: (root changes accepted, the trust they decide): `trust` cached for `_standing`.
+        self._root_count = 0
+        self._trust_cache: tuple[int, TrustState] | None = None
         self.quarantine = Quarantine()
         #: author -> highest seq ever parked or accepted (see `highest_seq`).
         self._top: dict[bytes, int] = {}
@@ -212,7 +187,7 @@ class ChangeLog:
             yield self
             return
         journal: list[Callable[[], None]] = []
-        touched = len(self._touched)
+        touched, evicted = len(self._touched), len(self._evictions)
         self._journal = journal
         try:
             yield self
@@ -220,6 +195,9 @@ class ChangeLog:
             for undo in reversed(journal):
                 undo()
             del self._touched[touched:]
+            del self._evictions[evicted:]
+            if journal:
+                self._area.restand()  # standings may have moved back with what was undone
             raise
         finally:
             self._journal = None
@@ -242,7 +220,29 @@ class ChangeLog:
         entry = q.add(data, reason, message, seen_ms=seen_ms)
         self._touched.append(entry)
         self._undo(lambda: q.put_back(entry.key, before))
+        if self.bounds.overflow is Overflow.EVICT:
+            self._trim_quarantine(entry.key, seen_ms)
         return entry
+
+    def _trim_quarantine(self, keep: bytes, seen_ms: int) -> None:
+        """Evict the oldest quarantine entries (never ``keep``, the one just added) until the
+        quarantine is within its bounds again; each is counted (`take_evicted`)."""
+        q, b = self.quarantine, self.bounds
+        while (b.quarantine_entries is not None and len(q) > b.quarantine_entries) or (
+            b.quarantine_bytes is not None and q.nbytes > b.quarantine_bytes
+        ):
+            old = q.oldest(besides=keep)
+            if old is None:
+                return
+            q.put_back(old.key, None)
+            self._undo(lambda old=old: q.put_back(old.key, old))  # type: ignore[misc]
+            self._evictions.append(Eviction(Area.QUARANTINE, old.key, None, len(old.data), seen_ms))
+
+    def take_evicted(self) -> list[Eviction]:
+        """The evictions (pending changes and quarantine entries) since the last call, in
+        order: what a replica must remove from its store and count."""
+        out, self._evictions = self._evictions, []
+        return out
 
     # --- receiving -------------------------------------------------------------------------------
 
@@ -268,14 +268,25 @@ class ChangeLog:
 
         Raises AreaFullError (leaving the log unchanged) as `receive` does."""
         cid = change.change_id
-        if cid in self._accepted or cid in self._pending_ids:
+        if cid in self._accepted or cid in self._area:
             return Receipt(Status.DUPLICATE, cid)
         if change.prev is not None:
             pred = self._accepted.get(change.prev)
             if pred is None:
-                self._check_room(Area.PENDING, change.data)
+                if self.bounds.overflow is Overflow.REFUSE:
+                    self._check_room(Area.PENDING, change.data, change.author)
+                    self._park(change)
+                    return Receipt(Status.PENDING, cid)
                 self._park(change)
-                return Receipt(Status.PENDING, cid)
+                evicted = self._make_room(change.author, seen_ms)
+                if cid in evicted:
+                    return Receipt(
+                        Status.EVICTED,
+                        cid,
+                        evicted=evicted,
+                        message="the pending area is full of changes more likely to count",
+                    )
+                return Receipt(Status.PENDING, cid, evicted=evicted)
             problem = _link_problem(pred, change)
             if problem:
                 self._check_room(Area.QUARANTINE, change.data)
@@ -318,36 +329,125 @@ class ChangeLog:
                 receipts.append(self.receive_verified(verified, seen_ms=seen_ms))
 
     def _park(self, change: VerifiedChange) -> None:
-        assert change.prev is not None
-        waiting = self._pending.setdefault(change.prev, {})
-        waiting[change.change_id] = change
         self._raise_top(change)
-        self._pending_ids.add(change.change_id)
-        self._pending_bytes += len(change.data)
-        self._undo(lambda: self._unpark(change))
+        self._put(Parked.of(change, self._area.next_arrival()))
 
-    def _unpark(self, change: VerifiedChange) -> None:
-        assert change.prev is not None
-        waiting = self._pending[change.prev]
-        del waiting[change.change_id]
-        if not waiting:
-            del self._pending[change.prev]
-        self._pending_ids.discard(change.change_id)
-        self._pending_bytes -= len(change.data)
+    def _put(self, p: Parked) -> None:
+        self._area.add(p)
+        self._undo(lambda: self._unput(p))
+
+    def _unput(self, p: Parked) -> None:
+        self._area.remove(p.change_id)
+
+    def _take_out(self, p: Parked) -> None:
+        self._area.remove(p.change_id)
+        self._undo(lambda: self._area.add(p))
+
+    def _make_room(self, author: bytes, seen_ms: int) -> tuple[bytes, ...]:
+        """Evict until the pending area is within its bounds: first ``author``'s own changes
+        past ``pending_per_author``, then by standing and age (`sync.pending`)."""
+        area, b = self._area, self.bounds
+        victims: list[Parked] = []
+        while b.pending_per_author is not None and area.of_author(author) > b.pending_per_author:
+            v = area.author_victim(author)
+            assert v is not None
+            victims.append(v)
+            self._evict(v, seen_ms)
+        while (b.pending_changes is not None and len(area) > b.pending_changes) or (
+            b.pending_bytes is not None and area.nbytes > b.pending_bytes
+        ):
+            v = area.victim()
+            if v is None:
+                break
+            self._evict(v, seen_ms)
+            victims.append(v)
+        return tuple(v.change_id for v in victims)
+
+    def _evict(self, p: Parked, seen_ms: int) -> None:
+        standing = self._standing(p)
+        self._take_out(p)
+        self._evictions.append(
+            Eviction(Area.PENDING, p.change_id, p.author, p.size, seen_ms, standing)
+        )
+
+    def _standing(self, p: Parked) -> Standing:
+        """How likely a pending change is ever to count (`sync.pending.Standing`)."""
+        if self.mode is TrustMode.CLOSED:
+            trust = self._trust_now()
+            cut = trust.cutoffs.get(p.author)
+            if not trust.may_write(p.author) or (cut is not None and p.seq > cut.through_seq):
+                return Standing.CANNOT_COUNT
+        if (p.author, 1) not in self._by_seq:
+            return Standing.UNCONNECTED
+        return Standing.KNOWN
+
+    def _trust_now(self) -> TrustState:
+        cached = self._trust_cache
+        if cached is None or cached[0] != self._root_count:
+            cached = self._trust_cache = (self._root_count, self.trust())
+        return cached[1]
+
+    def restore_pending(
+        self, parked: Iterable[Parked], *, loader: Callable[[bytes], bytes | None]
+    ) -> list[Parked]:
+        """Take back pending changes a store holds by index only (their bytes stay in the
+        store: they were verified when they arrived, and are loaded with ``loader`` and verified
+        again only when their predecessor arrives). Returns, without parking them, those whose
+        predecessor is accepted already: the caller receives their bytes (``loader``)."""
+        self._loader = loader
+        due: list[Parked] = []
+        for p in parked:
+            if p.change_id in self._accepted or p.change_id in self._area:
+                continue
+            self._raise_top_of(p.author, p.seq)
+            if p.prev in self._accepted:
+                due.append(p)
+            else:
+                self._area.add(p)
+        return due
+
+    def _loaded(self, p: Parked, seen_ms: int | None) -> VerifiedChange | None:
+        """The verified change of a pending entry, its bytes loaded and verified if it was
+        restored by index only; None when they are gone or fail (then quarantined, unless
+        ``seen_ms`` is None: a read)."""
+        if p.change is not None:
+            return p.change
+        data = self._loader(p.change_id) if self._loader is not None else None
+        if data is None:
+            return None
+        try:
+            change = verify_change(UnverifiedChange(data), space=self.space)
+        except VerificationError as exc:
+            if seen_ms is not None:
+                why = f"pending in the store: {exc.message}"
+                self._quarantine(data, exc.reason, why, seen_ms)
+            return None
+        if change.change_id != p.change_id:
+            if seen_ms is not None:
+                why = "pending in the store under another id"
+                self._quarantine(data, QuarantineReason.MALFORMED, why, seen_ms)
+            return None
+        p.change = change
+        return change
 
     def _refuse(self, data: bytes, exc: VerificationError, seen_ms: int) -> Receipt:
         self._check_room(Area.QUARANTINE, data)
         self._quarantine(data, exc.reason, exc.message, seen_ms)
         return Receipt(Status.QUARANTINED, None, reason=exc.reason, message=exc.message)
 
-    def _check_room(self, area: Area, data: bytes) -> None:
-        """Raise AreaFullError if keeping ``data`` in ``area`` would pass one of its bounds."""
+    def _check_room(self, area: Area, data: bytes, author: bytes = b"") -> None:
+        """Raise AreaFullError if keeping ``data`` in ``area`` would pass one of its bounds
+        (``overflow=REFUSE``; with ``EVICT`` the areas make room instead: `_make_room`,
+        `_trim_quarantine`)."""
         b = self.bounds
         if area is Area.PENDING:
-            checks = (
-                ("pending_changes", b.pending_changes, len(self._pending_ids) + 1),
-                ("pending_bytes", b.pending_bytes, self._pending_bytes + len(data)),
+            checks: tuple[tuple[str, int | None, int], ...] = (
+                ("pending_changes", b.pending_changes, len(self._area) + 1),
+                ("pending_bytes", b.pending_bytes, self._area.nbytes + len(data)),
+                ("pending_per_author", b.pending_per_author, self._area.of_author(author) + 1),
             )
+        elif b.overflow is Overflow.EVICT:
+            return  # the oldest entries make room (`_trim_quarantine`)
         else:
             if data in self.quarantine:
                 return  # seen before: only its count grows
@@ -367,13 +467,15 @@ class ChangeLog:
             self._accepted[c.change_id] = c
             self._by_seq.setdefault((c.author, c.seq), []).append(c.change_id)
             self._raise_top(c)
+            if c.author == self.root:
+                self._root_count += 1
             self._undo(lambda c=c: self._unaccept(c))  # type: ignore[misc]
             admitted.append(c)
-            waiting = dict(self._pending.get(c.change_id, {}))
-            for cid in sorted(waiting):
-                succ = waiting[cid]
-                self._unpark(succ)
-                self._undo(lambda succ=succ: self._park(succ))  # type: ignore[misc]
+            for p in self._area.waiting_on(c.change_id):
+                self._take_out(p)
+                succ = self._loaded(p, seen_ms)
+                if succ is None:
+                    continue
                 problem = _link_problem(c, succ)
                 if problem:
                     self._quarantine(succ.data, QuarantineReason.BROKEN_CHAIN, problem, seen_ms)
@@ -382,8 +484,11 @@ class ChangeLog:
         return admitted
 
     def _raise_top(self, c: VerifiedChange) -> None:
-        if c.seq > self._top.get(c.author, 0):
-            self._top[c.author] = c.seq
+        self._raise_top_of(c.author, c.seq)
+
+    def _raise_top_of(self, author: bytes, seq: int) -> None:
+        if seq > self._top.get(author, 0):
+            self._top[author] = seq
 
     def highest_seq(self, author: bytes) -> int:
         """The highest seq of ``author`` this log has held, accepted or pending (0: none). Only
@@ -394,6 +499,8 @@ class ChangeLog:
 
     def _unaccept(self, c: VerifiedChange) -> None:
         del self._accepted[c.change_id]  # the newest entry: the order of the others is kept
+        if c.author == self.root:
+            self._root_count -= 1
         ids = self._by_seq[(c.author, c.seq)]
         ids.remove(c.change_id)
         if not ids:
@@ -423,9 +530,38 @@ class ChangeLog:
         return [self._accepted[c] for c in sorted(self._accepted)]
 
     def pending(self) -> list[VerifiedChange]:
-        """Changes waiting for a predecessor, sorted by change id."""
-        waiting = [c for p in self._pending.values() for c in p.values()]
-        return sorted(waiting, key=lambda c: c.change_id)
+        """Changes waiting for a predecessor, sorted by change id (those restored by index
+        only are loaded and verified now; one that fails is left out)."""
+        waiting = [self._loaded(p, None) for p in self._area]
+        return sorted((c for c in waiting if c is not None), key=lambda c: c.change_id)
+
+    def pending_change(self, change_id: bytes) -> VerifiedChange | None:
+        """One pending change (loaded and verified if it was restored by index only)."""
+        p = self._area.get(change_id)
+        return None if p is None else self._loaded(p, None)
+
+    def unload_pending(self, ids: Iterable[bytes]) -> None:
+        """Keep only the index of these pending changes (their bytes are stored: a replica
+        calls this once they are): they are loaded and verified again when their predecessor
+        arrives, so a flood of the pending area costs memory only for its index."""
+        if self._loader is None:
+            return
+        for cid in ids:
+            p = self._area.get(cid)
+            if p is not None:
+                p.change = None
+
+    def is_pending(self, change_id: bytes) -> bool:
+        """Whether the change waits in the pending area."""
+        return change_id in self._area
+
+    def pending_count(self) -> int:
+        """How many changes wait for a predecessor (loads nothing)."""
+        return len(self._area)
+
+    def pending_ids(self) -> list[bytes]:
+        """Ids of the changes waiting for a predecessor, sorted (loads nothing)."""
+        return sorted(p.change_id for p in self._area)
 
     def forks(self) -> list[Fork]:
         """Every (author, seq) with more than one accepted change, sorted: the proof of each

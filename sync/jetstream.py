@@ -751,7 +751,7 @@ class JetStreamLink:
         fetched, merge = self._take_in(deadline)
         reconciled: tuple[SyncReport, ...] = ()
         self._peer_error = None
-        if self.peers and (self._gap is not None or self.replica.pending()):
+        if self.peers and (self._gap is not None or self.replica.pending_count()):
             reconciled = self._reconcile()
         return LinkRound(published=published, fetched=fetched, merge=merge, reconciled=reconciled)
 

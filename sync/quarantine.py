@@ -67,6 +67,13 @@ class Quarantine:
             self._entries[key] = entry
             self._nbytes += len(entry.data)
 
+    def oldest(self, *, besides: bytes = b"") -> QuarantineEntry | None:
+        """The entry added longest ago (other than ``besides``): the first a bound evicts."""
+        for key, entry in self._entries.items():
+            if key != besides:
+                return entry
+        return None
+
     @property
     def nbytes(self) -> int:
         """Total size of the kept bytes (each entry counted once, however often seen)."""

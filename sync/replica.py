@@ -77,7 +77,9 @@ from statefuse.registry.value import Value
 from statefuse.resolver import Resolver
 from statefuse.state import ConflictSet, State
 from statefuse.store import (
+    EvictedRow,
     MemoryStore,
+    PendingRow,
     QuarantineRecord,
     RepairPlan,
     Store,
@@ -119,6 +121,7 @@ from statefuse.sync.declaration import (
     declaration_in_force,
 )
 from statefuse.sync.key import KeyFileError, SigningKey
+from statefuse.sync.pending import DEFAULT_BOUNDS, Area, Bounds, BoundsConfigError, Parked
 from statefuse.sync.protocol import SyncError
 from statefuse.sync.quarantine import QuarantineEntry
 from statefuse.sync.reconcile import Reconciler
@@ -132,7 +135,7 @@ from statefuse.sync.snapshot import (
     open_snapshot,
 )
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
-from statefuse.sync.verify import QuarantineReason
+from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change
 from statefuse.view import SurfacedConflict
 from statefuse.writer import Writer
 
@@ -303,6 +306,9 @@ class MergeReport:
     clock_jumps: tuple[ClockJump, ...] = ()
     refused_declarations: tuple[RefusedDeclaration, ...] = ()
     adopted_creator: bytes | None = None
+    #: Pending changes and quarantine entries evicted to keep those areas within their bounds
+    #: (`sync.pending`; a peer sends an evicted pending change again on its next sync).
+    evicted: int = 0
 
     def __add__(self, other: MergeReport) -> MergeReport:
         forks = {(f.author, f.seq): f for f in (*self.forks, *other.forks)}
@@ -319,12 +325,14 @@ class MergeReport:
             clock_jumps=_jumps_joined(self.clock_jumps, other.clock_jumps),
             refused_declarations=tuple(refused.values()),
             adopted_creator=self.adopted_creator or other.adopted_creator,
+            evicted=self.evicted + other.evicted,
         )
 
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON document (ids in hex): what the HTTP server answers a push."""
         out: dict[str, Any] = {name: getattr(self, name) for name in _COUNTS}
         out["own_from_elsewhere"] = self.own_from_elsewhere
+        out["evicted"] = self.evicted
         out["forks"] = [
             {"author": f.author.hex(), "seq": f.seq, "change_ids": [c.hex() for c in f.change_ids]}
             for f in self.forks
@@ -349,8 +357,11 @@ class MergeReport:
                 return None
             counts[name] = c
         own = document.get("own_from_elsewhere", 0)
+        evicted = document.get("evicted", 0)  # a peer of an earlier release evicts nothing
         raw_forks = document.get("forks", [])
         if type(own) is not int or own < 0 or not isinstance(raw_forks, list):
+            return None
+        if type(evicted) is not int or evicted < 0:
             return None
         forks = []
         try:
@@ -380,6 +391,7 @@ class MergeReport:
             registry_changed=_fingerprints(document.get("registry_changed")),
             clock_jumps=jumps,
             refused_declarations=tuple(r for r in refused if r is not None),
+            evicted=evicted,
         )
 
 
@@ -478,7 +490,12 @@ class Replica:
         path: Path | None = None,
         load: Load | str = Load.SNAPSHOT,
         readonly: bool = False,
+        bounds: Bounds | None = None,
     ) -> None:
+        if bounds is not None and not isinstance(bounds, Bounds):
+            raise BoundsConfigError("bounds", "bounds-type", f"expected Bounds, got {bounds!r}")
+        #: The bounds of the pending area and the quarantine (`sync.pending`).
+        self.bounds: Bounds = DEFAULT_BOUNDS if bounds is None else bounds
         try:
             load = Load(load)
         except ValueError:
@@ -887,6 +904,7 @@ class Replica:
         load: Load | str = Load.SNAPSHOT,
         name: str | None = None,
         creator: bytes | None = None,
+        bounds: Bounds | None = None,
     ) -> Replica:
         """Open the SQLite replica at ``path`` (or, with ``create=True``, create it there).
 
@@ -909,7 +927,8 @@ class Replica:
         replica that may not write). ``creator``: the open space's creator, the one author
         whose registry declarations count (`sync.creator`): a new store is created pinned to
         it, an existing one with none pinned is pinned to it (`pin_creator`; another one
-        pinned already raises `TwoSpacesError`).
+        pinned already raises `TwoSpacesError`). ``bounds``: how much the pending area and the
+        quarantine keep (default `DEFAULT_BOUNDS`; see `sync.pending`).
         """
         from statefuse.sqlitestore import SQLiteStore
 
@@ -961,7 +980,14 @@ class Replica:
                     info = store.bind(key.author)
                     _bind_key_file(key, kpath, info, create=False)
             replica = cls(
-                store, key, registry=registry, clock=clock, path=path, load=load, readonly=readonly
+                store,
+                key,
+                registry=registry,
+                clock=clock,
+                path=path,
+                load=load,
+                readonly=readonly,
+                bounds=bounds,
             )
             if creator is not None:
                 replica.pin_creator(creator)
@@ -987,16 +1013,17 @@ class Replica:
         clock: Callable[[], int] = _wall_ms,
         name: str | None = None,
         creator: bytes | None = None,
+        bounds: Bounds | None = None,
     ) -> Replica:
         """A replica in memory: same rules and verification, nothing on disk. ``name``: the
         name its author goes by (`declare_name`); ``creator``: the open space's creator (see
-        `open`)."""
+        `open`); ``bounds`` as for `open`."""
         if name is not None:
             check_author_name("name", name)
         key = key or SigningKey.generate()
         store = MemoryStore()
         store.initialize(_new_info(space, registry, key, mode, root, creator))
-        replica = cls(store, key, registry=registry, clock=clock)
+        replica = cls(store, key, registry=registry, clock=clock, bounds=bounds)
         if name is not None:
             replica.declare_name(name)
         return replica
@@ -1052,7 +1079,9 @@ class Replica:
                 gc.enable()
 
     def _load_all(self) -> None:
-        self.log = ChangeLog(self.space, root=self.root, mode=self.mode)
+        self.log = ChangeLog(self.space, root=self.root, mode=self.mode, bounds=self.bounds)
+        self._unindexed: list[bytes] = []
+        self._pending_loaded = True  # nothing to restore until `_restore_pending` says so
         self._reconciler = None
         self.damage = None
         now = self._clock()
@@ -1070,7 +1099,7 @@ class Replica:
                         self.log.receive_verified(c, seen_ms=now)
                 for pos, data in self.store.accepted(upto):
                     scan.accepted(pos, data, self.log.receive(data, seen_ms=now))
-                for cid, data in self.store.pending_rows():
+                for cid, data in self._restore_pending():
                     scan.pending(cid, data, self.log.receive(data, seen_ms=now))
         except StoreError as exc:  # SQLite could not read part of the file
             scan.sqlite.append(exc.message)
@@ -1078,6 +1107,7 @@ class Replica:
             scan.sqlite.extend(self.store.integrity_problems(full=True))
         self.log.take_quarantined()  # damage found on load is reported as damage, not stored
         self.damage = scan.damage(self.log)
+        self._index_pending()
         if self._unused_snapshot is not None and self.damage is None:
             warnings.warn(self._unused_snapshot, stacklevel=_caller_level())
         self._scan = scan
@@ -1106,6 +1136,51 @@ class Replica:
         self._recount()  # observes the counted changes the snapshot did not cover
         self._observe_own()
         self._new_jumps.clear()
+
+    def _restore_pending(self) -> list[tuple[bytes, bytes]]:
+        """The stored pending rows to verify on open: those stored without an index (by an
+        earlier release, or a repair). The others stay out of the load path: `_pending_ready`
+        restores them by their index, without verifying them (`sync.pending`), the first time
+        the pending area is needed (a receive, `pending`), so a read-only open of a flooded
+        store costs what one of an unflooded store does."""
+        self._pending_loaded = False
+        self.log.restore_pending((), loader=self._pending_bytes)
+        check = [(r.change_id, r.data) for r in self.store.pending_unindexed() if r.data]
+        self._unindexed = [cid for cid, _ in check]
+        return check
+
+    def _pending_ready(self) -> None:
+        """Restore the indexed pending rows (once per load). One whose predecessor is accepted
+        already (a store another process wrote since this one loaded) is received again."""
+        if self._pending_loaded:
+            return
+        self._pending_loaded = True
+        parked = [
+            Parked(row.change_id, row.author, row.seq, row.prev, row.size, k + 1)
+            for k, row in enumerate(self.store.pending_index())
+            if row.author is not None and row.seq is not None and row.prev is not None
+        ]
+        due = self.log.restore_pending(parked, loader=self._pending_bytes)
+        datas = [d for d in map(self._pending_bytes, (p.change_id for p in due)) if d]
+        if datas and self._readonly is None and self.damage is None:
+            self._receive(_unverified(datas))
+
+    def _pending_bytes(self, change_id: bytes) -> bytes | None:
+        return self.store.pending_data(change_id)
+
+    def _index_pending(self) -> None:
+        """Store the index of pending rows that had none (verified on this open), so the next
+        open does not verify them again. Only a cache: a store that cannot take it is left as
+        it is (and verifies them again next time)."""
+        if not self._unindexed or self.readonly or self.damage is not None:
+            return
+        rows = []
+        for cid in self._unindexed:
+            c = self.log.pending_change(cid)
+            if c is not None and c.prev is not None:
+                rows.append(PendingRow(c.change_id, c.data, c.author, c.seq, c.prev))
+        with contextlib.suppress(StoreError):
+            self.store.write(StoreWrite(parked=tuple(rows)))
 
     def _observe(self, changes: Iterable[VerifiedChange]) -> None:
         """Advance both writers' lamport clocks past every op of ``changes`` and let the writer
@@ -1373,8 +1448,15 @@ class Replica:
         return self.store.quarantine()
 
     @_locked
+    def pending_count(self) -> int:
+        """How many changes wait for a predecessor (verifies none of them)."""
+        self._pending_ready()
+        return self.log.pending_count()
+
+    @_locked
     def pending(self) -> list[VerifiedChange]:
         """Changes parked until their predecessor arrives."""
+        self._pending_ready()
         return self.log.pending()
 
     @_locked
@@ -1423,7 +1505,7 @@ class Replica:
     def all_change_bytes(self) -> list[bytes]:
         """Every accepted and pending change, predecessors first (what a copy needs)."""
         accepted = sorted(self.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
-        return [c.data for c in accepted] + [c.data for c in self.log.pending()]
+        return [c.data for c in accepted] + [c.data for c in self.pending()]
 
     @_locked
     def __len__(self) -> int:
@@ -1905,21 +1987,23 @@ class Replica:
         *,
         source: str | None = None,
     ) -> MergeReport:
+        self._pending_ready()
         now = self._clock()
         accepted: list[VerifiedChange] = []
-        pending: list[tuple[bytes, bytes]] = []
+        pending: list[VerifiedChange] = []
         counts = {s: 0 for s in Status}
         known = self.log.highest_seq(self.author)
         with self.log.atomic():
             for start in range(0, len(items), _RECEIVE_STEP):
                 part = items[start : start + _RECEIVE_STEP]
-                for item, r in zip(part, self.log.receive_all(part, seen_ms=now), strict=True):
+                for r in self.log.receive_all(part, seen_ms=now):
                     counts[r.status] += 1
                     if r.status is Status.ACCEPTED:
                         accepted.extend(r.admitted)
                     elif r.status is Status.PENDING:
-                        assert r.change_id is not None
-                        pending.append((r.change_id, item.data))
+                        parked = self.log.pending_change(r.change_id or b"")
+                        if parked is not None:
+                            pending.append(parked)
                 if progress is not None:
                     progress(min(start + _RECEIVE_STEP, len(items)), len(items))
             quarantined = [_record(e, now) for e in self.log.take_quarantined()]
@@ -1928,13 +2012,23 @@ class Replica:
                 # a declaration naming a normalizer this process lacks: refuse the whole call
                 # (nothing stored) rather than hold memory it cannot compute
                 self._registry_of(self._in_force())
-            admitted_ids = {c.change_id for c in accepted}
+            evicted = [e for e in self.log.take_evicted() if e.area is Area.PENDING]
+            waiting = {c.change_id: c for c in pending if self.log.is_pending(c.change_id)}
+            b = self.bounds
             batch = StoreWrite(
                 accepted=tuple((c.change_id, c.data) for c in accepted),
-                pending=tuple(p for p in pending if p[0] not in admitted_ids),
+                parked=tuple(
+                    PendingRow(c.change_id, c.data, c.author, c.seq, c.prev)
+                    for c in waiting.values()
+                ),
                 quarantined=tuple(quarantined),
+                evicted=tuple(
+                    EvictedRow(e.change_id, e.author or b"", e.size, e.seen_ms) for e in evicted
+                ),
+                quarantine_bounds=(b.quarantine_entries, b.quarantine_bytes),
             )
-            self.store.write(batch)
+            trimmed = self.store.write(batch) or 0
+            self.log.unload_pending(waiting)  # stored: memory keeps their index only
         # Stored: from here on, memory follows the store (rebuilt from it if this fails).
         try:
             new_ops = self._admitted(accepted, declares=declares, names=names)
@@ -1961,7 +2055,7 @@ class Replica:
         return MergeReport(
             accepted=len(accepted),
             duplicate=counts[Status.DUPLICATE],
-            pending=len(batch.pending),
+            pending=len(batch.parked),
             quarantined=len(quarantined),
             new_ops=len(new_ops),
             forks=self._take_forks(),
@@ -1969,6 +2063,7 @@ class Replica:
             registry_changed=self._take_registry_change(),
             clock_jumps=self._take_jumps(),
             refused_declarations=refused,
+            evicted=len(evicted) + trimmed,
         )
 
     def _take_registry_change(self) -> tuple[bytes, bytes] | None:
@@ -1989,7 +2084,7 @@ class Replica:
         with other._lock:
             other._check_open()
             theirs = sorted(other.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
-            theirs += other.log.pending()
+            theirs += other.pending()
             creator = other.creator
         with self._lock:
             mine = self.log
@@ -2181,25 +2276,49 @@ class Replica:
         if self._readonly is not None:
             e = self._readonly
             raise ReadOnlyError(e.field, e.rule, e.message)
-        if self.damage is None:
+        failed = self._failed_pending()
+        if self.damage is None and not failed:
             return RepairReport()
         original: Path | None = None
         rebuild = getattr(self.store, "rebuild", None)
-        if self.damage.sqlite and rebuild is not None:
+        if self.damage is not None and self.damage.sqlite and rebuild is not None:
             original = rebuild()
             self._load()
+            failed = self._failed_pending()
         plan = self._scan.plan(self.log, now=self._clock())
+        plan = replace(plan, quarantine_pending=plan.quarantine_pending + tuple(failed))
         self.store.apply_repair(plan)
         self._load()
         if self.damage is not None:  # what is left SQLite reports; the rows all verify
             raise StoreDamagedError("store", "store-damaged", self.damage.describe())
-        own_waiting = sum(1 for c in self.log.pending() if c.author == self.author)
+        own_waiting = sum(1 for c in self.pending() if c.author == self.author)
         return RepairReport(
             quarantined=len(plan.quarantine_accepted) + len(plan.quarantine_pending),
             parked=len(plan.park),
             original=original,
             own_waiting=own_waiting,
         )
+
+    def _failed_pending(self) -> list[tuple[bytes, QuarantineRecord]]:
+        """The pending rows stored with an index that no longer verify (an open does not look:
+        `sync.pending`; `statefuse verify` does, and `repair` moves them to quarantine)."""
+        now = self._clock()
+        out = []
+        for row in self.store.pending_index():
+            data = self.store.pending_data(row.change_id)
+            if data is None:
+                continue
+            try:
+                c = verify_change(UnverifiedChange(data), space=self.space)
+            except VerificationError as exc:
+                out.append(
+                    (row.change_id, _seen(_damaged(data, exc.reason.value, exc.message), now))
+                )
+                continue
+            if c.change_id != row.change_id:
+                why = "stored under another id"
+                out.append((row.change_id, _seen(_damaged(data, "malformed", why), now)))
+        return out
 
     @_locked
     def snapshot(self) -> int:

@@ -60,8 +60,8 @@ from statefuse.sync.auth import (
     request_challenge,
     sign_response,
 )
-from statefuse.sync.changelog import AreaFullError
 from statefuse.sync.guard import ClientSlots, ServerLimits, refusal, refuse
+from statefuse.sync.pending import AreaFullError
 from statefuse.sync.protocol import (
     CONTENT_TYPE,
     MAX_BODY_BYTES,

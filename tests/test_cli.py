@@ -938,6 +938,7 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
         "forks": [],
         "own_from_elsewhere": 0,
         "clock_jumps": [],
+        "evicted": 0,
     }
     keys = doc("keys")
     assert set(keys) == {"authors", "mode", "root", "space", "you"}

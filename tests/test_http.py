@@ -556,6 +556,7 @@ def test_garbage_changes_get_422_and_land_in_the_quarantine_with_their_reason():
             "forks": [],
             "own_from_elsewhere": 0,
             "clock_jumps": [],
+            "evicted": 0,
         }
         reasons = {q.data: q.reason for q in replica.quarantine()}
         assert reasons == {b"not a change": "malformed", bytes(tampered): "bad-signature"}

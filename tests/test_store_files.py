@@ -196,7 +196,7 @@ def test_a_new_store_is_marked_as_statefuse_and_appears_whole(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["s.db", "s.db-shm", "s.db-wal", "s.db.lock"]
     store.close()
     assert sorted(os.listdir(tmp_path)) == ["s.db", "s.db.lock"]  # no temporary file left
-    assert _header(path) == (SCHEMA_VERSION, APPLICATION_ID) == (4, APPLICATION_ID)
+    assert _header(path) == (SCHEMA_VERSION, APPLICATION_ID) == (5, APPLICATION_ID)
     db = sqlite3.connect(path)
     (store_id,) = db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
     db.close()
@@ -301,7 +301,7 @@ def test_a_schema_1_store_opens_and_is_migrated_to_the_current_schema_with_a_sto
     assert _content(store) == V1_CONTENT
     assert store.bind(b"\x0a" * 32).author == b"\x0a" * 32
     store.close()
-    assert _header(path) == (4, APPLICATION_ID)
+    assert _header(path) == (SCHEMA_VERSION, APPLICATION_ID)
     db = sqlite3.connect(path)
     schema = dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
     db.close()
@@ -337,7 +337,7 @@ def test_a_schema_3_store_gains_the_publish_marks_and_keeps_everything_else(tmp_
     assert store.published("SF_team") == set()
     store.mark_published("SF_team", [_cid(1), _cid(2)])
     store.close()
-    assert _header(path) == (4, APPLICATION_ID)
+    assert _header(path) == (SCHEMA_VERSION, APPLICATION_ID)
     again = SQLiteStore(path)
     assert again.published("SF_team") == {_cid(1), _cid(2)}
     assert again.published("SF_other") == set()
