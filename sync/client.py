@@ -594,27 +594,31 @@ def sync_with(
             merge = MergeReport(adopted_creator=adopted)
         want, give = reconciler.fetch, reconciler.send
         total = len(want) + len(give)
-        done = 0
         space = replica.space.encode()
-        pos = fetched = 0
-        while pos < len(want):
-            page = want[pos : pos + page_size]
-            answer = conn.frames("fetch", [space, *page], max_frames=len(page))
-            if not answer:
-                raise MalformedResponseError(
-                    "response.fetch", "frame-count", f"{conn.url} answered a fetch with nothing"
-                )
-            found = [data for data in answer if data]
+        fetch = _Fetch(conn, replica, space, page_size, lock, progress, total)
+        merge = merge + fetch.pages(want)
+        fetched = fetch.fetched  # distinct changes: what is fetched again is not counted twice
+        # Pages come in change-id order, so one author's long feed parks much of itself until
+        # its predecessors arrive, and the pending bounds may evict some of it (`sync.pending`).
+        # What was evicted is fetched again while that admits more: a sync ends complete.
+        for _ in range(_REFETCH_ROUNDS):
+            if not merge.evicted:
+                break
             with _holding(lock):
-                merge = merge + replica.receive(found, source=conn.url)
-            fetched += len(found)
-            pos += len(answer)
-            done += len(answer)
-            if progress is not None:
-                progress(done, total)
+                lost = _lacking(replica, want)
+            if not lost:
+                break
+            again = fetch.pages(lost)
+            with _holding(lock):
+                healed = len(lost) - len(_lacking(replica, lost))
+            merge = merge + again
+            merge = replace(merge, evicted=max(0, merge.evicted - healed))
+            if not again.accepted:
+                break
+        done = fetch.done
         if merge.pending:  # pages come in change-id order: a later page admits what one parked
             with _holding(lock):
-                merge = replace(merge, pending=_still_pending(replica, want[:pos]))
+                merge = replace(merge, pending=_still_pending(replica, want))
         with _holding(lock):
             outgoing = _predecessors_first(replica, give)
         for page_changes in _pages(outgoing, page_size):
@@ -639,6 +643,60 @@ def sync_with(
         seconds=time.perf_counter() - start,
         server_author=conn.server_author,
     )
+
+
+#: How often a sync fetches again what the pending bounds evicted during its own fetch (each
+#: round admits at least one change, or the sync stops: the evictions are then reported).
+_REFETCH_ROUNDS = 8
+
+
+class _Fetch:
+    """A sync's fetching: pages of wanted change ids, each answer received by the replica,
+    counting what came and reporting progress."""
+
+    def __init__(
+        self,
+        conn: _Connection,
+        replica: Replica,
+        space: bytes,
+        page_size: int,
+        lock: Lock | None,
+        progress: Progress | None,
+        total: int,
+    ) -> None:
+        self.conn, self.replica, self.space = conn, replica, space
+        self.page_size, self.lock, self.progress, self.total = page_size, lock, progress, total
+        self.fetched = self.done = 0
+
+    def pages(self, ids: Sequence[bytes]) -> MergeReport:
+        """Fetch ``ids`` page by page; what the replica made of them."""
+        merge = MergeReport()
+        pos = 0
+        while pos < len(ids):
+            page = ids[pos : pos + self.page_size]
+            answer = self.conn.frames("fetch", [self.space, *page], max_frames=len(page))
+            if not answer:
+                raise MalformedResponseError(
+                    "response.fetch",
+                    "frame-count",
+                    f"{self.conn.url} answered a fetch with nothing",
+                )
+            found = [data for data in answer if data]
+            with _holding(self.lock):
+                merge = merge + self.replica.receive(found, source=self.conn.url)
+            self.fetched += len(found)
+            pos += len(answer)
+            self.done = min(self.total, self.done + len(answer))
+            if self.progress is not None:
+                self.progress(self.done, self.total)
+        return merge
+
+
+def _lacking(replica: Replica, ids: Sequence[bytes]) -> list[bytes]:
+    """Those of ``ids`` the replica holds neither accepted nor pending (evicted)."""
+    with replica.lock:
+        log = replica.log
+        return [cid for cid in ids if cid not in log and not log.is_pending(cid)]
 
 
 def _still_pending(replica: Replica, ids: Sequence[bytes]) -> int:

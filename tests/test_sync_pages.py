@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from statefuse.sync import DEFAULT_BOUNDS
 from statefuse.sync.client import sync_with
 from statefuse.sync.replica import Replica
 
@@ -59,6 +60,12 @@ def test_a_paged_sync_reports_nothing_pending_once_every_predecessor_arrived(ser
             CHANGES,
             0,
         )
+        # one author's 1,500 changes in change-id order pass the per-author pending bound
+        # (DEFAULT_BOUNDS: 1,000): what it evicted was fetched again within the same sync
+        assert DEFAULT_BOUNDS.pending_per_author is not None
+        assert DEFAULT_BOUNDS.pending_per_author < CHANGES
+        assert report.merge.evicted == 0
+        assert len(rep.change_ids()) >= CHANGES
 
 
 def test_statefuse_sync_prints_zero_pending_after_a_complete_sync(served, tmp_path):
