@@ -62,8 +62,10 @@ Errors, all carrying ``field`` and ``rule``::
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
+import logging
 import os
 import re
 import threading
@@ -106,6 +108,7 @@ __all__ = [
     "BrokerLogin",
     "BrokerRefusedError",
     "BrokerUnavailableError",
+    "ChunkBounds",
     "FollowedBroker",
     "JetStreamError",
     "JetStreamLink",
@@ -128,8 +131,11 @@ CHUNK_HEADER = "StateFuse-Chunk"
 _HEADER_ROOM = 512
 #: Most chunks one change may claim (a change of `MAX_CHANGE_BYTES` in chunks of 1 KiB).
 _MAX_CHUNKS = MAX_CHANGE_BYTES // 1024 + 1
-#: Most changes being joined from chunks at once; past it, new chunks are refused.
-_MAX_ASSEMBLIES = 64
+#: Change ids remembered with when this link first saw a chunk of them (an assembly dropped
+#: and delivered again keeps its age, so a chunk that never completes still expires).
+_FIRST_SEEN = 4096
+#: Ids of the changes given up on, kept for the status (the most recent).
+_ABANDONED_SHOWN = 16
 #: Messages asked of the broker per fetch.
 _FETCH_BATCH = 256
 #: Publishes awaiting their PubAck at once.
@@ -154,6 +160,8 @@ _SECRET_TEXT = re.compile(r"S[A-Z][A-Z2-7]{56}|eyJ[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_
 
 #: A path given for a login file.
 StrPath: TypeAlias = "str | os.PathLike[str]"
+
+log = logging.getLogger("statefuse.sync.jetstream")
 
 
 class JetStreamError(SyncError):
@@ -217,6 +225,70 @@ class LinkStatus:
     gap: tuple[int, int] | None
     #: The last error, one line (None: none since the last successful round).
     last_error: str | None
+    #: Changes being joined from chunks now (see `ChunkBounds`).
+    assemblies: int = 0
+    #: Assemblies dropped to keep within `ChunkBounds` (per author, overall) since the link
+    #: started: their chunks were handed back to the broker, which delivers them again.
+    evicted: int = 0
+    #: Assemblies dropped because they outlived `ChunkBounds.expiry` (handed back too).
+    expired: int = 0
+    #: Changes given up on: expired with each chunk delivered `ChunkBounds.give_up_after`
+    #: times, their chunks acknowledged (never delivered to this consumer again); the hex ids
+    #: of the most recent ones in ``abandoned_ids``. Each is logged once as a warning.
+    abandoned: int = 0
+    abandoned_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkBounds:
+    """How a link holds changes that arrive in chunks (`JetStreamLink` ``chunk_bounds``).
+
+    A chunk names its change by id only; who wrote the change is known after the chunks are
+    joined and the change verified. Until then an assembly is attributed to the subject it was
+    published on (``sf.<space>.<author hex>``; a broker that lets each user publish only on its
+    own subject, see the security guide, makes that the publisher), and bounded:
+
+    - ``per_author``: assemblies held for one subject (default 8);
+    - ``total``: assemblies held in all (default 64);
+    - ``expiry``: seconds an incomplete assembly is held (default 60), counted from when this
+      link first saw a chunk of its change, and also by the broker's clock: an assembly whose
+      newest chunk was stored ``expiry`` seconds before the newest message first delivered since
+      is stale too (a catch-up through hours of stream is not measured by the follower's clock).
+
+    Past a bound the assembly touched longest ago (by stream sequence) goes first, from the
+    subject that holds most: a newcomer older than every assembly held is the one refused. A
+    dropped assembly's chunks are not terminated: they are handed back to the broker
+    (negatively acknowledged), which delivers them again ``redeliver_after`` seconds later
+    (default 1), so a change that can still complete does. An assembly that expired with every
+    chunk delivered ``give_up_after`` times (default 3) is given up: its chunks are acknowledged,
+    counted and logged (`LinkStatus.abandoned`). Memory held is at most ``total`` changes of
+    `MAX_CHANGE_BYTES`. Raises JetStreamError (field ``chunk_bounds.<name>``, rule ``range``).
+    """
+
+    expiry: float = 60.0
+    per_author: int = 8
+    total: int = 64
+    redeliver_after: float = 1.0
+    give_up_after: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("per_author", "total", "give_up_after"):
+            value = getattr(self, name)
+            if type(value) is not int or not 1 <= value <= 1_000_000:
+                raise JetStreamError(
+                    f"chunk_bounds.{name}", "range", f"expected an int in [1, 1e6], got {value!r}"
+                )
+        if self.per_author > self.total:
+            raise JetStreamError(
+                "chunk_bounds.per_author",
+                "range",
+                f"per_author ({self.per_author}) exceeds total ({self.total})",
+            )
+        for name in ("expiry", "redeliver_after"):
+            try:
+                check_seconds(f"chunk_bounds.{name}", getattr(self, name))
+            except SyncError as exc:
+                raise JetStreamError(exc.field, "range", exc.message) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,9 +308,21 @@ class LinkRound:
 class _Assembly:
     """Chunks of one change, joined once all ``count`` arrived."""
 
+    cid: bytes
+    #: The subject its chunks came on (the author it is attributed to until verified).
+    subject: str
     count: int
+    #: When this link first saw a chunk of the change (its clock).
+    born: float
     parts: dict[int, bytes] = field(default_factory=dict)
     msgs: list[Msg] = field(default_factory=list)
+    size: int = 0
+    #: The highest stream sequence of its chunks (the order in which assemblies are dropped).
+    touched: int = 0
+    #: The broker's time (epoch seconds) of its newest chunk, and whether every chunk came
+    #: on its first delivery (only then is the broker's clock a fair measure of its age).
+    stamp: float = 0.0
+    first: bool = True
 
 
 def _unsecret(text: str) -> str:
@@ -512,7 +596,9 @@ class JetStreamLink:
     never show in an error or a status. Raises JetStreamError for a replica that cannot be
     linked (rule ``replica-type``, ``readonly``) and for a login file that cannot serve
     (``one-credential``, ``path``, ``file``, ``creds-format``, ``nkey-seed``,
-    ``nkeys-missing``), before any connect.
+    ``nkeys-missing``), before any connect. ``chunk_bounds``: how changes that arrive in
+    chunks are held (`ChunkBounds`: expiry, per-author and overall bounds); ``clock``: the
+    monotonic clock their age is read on (tests give a fake one).
 
     The API is synchronous; `start` connects, `sync_once` runs one round, `stop` disconnects.
     """
@@ -529,9 +615,15 @@ class JetStreamLink:
         connect_timeout: float = 2.0,
         credentials: StrPath | None = None,
         nkey_seed: StrPath | None = None,
+        chunk_bounds: ChunkBounds | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if not isinstance(replica, Replica):
             raise JetStreamError("replica", "replica-type", f"expected a Replica, got {replica!r}")
+        if chunk_bounds is not None and not isinstance(chunk_bounds, ChunkBounds):
+            raise JetStreamError(
+                "chunk_bounds", "type", f"expected a ChunkBounds, got {chunk_bounds!r}"
+            )
         if replica.readonly:
             raise JetStreamError(
                 "replica", "readonly", "a read-only replica can neither publish nor receive"
@@ -570,6 +662,17 @@ class JetStreamLink:
         self._seen = 0
         self._marks: set[bytes] | None = None
         self._assemblies: dict[bytes, _Assembly] = {}
+        #: How assemblies are bounded, and the clock their age is read on (monotonic seconds).
+        self.chunk_bounds = chunk_bounds if chunk_bounds is not None else ChunkBounds()
+        self._clock = clock if clock is not None else time.monotonic
+        #: Change id -> when a chunk of it was first seen (the oldest dropped past _FIRST_SEEN).
+        self._first_seen: dict[bytes, float] = {}
+        #: The broker's time of the newest message first delivered (epoch seconds).
+        self._stream_now = 0.0
+        self._evicted = 0
+        self._expired = 0
+        self._abandoned = 0
+        self._abandoned_ids: collections.deque[str] = collections.deque(maxlen=_ABANDONED_SHOWN)
         self._published = 0
         self._received = MergeReport()
         self._rejected = 0
@@ -905,6 +1008,11 @@ class JetStreamLink:
                 break
         if self._suspect is not None:
             self._within(deadline, self._check_gap)
+        if self._assemblies:  # a quiet stream still ages what it holds
+            stale = _Verdicts()
+            self._expire(self._clock(), stale)
+            if stale.finished or stale.again:
+                self._within(deadline, self._answer, stale)
         self._lag = pending + sum(len(a.msgs) for a in self._assemblies.values())
         return fetched, merge
 
@@ -912,14 +1020,15 @@ class JetStreamLink:
         """Receive the changes ``msgs`` carry, then acknowledge the messages done with."""
         assert self._loop is not None
         self._note_sequences(msgs)
-        datas, finished = self._decode(msgs)
+        verdicts = self._decode(msgs)
         report = MergeReport()
+        datas = verdicts.datas
         if datas:
             with _holding(self.lock, self.replica):
                 report = self.replica.receive(datas, source=self.shown_url)
             self._received = self._received + report
-        if finished:
-            self._within(deadline, self._ack, finished)
+        if verdicts.finished or verdicts.again or verdicts.refused:
+            self._within(deadline, self._answer, verdicts)
         return len(datas), report
 
     def _note_sequences(self, msgs: list[Msg]) -> None:
@@ -1075,58 +1184,155 @@ class JetStreamLink:
         if poll is not None and not poll.done():
             poll.cancel()
 
-    async def _ack(self, msgs: list[Msg]) -> None:
+    async def _answer(self, verdicts: _Verdicts) -> None:
+        """Tell the broker what became of each message: done with (acknowledged, after what it
+        carried was received), to deliver again later (a chunk dropped from its assembly), or
+        never to deliver again (no chunk of any change)."""
         assert self._nc is not None
+        delay = self.chunk_bounds.redeliver_after
         async with _mapped("acknowledging messages"):
-            for msg in msgs:
+            for msg in verdicts.finished:
                 await msg.ack()
+            for msg in verdicts.again:
+                await msg.nak(delay=delay)
+            for msg in verdicts.refused:
+                await msg.term()
             await self._nc.flush()
 
-    def _decode(self, msgs: list[Msg]) -> tuple[list[bytes], list[Msg]]:
-        """The changes ``msgs`` carry (chunks joined when their change is complete), and the
-        messages done with (to acknowledge once the changes are received). Chunks of a change
-        still incomplete stay unacknowledged with their assembly."""
-        datas: list[bytes] = []
-        finished: list[Msg] = []
+    def _decode(self, msgs: list[Msg]) -> _Verdicts:
+        """The changes ``msgs`` carry (chunks joined when their change is complete), and what
+        to tell the broker of each message. Chunks of a change still incomplete stay
+        unacknowledged with their assembly; an assembly dropped to keep within `ChunkBounds`,
+        or stale, hands its chunks back to the broker to deliver again, so a change that can
+        still complete is never lost to one that cannot. Only a message that is no chunk of
+        any change (malformed headers, more bytes than a change may have) is terminated."""
+        out = _Verdicts()
+        now = self._clock()
         for msg in msgs:
             headers = msg.headers or {}
             if CHUNK_HEADER not in headers:
-                datas.append(msg.data)
-                finished.append(msg)
+                out.datas.append(msg.data)
+                out.finished.append(msg)
                 continue
             chunk = _chunk_of(headers)
             if chunk is None:
-                self._refuse(msg)
+                self._refuse(msg, out)
                 continue
             cid, index, count = chunk
+            seq, stamp, deliveries = _delivery_of(msg)
+            if deliveries <= 1 and stamp > self._stream_now:
+                self._stream_now = stamp
             assembly = self._assemblies.get(cid)
             if assembly is None:
-                if len(self._assemblies) >= _MAX_ASSEMBLIES:
-                    self._refuse(msg)
+                assembly = _Assembly(cid, msg.subject, count, self._born(cid, now))
+                assembly.touched, assembly.stamp = seq, stamp
+                if not self._make_room(assembly, out):
+                    out.again.append(msg)  # the newcomer is the one to wait
                     continue
-                assembly = self._assemblies[cid] = _Assembly(count)
+                self._assemblies[cid] = assembly
             if assembly.count != count:
-                self._refuse(msg)
+                # two counts for one change: one is not the author's; which, its signature
+                # tells once joined, so this one waits to be delivered again
+                self._evicted += 1
+                out.again.append(msg)
                 continue
-            assembly.parts.setdefault(index, msg.data)
+            if index not in assembly.parts:
+                assembly.parts[index] = msg.data
+                assembly.size += len(msg.data)
             assembly.msgs.append(msg)
-            size = sum(len(p) for p in assembly.parts.values())
-            if size > MAX_CHANGE_BYTES + _MAX_CHUNKS:
+            assembly.touched = max(assembly.touched, seq)
+            assembly.stamp = max(assembly.stamp, stamp)
+            assembly.first = assembly.first and deliveries <= 1
+            if assembly.size > MAX_CHANGE_BYTES + _MAX_CHUNKS:
                 del self._assemblies[cid]
                 for m in assembly.msgs:
-                    self._refuse(m)
+                    self._refuse(m, out)
                 continue
             if len(assembly.parts) == count:
                 del self._assemblies[cid]
-                datas.append(b"".join(assembly.parts[i] for i in range(count)))
-                finished.extend(assembly.msgs)
-        return datas, finished
+                self._first_seen.pop(cid, None)
+                out.datas.append(b"".join(assembly.parts[i] for i in range(count)))
+                out.finished.extend(assembly.msgs)
+        self._expire(now, out)
+        return out
 
-    def _refuse(self, msg: Msg) -> None:
-        """A message that is not part of any change: terminated (never delivered again)."""
+    def _born(self, cid: bytes, now: float) -> float:
+        """When this link first saw a chunk of ``cid`` (now, for a change not seen before)."""
+        born = self._first_seen.get(cid)
+        if born is None:
+            born = self._first_seen[cid] = now
+            while len(self._first_seen) > _FIRST_SEEN:
+                del self._first_seen[next(iter(self._first_seen))]
+        return born
+
+    def _make_room(self, newcomer: _Assembly, out: _Verdicts) -> bool:
+        """Drop assemblies until ``newcomer`` fits within the bounds (per subject, overall);
+        False when the newcomer itself is the one to drop. The assembly touched longest ago
+        (by stream sequence) goes first, from its own subject when that is full, else from
+        the subject that holds most: a flood of chunks that never complete is dropped before
+        an honest change, whose chunks follow each other closely in the stream."""
+        bounds = self.chunk_bounds
+        while True:
+            mine = [a for a in self._assemblies.values() if a.subject == newcomer.subject]
+            if len(mine) >= bounds.per_author:
+                victim = min([*mine, newcomer], key=lambda a: a.touched)
+            elif len(self._assemblies) >= bounds.total:
+                held: collections.Counter[str] = collections.Counter(
+                    a.subject for a in self._assemblies.values()
+                )
+                held[newcomer.subject] += 1
+                victim = min(
+                    [*self._assemblies.values(), newcomer],
+                    key=lambda a: (-held[a.subject], a.touched),
+                )
+            else:
+                return True
+            self._evicted += 1
+            if victim is newcomer:
+                return False
+            self._drop(victim, out, expired=False)
+
+    def _expire(self, now: float, out: _Verdicts) -> None:
+        """Drop the assemblies that outlived `ChunkBounds.expiry`, by this link's clock (since
+        it first saw their change) or by the broker's (their newest chunk against the newest
+        message first delivered)."""
+        expiry = self.chunk_bounds.expiry
+        for assembly in list(self._assemblies.values()):
+            stale = now - assembly.born > expiry or (
+                assembly.first and self._stream_now - assembly.stamp > expiry
+            )
+            if stale:
+                self._expired += 1
+                self._drop(assembly, out, expired=True)
+
+    def _drop(self, assembly: _Assembly, out: _Verdicts, *, expired: bool) -> None:
+        """Take ``assembly`` out: its chunks are delivered again, unless it expired with every
+        chunk delivered `ChunkBounds.give_up_after` times (given up: acknowledged, counted,
+        logged once)."""
+        del self._assemblies[assembly.cid]
+        tries = self.chunk_bounds.give_up_after
+        if expired and all(_delivery_of(m)[2] >= tries for m in assembly.msgs):
+            self._abandoned += 1
+            self._first_seen.pop(assembly.cid, None)
+            shown = assembly.cid.hex()
+            self._abandoned_ids.append(shown)
+            log.warning(
+                "gave up on change %s… from %s: %d of %d chunks after %d deliveries in %g s",
+                shown[:12],
+                assembly.subject,
+                len(assembly.parts),
+                assembly.count,
+                tries,
+                self.chunk_bounds.expiry,
+            )
+            out.finished.extend(assembly.msgs)
+        else:
+            out.again.extend(assembly.msgs)
+
+    def _refuse(self, msg: Msg, out: _Verdicts) -> None:
+        """A message that is no chunk of any change: terminated (never delivered again)."""
         self._rejected += 1
-        assert self._loop is not None
-        self._loop.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(msg.term()))
+        out.refused.append(msg)
 
     # --- the fallback ---------------------------------------------------------------------------
 
@@ -1163,6 +1369,11 @@ class JetStreamLink:
             rejected=self._rejected,
             gap=self._gap,
             last_error=self._last_error,
+            assemblies=len(self._assemblies),
+            evicted=self._evicted,
+            expired=self._expired,
+            abandoned=self._abandoned,
+            abandoned_ids=tuple(self._abandoned_ids),
         )
 
 
@@ -1334,7 +1545,13 @@ class FollowedBroker:
         if self._link is None:
             return Backlog()
         status = self._link.status()
-        return Backlog(outbox=status.outbox, lag=status.lag)
+        return Backlog(
+            outbox=status.outbox,
+            lag=status.lag,
+            assemblies=status.assemblies,
+            evicted=status.evicted + status.expired,
+            abandoned=status.abandoned,
+        )
 
     def close(self) -> None:
         link, self._link = self._link, None
@@ -1369,3 +1586,25 @@ def _chunk_of(headers: dict[str, str]) -> tuple[bytes, int, int] | None:
     if len(cid) != 32 or not 2 <= count <= _MAX_CHUNKS or not 0 <= index < count:
         return None
     return cid, index, count
+
+
+@dataclass(slots=True)
+class _Verdicts:
+    """What one batch of messages carried (``datas``) and what to tell the broker of each:
+    ``finished`` (acknowledge after receiving), ``again`` (deliver again later), ``refused``
+    (never deliver again)."""
+
+    datas: list[bytes] = field(default_factory=list)
+    finished: list[Msg] = field(default_factory=list)
+    again: list[Msg] = field(default_factory=list)
+    refused: list[Msg] = field(default_factory=list)
+
+
+def _delivery_of(msg: Msg) -> tuple[int, float, int]:
+    """(stream sequence, the broker's time it was stored in epoch seconds, how many times it
+    was delivered) of a JetStream message; zeros (one delivery) when its metadata is missing."""
+    try:
+        meta = msg.metadata
+        return int(meta.sequence.stream), float(meta.timestamp.timestamp()), int(meta.num_delivered)
+    except (ValueError, TypeError, AttributeError, OverflowError, nats.errors.Error):
+        return 0, 0.0, 1

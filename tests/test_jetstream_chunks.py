@@ -1,0 +1,205 @@
+"""Chunk assemblies under a flood, against a real ``nats-server -js`` with ``max_payload 4096``.
+
+Anyone allowed to publish into a space's subjects can send chunks that never complete (header
+``StateFuse-Chunk: 0/2`` with a random change id). A follower holds them as assemblies; these
+tests check that assemblies are bounded per author (publishing subject) and overall, that stale
+ones expire, that a chunk dropped to make room is delivered again rather than terminated, and
+that an honest chunked change and its successor reach a follower whatever came before them.
+
+Waits are deadlines on a condition (hang guards), never budgets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from natsserver import IN_CI, NatsServer
+
+from statefuse.sync.replica import Replica
+
+if not IN_CI:
+    pytest.importorskip("nats", reason="the JetStream transport needs nats-py (statefuse[nats])")
+
+import nats
+
+from statefuse.sync.jetstream import (
+    CHANGE_HEADER,
+    CHUNK_HEADER,
+    ChunkBounds,
+    JetStreamError,
+    JetStreamLink,
+    subject_of,
+)
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Iterator[NatsServer]:
+    server = NatsServer(tmp_path, max_payload=4096).start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def links() -> Iterator[list[JetStreamLink]]:
+    made: list[JetStreamLink] = []
+    yield made
+    for link in made:
+        link.stop()
+
+
+def _link(made: list[JetStreamLink], replica: Replica, url: str, **kw: object) -> JetStreamLink:
+    link = JetStreamLink(replica, url, connect_timeout=0.5, **kw)  # type: ignore[arg-type]
+    made.append(link)
+    return link.start()
+
+
+def eventually(check: Callable[[], object], seconds: float = 60.0) -> None:
+    """Wait for ``check()``; the deadline is a hang guard, not a budget."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        time.sleep(0.02)
+
+
+def bogus(subject: str, n: int) -> list[tuple[str, bytes, dict[str, str]]]:
+    """``n`` first halves of changes that do not exist: ``0/2`` chunks with random ids."""
+    out = []
+    for _ in range(n):
+        cid = os.urandom(32).hex()
+        headers = {"Nats-Msg-Id": f"{cid}.0", CHANGE_HEADER: cid, CHUNK_HEADER: "0/2"}
+        out.append((subject, os.urandom(200), headers))
+    return out
+
+
+def publish(url: str, messages: list[tuple[str, bytes, dict[str, str]]]) -> None:
+    """Publish straight into the stream, as anyone allowed to publish could."""
+
+    async def run() -> None:
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            for subject, data, headers in messages:
+                await js.publish(subject, data, headers=headers)
+        finally:
+            await nc.close()
+
+    asyncio.run(run())
+
+
+def stranger() -> bytes:
+    return os.urandom(32)
+
+
+def make_stream(url: str, links: list[JetStreamLink]) -> None:
+    """The space's stream, made by a link (its consumer reads nothing here)."""
+    _link(links, Replica.memory(space="team"), url).sync_once()
+
+
+def test_a_chunk_flood_before_an_honest_change_costs_a_follower_neither_it_nor_its_successor(
+    small, links
+):
+    make_stream(small.url, links)
+    flood = bogus(subject_of("team", stranger()), 64)
+    for _ in range(64):  # a stranger allowed to publish anywhere: one subject per chunk
+        flood += bogus(subject_of("team", stranger()), 1)
+    publish(small.url, flood)
+
+    a = Replica.memory(space="team")
+    la = _link(links, a, small.url)
+    big = a.add_claim("doc/spec/text", "x" * 10_000)  # three chunks under max_payload 4096
+    assert la.sync_once().published == 1
+    publish(small.url, bogus(subject_of("team", stranger()), 64))  # and more, between the two
+    after = a.add_claim("doc/spec/title", "Spec")
+    assert la.sync_once().published == 1
+
+    b = Replica.memory(space="team")
+    with b.follow(small.url, interval=0.05) as fb:
+        eventually(lambda: {big.claim_id, after.claim_id} <= set(b.state().claims))
+        assert b.change_ids() == a.change_ids() and not b.pending()
+        peer = fb.status.peer(small.url)
+        assert peer.evicted > 0  # said, never silent: assemblies were evicted to make room
+        assert peer.quarantined == 0
+
+
+def test_an_honest_chunked_change_reaches_a_follower_while_a_flood_goes_on(small, links):
+    make_stream(small.url, links)
+    a, b = Replica.memory(space="team"), Replica.memory(space="team")
+    la = _link(links, a, small.url)
+    lb = _link(links, b, small.url)
+    subjects = [subject_of("team", stranger()) for _ in range(4)]
+    for round_ in range(3):
+        publish(small.url, [m for s in subjects for m in bogus(s, 40)])
+        claim = a.add_claim(f"doc/spec/part{round_}", "y" * 10_000)
+        assert la.sync_once().published == 1
+        publish(small.url, [m for s in subjects for m in bogus(s, 40)])
+
+        def arrived(claim_id: str = claim.claim_id) -> bool:
+            lb.sync_once()
+            return claim_id in b.state().claims
+
+        eventually(arrived)
+    status = lb.status()
+    assert status.assemblies <= 4 * ChunkBounds().per_author
+    assert status.evicted > 0 and not b.pending()
+
+
+def test_assemblies_are_bounded_per_author_and_overall(small, links):
+    make_stream(small.url, links)
+    bounds = ChunkBounds(per_author=3, total=5, redeliver_after=30.0)
+    b = Replica.memory(space="team")
+    lb = _link(links, b, small.url, chunk_bounds=bounds)
+    one, two, three = (subject_of("team", stranger()) for _ in range(3))
+    publish(small.url, bogus(one, 10))
+    lb.sync_once()
+    status = lb.status()
+    assert status.assemblies == 3 and status.evicted == 7  # one author holds at most 3
+    publish(small.url, bogus(two, 2) + bogus(three, 2))
+    lb.sync_once()
+    status = lb.status()
+    assert status.assemblies == 5  # and all of them at most 5
+    assert status.rejected == 0  # nothing terminated: what was evicted is delivered again
+
+
+def test_stale_assemblies_expire_and_what_never_completes_is_given_up(small, links):
+    make_stream(small.url, links)
+    now = [1000.0]
+    bounds = ChunkBounds(expiry=30.0, redeliver_after=0.2, give_up_after=2)
+    b = Replica.memory(space="team")
+    lb = _link(links, b, small.url, chunk_bounds=bounds, clock=lambda: now[0])
+    publish(small.url, bogus(subject_of("team", stranger()), 4))
+    lb.sync_once()
+    assert lb.status().assemblies == 4 and lb.status().expired == 0
+    now[0] += 29.0
+    lb.sync_once()
+    assert lb.status().assemblies == 4 and lb.status().expired == 0
+    now[0] += 2.0  # past the expiry: dropped and delivered again (maybe their halves come)
+
+    def given_up() -> bool:
+        lb.sync_once()
+        return lb.status().abandoned == 4
+
+    eventually(given_up)
+    status = lb.status()
+    assert status.assemblies == 0 and status.expired >= 4 and status.lag == 0
+    assert len(status.abandoned_ids) == 4
+
+
+def test_chunk_bounds_are_checked(small):
+    for bad in (
+        {"expiry": 0},
+        {"per_author": 0},
+        {"total": 0},
+        {"per_author": 9, "total": 8},
+        {"give_up_after": 0},
+        {"redeliver_after": -1},
+    ):
+        with pytest.raises(JetStreamError) as err:
+            ChunkBounds(**bad)  # type: ignore[arg-type]
+        assert err.value.field.startswith("chunk_bounds")
