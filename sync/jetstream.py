@@ -136,6 +136,13 @@ _MAX_CHUNKS = MAX_CHANGE_BYTES // 1024 + 1
 _FIRST_SEEN = 4096
 #: Ids of the changes given up on, kept for the status (the most recent).
 _ABANDONED_SHOWN = 16
+#: Changes given up on, remembered (subject, where their chunks lay) to read them again from
+#: the stream when a pending change turns out to follow one (the oldest forgotten past it).
+_LOST_KEPT = 256
+#: Reading a lost change again: start this many stream sequences before the lowest chunk
+#: seen, stop this many after the highest, and read at most this many messages of its subject.
+_REREAD_AROUND = 4096
+_REREAD_READS = 1024
 #: Messages asked of the broker per fetch.
 _FETCH_BATCH = 256
 #: Publishes awaiting their PubAck at once.
@@ -237,6 +244,10 @@ class LinkStatus:
     #: of the most recent ones in ``abandoned_ids``. Each is logged once as a warning.
     abandoned: int = 0
     abandoned_ids: tuple[str, ...] = ()
+    #: Changes given up on that were read again from the stream (by sequence) because a
+    #: pending change follows them, and those that could not be (each logged as a warning).
+    reread: int = 0
+    unreadable: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +334,20 @@ class _Assembly:
     #: on its first delivery (only then is the broker's clock a fair measure of its age).
     stamp: float = 0.0
     first: bool = True
+
+
+@dataclass(slots=True)
+class _Lost:
+    """A change given up on: the subject its chunks came on, their count and the stream
+    sequences they lay between; when it was last looked for (the link's clock), and whether
+    failing to find it was logged."""
+
+    subject: str
+    count: int
+    low: int
+    high: int
+    tried: float | None = None
+    told: bool = False
 
 
 def _unsecret(text: str) -> str:
@@ -673,6 +698,9 @@ class JetStreamLink:
         self._expired = 0
         self._abandoned = 0
         self._abandoned_ids: collections.deque[str] = collections.deque(maxlen=_ABANDONED_SHOWN)
+        self._lost: dict[bytes, _Lost] = {}
+        self._reread = 0
+        self._unreadable = 0
         self._published = 0
         self._received = MergeReport()
         self._rejected = 0
@@ -852,6 +880,10 @@ class JetStreamLink:
         self._within(deadline, self._connect)
         published = self._publish(deadline, progress)
         fetched, merge = self._take_in(deadline)
+        if self._lost:
+            more, report = self._read_lost(deadline)
+            fetched += more
+            merge = merge + report
         reconciled: tuple[SyncReport, ...] = ()
         self._peer_error = None
         if self.peers and (self._gap is not None or self.replica.pending()):
@@ -1326,8 +1358,92 @@ class JetStreamLink:
                 self.chunk_bounds.expiry,
             )
             out.finished.extend(assembly.msgs)
+            seqs = [q for q in (_delivery_of(m)[0] for m in assembly.msgs) if q > 0]
+            if seqs:
+                self._lost.pop(assembly.cid, None)
+                self._lost[assembly.cid] = _Lost(
+                    assembly.subject, assembly.count, min(seqs), max(seqs)
+                )
+                while len(self._lost) > _LOST_KEPT:
+                    del self._lost[next(iter(self._lost))]
         else:
             out.again.extend(assembly.msgs)
+
+    # --- reading a lost change again ---------------------------------------------------------
+
+    def _read_lost(self, deadline: float) -> tuple[int, MergeReport]:
+        """Read again, by stream sequence, the changes given up on that a pending change
+        follows (its predecessor): an author's later changes never wait for good on chunks
+        dropped here. Each is looked for at most once per `ChunkBounds.expiry`; one that
+        cannot be found is logged once as a warning and counted (`LinkStatus.unreadable`)."""
+        with _holding(self.lock, self.replica):
+            wanted = [c.prev for c in self.replica.pending() if c.prev in self._lost]
+        now = self._clock()
+        datas: list[bytes] = []
+        found: list[bytes] = []
+        for cid in dict.fromkeys(wanted):
+            assert cid is not None
+            lost = self._lost[cid]
+            if lost.tried is not None and now - lost.tried < self.chunk_bounds.expiry:
+                continue
+            lost.tried = now
+            data = self._within(deadline, self._reread_one, cid, lost)
+            if data is None:
+                if not lost.told:
+                    lost.told = True
+                    self._unreadable += 1
+                    log.warning(
+                        "change %s… from %s, which a pending change follows, is not in stream"
+                        " %s around sequences %d..%d any more",
+                        cid.hex()[:12],
+                        lost.subject,
+                        self.stream,
+                        lost.low,
+                        lost.high,
+                    )
+                continue
+            del self._lost[cid]
+            self._reread += 1
+            datas.append(data)
+            found.append(cid)
+        if not datas:
+            return 0, MergeReport()
+        with _holding(self.lock, self.replica):
+            report = self.replica.receive(datas, source=self.shown_url)
+        self._received = self._received + report
+        done = _Verdicts()  # chunks of these changes still held are done with too
+        for cid in found:
+            assembly = self._assemblies.pop(cid, None)
+            if assembly is not None:
+                done.finished.extend(assembly.msgs)
+        if done.finished:
+            self._within(deadline, self._answer, done)
+        return len(datas), report
+
+    async def _reread_one(self, cid: bytes, lost: _Lost) -> bytes | None:
+        """The change ``cid`` joined from its chunks read from the stream by sequence (the
+        next message of its subject, from a little before where its chunks were seen); None
+        when they are not all there."""
+        assert self._js is not None
+        parts: dict[int, bytes] = {}
+        seq = max(1, lost.low - _REREAD_AROUND)
+        async with _mapped(f"reading stream {self.stream} by sequence"):
+            for _ in range(_REREAD_READS):
+                try:
+                    raw = await self._js.get_msg(
+                        self.stream, seq=seq, subject=lost.subject, next=True
+                    )
+                except nats.js.errors.NotFoundError:
+                    return None
+                if raw.seq is None or raw.seq > lost.high + _REREAD_AROUND:
+                    return None
+                chunk = _chunk_of(raw.headers or {})
+                if chunk is not None and chunk[0] == cid and chunk[2] == lost.count:
+                    parts.setdefault(chunk[1], raw.data or b"")
+                    if len(parts) == lost.count:
+                        return b"".join(parts[i] for i in range(lost.count))
+                seq = raw.seq + 1
+        return None
 
     def _refuse(self, msg: Msg, out: _Verdicts) -> None:
         """A message that is no chunk of any change: terminated (never delivered again)."""
@@ -1374,6 +1490,8 @@ class JetStreamLink:
             expired=self._expired,
             abandoned=self._abandoned,
             abandoned_ids=tuple(self._abandoned_ids),
+            reread=self._reread,
+            unreadable=self._unreadable,
         )
 
 

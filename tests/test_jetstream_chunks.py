@@ -34,6 +34,7 @@ from statefuse.sync.jetstream import (
     JetStreamError,
     JetStreamLink,
     subject_of,
+    unpublished,
 )
 
 
@@ -203,3 +204,47 @@ def test_chunk_bounds_are_checked(small):
         with pytest.raises(JetStreamError) as err:
             ChunkBounds(**bad)  # type: ignore[arg-type]
         assert err.value.field.startswith("chunk_bounds")
+
+
+def test_a_change_given_up_on_is_read_again_from_the_stream_when_its_successor_waits(small, links):
+    make_stream(small.url, links)
+    a = Replica.memory(space="team")
+    big = a.add_claim("doc/spec/text", "z" * 10_000)
+    after = a.add_claim("doc/spec/title", "Spec")
+    first, second = unpublished(a)
+    data = a.change_bytes([first])[0]
+    room = 4096 - 512  # as the link chunks under max_payload 4096
+    count = -(-len(data) // room)
+    assert count == 3
+    subject = subject_of("team", a.author)
+    chunks = [
+        (
+            subject,
+            data[i * room : (i + 1) * room],
+            {
+                "Nats-Msg-Id": f"{first.hex()}.{i}",
+                CHANGE_HEADER: first.hex(),
+                CHUNK_HEADER: f"{i}/{count}",
+            },
+        )
+        for i in range(count)
+    ]
+    now = [1000.0]
+    bounds = ChunkBounds(expiry=30.0, redeliver_after=0.2, give_up_after=1)
+    b = Replica.memory(space="team")
+    lb = _link(links, b, small.url, chunk_bounds=bounds, clock=lambda: now[0])
+    publish(small.url, chunks[:1])  # the first chunk, then the author is away a long while
+    lb.sync_once()
+    now[0] += 31.0
+    lb.sync_once()
+    assert lb.status().abandoned == 1 and lb.status().abandoned_ids == (first.hex(),)
+    publish(small.url, chunks[1:])  # the rest, then the next change
+    publish(small.url, [(subject, a.change_bytes([second])[0], {"Nats-Msg-Id": second.hex()})])
+
+    def both() -> bool:
+        lb.sync_once()
+        return {big.claim_id, after.claim_id} <= set(b.state().claims)
+
+    eventually(both)
+    status = lb.status()
+    assert status.reread == 1 and not b.pending() and status.assemblies == 0
