@@ -131,18 +131,24 @@ CHUNK_HEADER = "StateFuse-Chunk"
 _HEADER_ROOM = 512
 #: Most chunks one change may claim (a change of `MAX_CHANGE_BYTES` in chunks of 1 KiB).
 _MAX_CHUNKS = MAX_CHANGE_BYTES // 1024 + 1
-#: Change ids remembered with when this link first saw a chunk of them (an assembly dropped
-#: and delivered again keeps its age, so a chunk that never completes still expires).
-_FIRST_SEEN = 4096
 #: Ids of the changes given up on, kept for the status (the most recent).
 _ABANDONED_SHOWN = 16
-#: Changes given up on, remembered (subject, where their chunks lay) to read them again from
-#: the stream when a pending change turns out to follow one (the oldest forgotten past it).
-_LOST_KEPT = 256
-#: Reading a lost change again: start this many stream sequences before the lowest chunk
-#: seen, stop this many after the highest, and read at most this many messages of its subject.
+#: Changes whose assembly was dropped, remembered (subject, count, the stream sequence of each
+#: chunk seen, at most `_SEQS_KEPT`) so that they can be read again from the stream: when a
+#: later chunk of one arrives, or a pending change follows one. The oldest are forgotten.
+_LOST_KEPT = 4096
+_SEQS_KEPT = 32
+#: Changes joined from chunks lately: a copy of one of their chunks delivered again is done with.
+_JOINED_KEPT = 4096
+#: Changes read again from the stream in one batch (their chunks by known sequence), and in
+#: one round for a pending change (by their subject too), at most.
+_REREADS_PER_BATCH = 16
+_REREADS_PER_ROUND = 4
+#: Reading a lost change again by its subject (when the sequence of a chunk is not known):
+#: start this many stream sequences before the lowest chunk seen, stop this many after the
+#: highest, and read at most this many messages of its subject.
 _REREAD_AROUND = 4096
-_REREAD_READS = 1024
+_REREAD_READS = 256
 #: Messages asked of the broker per fetch.
 _FETCH_BATCH = 256
 #: Publishes awaiting their PubAck at once.
@@ -239,13 +245,15 @@ class LinkStatus:
     evicted: int = 0
     #: Assemblies dropped because they outlived `ChunkBounds.expiry` (handed back too).
     expired: int = 0
-    #: Changes given up on: expired with each chunk delivered `ChunkBounds.give_up_after`
-    #: times, their chunks acknowledged (never delivered to this consumer again); the hex ids
-    #: of the most recent ones in ``abandoned_ids``. Each is logged once as a warning.
+    #: Assemblies dropped with each chunk delivered `ChunkBounds.give_up_after` times: their
+    #: chunks acknowledged (never delivered to this consumer again; the change can still be
+    #: read again from the stream, see `reread`); the hex ids of the most recent ones in
+    #: ``abandoned_ids``.
     abandoned: int = 0
     abandoned_ids: tuple[str, ...] = ()
-    #: Changes given up on that were read again from the stream (by sequence) because a
-    #: pending change follows them, and those that could not be (each logged as a warning).
+    #: Changes whose dropped chunks were read again from the stream by sequence (a later
+    #: chunk arrived, or a pending change follows them), and changes a pending change follows
+    #: that could not be found there (each logged once as a warning).
     reread: int = 0
     unreadable: int = 0
 
@@ -268,19 +276,24 @@ class ChunkBounds:
 
     Past a bound the assembly touched longest ago (by stream sequence) goes first, from the
     subject that holds most: a newcomer older than every assembly held is the one refused. A
-    dropped assembly's chunks are not terminated: they are handed back to the broker
+    dropped assembly is remembered (its subject and the stream sequence of each chunk seen):
+    when a later chunk of its change arrives, or a pending change follows it, the missing
+    chunks are read again from the stream by sequence, so a change that can still complete
+    does, at once. Its chunks are not terminated either: they are handed back to the broker
     (negatively acknowledged), which delivers them again ``redeliver_after`` seconds later
-    (default 1), so a change that can still complete does. An assembly that expired with every
-    chunk delivered ``give_up_after`` times (default 3) is given up: its chunks are acknowledged,
-    counted and logged (`LinkStatus.abandoned`). Memory held is at most ``total`` changes of
-    `MAX_CHANGE_BYTES`. Raises JetStreamError (field ``chunk_bounds.<name>``, rule ``range``).
+    (default 30; a restart of the follower loses what it remembered, not these). A chunk that
+    has been delivered ``give_up_after`` times (default 2) is acknowledged when dropped (a
+    flood costs a follower at most that many deliveries of each chunk); an assembly all of
+    whose chunks were is given up (`LinkStatus.abandoned`). Memory held is at most ``total``
+    changes of `MAX_CHANGE_BYTES`. Raises JetStreamError (field ``chunk_bounds.<name>``, rule
+    ``range``).
     """
 
     expiry: float = 60.0
     per_author: int = 8
     total: int = 64
-    redeliver_after: float = 1.0
-    give_up_after: int = 3
+    redeliver_after: float = 30.0
+    give_up_after: int = 2
 
     def __post_init__(self) -> None:
         for name in ("per_author", "total", "give_up_after"):
@@ -323,9 +336,11 @@ class _Assembly:
     #: The subject its chunks came on (the author it is attributed to until verified).
     subject: str
     count: int
-    #: When this link first saw a chunk of the change (its clock).
+    #: When this link made the assembly (its clock).
     born: float
     parts: dict[int, bytes] = field(default_factory=dict)
+    #: The stream sequence of each chunk joined.
+    seqs: dict[int, int] = field(default_factory=dict)
     msgs: list[Msg] = field(default_factory=list)
     size: int = 0
     #: The highest stream sequence of its chunks (the order in which assemblies are dropped).
@@ -334,18 +349,19 @@ class _Assembly:
     #: on its first delivery (only then is the broker's clock a fair measure of its age).
     stamp: float = 0.0
     first: bool = True
+    #: Chunks of its change were dropped before: what is missing is read from the stream.
+    reread: bool = False
 
 
 @dataclass(slots=True)
 class _Lost:
-    """A change given up on: the subject its chunks came on, their count and the stream
-    sequences they lay between; when it was last looked for (the link's clock), and whether
-    failing to find it was logged."""
+    """A change whose assembly was dropped: the subject its chunks came on, their count and
+    the stream sequence of each chunk seen; when a pending change last had it looked for (the
+    link's clock), and whether failing to find it was logged."""
 
     subject: str
     count: int
-    low: int
-    high: int
+    seqs: dict[int, int] = field(default_factory=dict)
     tried: float | None = None
     told: bool = False
 
@@ -690,8 +706,11 @@ class JetStreamLink:
         #: How assemblies are bounded, and the clock their age is read on (monotonic seconds).
         self.chunk_bounds = chunk_bounds if chunk_bounds is not None else ChunkBounds()
         self._clock = clock if clock is not None else time.monotonic
-        #: Change id -> when a chunk of it was first seen (the oldest dropped past _FIRST_SEEN).
-        self._first_seen: dict[bytes, float] = {}
+        #: Changes joined from chunks lately (id -> None, the oldest forgotten first).
+        self._joined: dict[bytes, None] = {}
+        #: When each chunk handed back to the broker is due again (monotonic, in order; one
+        #: leaves at each delivery again): a round does not wait for those not due yet.
+        self._parked: collections.deque[float] = collections.deque()
         #: The broker's time of the newest message first delivered (epoch seconds).
         self._stream_now = 0.0
         self._evicted = 0
@@ -1053,6 +1072,7 @@ class JetStreamLink:
         assert self._loop is not None
         self._note_sequences(msgs)
         verdicts = self._decode(msgs)
+        self._complete_from_stream(verdicts, deadline)
         report = MergeReport()
         datas = verdicts.datas
         if datas:
@@ -1111,7 +1131,7 @@ class JetStreamLink:
         self._new_consumer = False
         if wanted < first:
             self._gap = (wanted, first)
-        held = sum(len(a.msgs) for a in self._assemblies.values())
+        held = sum(len(a.msgs) for a in self._assemblies.values()) + self._not_due()
         return (consumer.num_pending or 0) + max(0, (consumer.num_ack_pending or 0) - held)
 
     async def _fetch(self) -> tuple[list[Msg], int]:
@@ -1221,12 +1241,12 @@ class JetStreamLink:
         carried was received), to deliver again later (a chunk dropped from its assembly), or
         never to deliver again (no chunk of any change)."""
         assert self._nc is not None
-        delay = self.chunk_bounds.redeliver_after
+        bounds = self.chunk_bounds
         async with _mapped("acknowledging messages"):
             for msg in verdicts.finished:
                 await msg.ack()
             for msg in verdicts.again:
-                await msg.nak(delay=delay)
+                await msg.nak(delay=bounds.redeliver_after)
             for msg in verdicts.refused:
                 await msg.term()
             await self._nc.flush()
@@ -1234,10 +1254,11 @@ class JetStreamLink:
     def _decode(self, msgs: list[Msg]) -> _Verdicts:
         """The changes ``msgs`` carry (chunks joined when their change is complete), and what
         to tell the broker of each message. Chunks of a change still incomplete stay
-        unacknowledged with their assembly; an assembly dropped to keep within `ChunkBounds`,
-        or stale, hands its chunks back to the broker to deliver again, so a change that can
-        still complete is never lost to one that cannot. Only a message that is no chunk of
-        any change (malformed headers, more bytes than a change may have) is terminated."""
+        unacknowledged with their assembly. An assembly dropped to keep within `ChunkBounds`,
+        or stale, is remembered to be read again from the stream and its chunks are handed
+        back to the broker (see `_lose`): a change that can still complete is never lost to
+        one that cannot. Only a message that is no chunk of any change (malformed headers,
+        more bytes than a change may have) is terminated."""
         out = _Verdicts()
         now = self._clock()
         for msg in msgs:
@@ -1252,25 +1273,35 @@ class JetStreamLink:
                 continue
             cid, index, count = chunk
             seq, stamp, deliveries = _delivery_of(msg)
-            if deliveries <= 1 and stamp > self._stream_now:
-                self._stream_now = stamp
+            if deliveries <= 1:
+                self._stream_now = max(self._stream_now, stamp)
+            else:
+                if self._parked:
+                    self._parked.popleft()
+            if cid in self._joined:  # a copy of a chunk handed back earlier: done with
+                out.finished.append(msg)
+                continue
             assembly = self._assemblies.get(cid)
             if assembly is None:
-                assembly = _Assembly(cid, msg.subject, count, self._born(cid, now))
-                assembly.touched, assembly.stamp = seq, stamp
+                assembly = _Assembly(cid, msg.subject, count, now, touched=seq, stamp=stamp)
+                assembly.reread = cid in self._lost
                 if not self._make_room(assembly, out):
-                    out.again.append(msg)  # the newcomer is the one to wait
+                    assembly.parts[index], assembly.seqs[index] = msg.data, seq
+                    assembly.msgs.append(msg)
+                    self._lose(assembly, out)  # the newcomer is the one to drop
                     continue
                 self._assemblies[cid] = assembly
             if assembly.count != count:
-                # two counts for one change: one is not the author's; which, its signature
-                # tells once joined, so this one waits to be delivered again
+                # two counts for one change: one is not the author's (its signature tells
+                # which, once joined), so this one is handed back to be delivered again
                 self._evicted += 1
-                out.again.append(msg)
+                self._park([msg], out)
                 continue
             if index not in assembly.parts:
                 assembly.parts[index] = msg.data
                 assembly.size += len(msg.data)
+                if seq:
+                    assembly.seqs[index] = seq
             assembly.msgs.append(msg)
             assembly.touched = max(assembly.touched, seq)
             assembly.stamp = max(assembly.stamp, stamp)
@@ -1281,21 +1312,20 @@ class JetStreamLink:
                     self._refuse(m, out)
                 continue
             if len(assembly.parts) == count:
-                del self._assemblies[cid]
-                self._first_seen.pop(cid, None)
-                out.datas.append(b"".join(assembly.parts[i] for i in range(count)))
-                out.finished.extend(assembly.msgs)
+                self._joined_from(assembly, out)
         self._expire(now, out)
         return out
 
-    def _born(self, cid: bytes, now: float) -> float:
-        """When this link first saw a chunk of ``cid`` (now, for a change not seen before)."""
-        born = self._first_seen.get(cid)
-        if born is None:
-            born = self._first_seen[cid] = now
-            while len(self._first_seen) > _FIRST_SEEN:
-                del self._first_seen[next(iter(self._first_seen))]
-        return born
+    def _joined_from(self, assembly: _Assembly, out: _Verdicts) -> None:
+        """``assembly`` is complete: its change is to be received, its chunks are done with."""
+        cid = assembly.cid
+        self._assemblies.pop(cid, None)
+        self._lost.pop(cid, None)
+        self._joined[cid] = None
+        while len(self._joined) > _JOINED_KEPT:
+            del self._joined[next(iter(self._joined))]
+        out.datas.append(b"".join(assembly.parts[i] for i in range(assembly.count)))
+        out.finished.extend(assembly.msgs)
 
     def _make_room(self, newcomer: _Assembly, out: _Verdicts) -> bool:
         """Drop assemblies until ``newcomer`` fits within the bounds (per subject, overall);
@@ -1322,12 +1352,13 @@ class JetStreamLink:
             self._evicted += 1
             if victim is newcomer:
                 return False
-            self._drop(victim, out, expired=False)
+            del self._assemblies[victim.cid]
+            self._lose(victim, out)
 
     def _expire(self, now: float, out: _Verdicts) -> None:
         """Drop the assemblies that outlived `ChunkBounds.expiry`, by this link's clock (since
-        it first saw their change) or by the broker's (their newest chunk against the newest
-        message first delivered)."""
+        it made them) or by the broker's (their newest chunk against the newest message first
+        delivered)."""
         expiry = self.chunk_bounds.expiry
         for assembly in list(self._assemblies.values()):
             stale = now - assembly.born > expiry or (
@@ -1335,115 +1366,164 @@ class JetStreamLink:
             )
             if stale:
                 self._expired += 1
-                self._drop(assembly, out, expired=True)
+                del self._assemblies[assembly.cid]
+                self._lose(assembly, out)
 
-    def _drop(self, assembly: _Assembly, out: _Verdicts, *, expired: bool) -> None:
-        """Take ``assembly`` out: its chunks are delivered again, unless it expired with every
-        chunk delivered `ChunkBounds.give_up_after` times (given up: acknowledged, counted,
-        logged once)."""
-        del self._assemblies[assembly.cid]
-        tries = self.chunk_bounds.give_up_after
-        if expired and all(_delivery_of(m)[2] >= tries for m in assembly.msgs):
+    def _lose(self, assembly: _Assembly, out: _Verdicts) -> None:
+        """Remember a dropped assembly (to read its change again from the stream) and hand
+        its chunks back to the broker (`_park`); counted as given up when every chunk was
+        delivered `ChunkBounds.give_up_after` times."""
+        lost = self._lost.pop(assembly.cid, None)
+        if lost is None or lost.count != assembly.count:
+            lost = _Lost(assembly.subject, assembly.count)
+        for index, seq in assembly.seqs.items():
+            if len(lost.seqs) < _SEQS_KEPT or index in lost.seqs:
+                lost.seqs[index] = seq
+        self._lost[assembly.cid] = lost
+        while len(self._lost) > _LOST_KEPT:
+            del self._lost[next(iter(self._lost))]
+        if not self._park(assembly.msgs, out):
             self._abandoned += 1
-            self._first_seen.pop(assembly.cid, None)
-            shown = assembly.cid.hex()
-            self._abandoned_ids.append(shown)
-            log.warning(
-                "gave up on change %s… from %s: %d of %d chunks after %d deliveries in %g s",
-                shown[:12],
-                assembly.subject,
-                len(assembly.parts),
-                assembly.count,
-                tries,
-                self.chunk_bounds.expiry,
-            )
-            out.finished.extend(assembly.msgs)
-            seqs = [q for q in (_delivery_of(m)[0] for m in assembly.msgs) if q > 0]
-            if seqs:
-                self._lost.pop(assembly.cid, None)
-                self._lost[assembly.cid] = _Lost(
-                    assembly.subject, assembly.count, min(seqs), max(seqs)
-                )
-                while len(self._lost) > _LOST_KEPT:
-                    del self._lost[next(iter(self._lost))]
-        else:
-            out.again.extend(assembly.msgs)
+            self._abandoned_ids.append(assembly.cid.hex())
 
-    # --- reading a lost change again ---------------------------------------------------------
+    def _park(self, msgs: list[Msg], out: _Verdicts) -> bool:
+        """Hand ``msgs`` back to the broker to deliver again later, except those delivered
+        `ChunkBounds.give_up_after` times already (acknowledged: done with). True when any
+        was handed back."""
+        tries = self.chunk_bounds.give_up_after
+        again = False
+        for msg in msgs:
+            if _delivery_of(msg)[2] >= tries:
+                out.finished.append(msg)
+            else:
+                out.again.append(msg)
+                self._parked.append(time.monotonic() + self.chunk_bounds.redeliver_after)
+                again = True
+        return again
+
+    # --- reading a dropped change again --------------------------------------------------------
+
+    def _complete_from_stream(self, out: _Verdicts, deadline: float) -> None:
+        """Complete, from the stream, the assemblies of changes dropped before (a later chunk
+        arrived): their missing chunks that were seen here are read by their sequence (one
+        request each, nothing when none was). At most `_REREADS_PER_BATCH`."""
+        todo = [a for a in self._assemblies.values() if a.reread][:_REREADS_PER_BATCH]
+        for assembly in todo:
+            assembly.reread = False
+            lost = self._lost.get(assembly.cid)
+            if lost is None or not set(lost.seqs) - set(assembly.parts):
+                continue
+            data = self._within(
+                deadline, self._reread_one, assembly.cid, lost, dict(assembly.parts), False
+            )
+            if data is not None:
+                self._reread += 1
+                self._joined_from(
+                    _Assembly(
+                        assembly.cid, assembly.subject, 1, 0.0, parts={0: data}, msgs=assembly.msgs
+                    ),
+                    out,
+                )
 
     def _read_lost(self, deadline: float) -> tuple[int, MergeReport]:
-        """Read again, by stream sequence, the changes given up on that a pending change
-        follows (its predecessor): an author's later changes never wait for good on chunks
-        dropped here. Each is looked for at most once per `ChunkBounds.expiry`; one that
-        cannot be found is logged once as a warning and counted (`LinkStatus.unreadable`)."""
+        """Read again from the stream the dropped changes that a pending change follows (its
+        predecessor): an author's later changes never wait for good on chunks dropped here.
+        Each is looked for at most once per `ChunkBounds.expiry`; one that cannot be found is
+        logged once as a warning and counted (`LinkStatus.unreadable`)."""
         with _holding(self.lock, self.replica):
             wanted = [c.prev for c in self.replica.pending() if c.prev in self._lost]
         now = self._clock()
-        datas: list[bytes] = []
-        found: list[bytes] = []
+        out = _Verdicts()
+        tried = 0
         for cid in dict.fromkeys(wanted):
             assert cid is not None
             lost = self._lost[cid]
             if lost.tried is not None and now - lost.tried < self.chunk_bounds.expiry:
                 continue
+            if tried >= _REREADS_PER_ROUND:
+                break
+            tried += 1
             lost.tried = now
-            data = self._within(deadline, self._reread_one, cid, lost)
+            held = self._assemblies.get(cid)
+            have = dict(held.parts) if held is not None else {}
+            data = self._within(deadline, self._reread_one, cid, lost, have, True)
             if data is None:
                 if not lost.told:
                     lost.told = True
                     self._unreadable += 1
                     log.warning(
                         "change %s… from %s, which a pending change follows, is not in stream"
-                        " %s around sequences %d..%d any more",
+                        " %s any more (its chunks were dropped here after %d deliveries)",
                         cid.hex()[:12],
                         lost.subject,
                         self.stream,
-                        lost.low,
-                        lost.high,
+                        self.chunk_bounds.give_up_after,
                     )
                 continue
-            del self._lost[cid]
             self._reread += 1
-            datas.append(data)
-            found.append(cid)
-        if not datas:
+            msgs = held.msgs if held is not None else []
+            whole = _Assembly(cid, lost.subject, 1, 0.0, parts={0: data}, msgs=msgs)
+            self._joined_from(whole, out)
+        if not out.datas:
             return 0, MergeReport()
         with _holding(self.lock, self.replica):
-            report = self.replica.receive(datas, source=self.shown_url)
+            report = self.replica.receive(out.datas, source=self.shown_url)
         self._received = self._received + report
-        done = _Verdicts()  # chunks of these changes still held are done with too
-        for cid in found:
-            assembly = self._assemblies.pop(cid, None)
-            if assembly is not None:
-                done.finished.extend(assembly.msgs)
-        if done.finished:
-            self._within(deadline, self._answer, done)
-        return len(datas), report
+        if out.finished:
+            self._within(deadline, self._answer, out)
+        return len(out.datas), report
 
-    async def _reread_one(self, cid: bytes, lost: _Lost) -> bytes | None:
-        """The change ``cid`` joined from its chunks read from the stream by sequence (the
-        next message of its subject, from a little before where its chunks were seen); None
-        when they are not all there."""
+    async def _reread_one(
+        self, cid: bytes, lost: _Lost, have: dict[int, bytes], scan: bool
+    ) -> bytes | None:
+        """The change ``cid`` joined from ``have`` and the chunks read from the stream: each
+        missing chunk whose sequence is known is read by it; with ``scan``, the rest by the
+        next messages of the change's subject around where its chunks lay (at most
+        `_REREAD_READS`). None when they are not all there."""
         assert self._js is not None
-        parts: dict[int, bytes] = {}
-        seq = max(1, lost.low - _REREAD_AROUND)
+        parts = dict(have)
+        count = lost.count
+
+        def take(raw: Any) -> None:
+            chunk = _chunk_of(raw.headers or {})
+            mine = chunk is not None and chunk[0] == cid and chunk[2] == count
+            if mine and chunk is not None and raw.subject in (None, lost.subject):
+                parts.setdefault(chunk[1], raw.data or b"")
+
         async with _mapped(f"reading stream {self.stream} by sequence"):
-            for _ in range(_REREAD_READS):
-                try:
-                    raw = await self._js.get_msg(
-                        self.stream, seq=seq, subject=lost.subject, next=True
-                    )
-                except nats.js.errors.NotFoundError:
-                    return None
-                if raw.seq is None or raw.seq > lost.high + _REREAD_AROUND:
-                    return None
-                chunk = _chunk_of(raw.headers or {})
-                if chunk is not None and chunk[0] == cid and chunk[2] == lost.count:
-                    parts.setdefault(chunk[1], raw.data or b"")
-                    if len(parts) == lost.count:
-                        return b"".join(parts[i] for i in range(lost.count))
-                seq = raw.seq + 1
-        return None
+            for index, seq in lost.seqs.items():
+                if index not in parts:
+                    with contextlib.suppress(nats.js.errors.NotFoundError):
+                        take(await self._js.get_msg(self.stream, seq=seq))
+            if scan and len(parts) < count and lost.seqs:
+                seq = max(1, min(lost.seqs.values()) - _REREAD_AROUND)
+                end = max(lost.seqs.values()) + _REREAD_AROUND
+                for _ in range(_REREAD_READS):
+                    try:
+                        raw = await self._js.get_msg(
+                            self.stream, seq=seq, subject=lost.subject, next=True
+                        )
+                    except nats.js.errors.NotFoundError:
+                        break
+                    if raw.seq is None or raw.seq > end:
+                        break
+                    take(raw)
+                    if len(parts) == count:
+                        break
+                    seq = raw.seq + 1
+        if len(parts) < count:
+            return None
+        return b"".join(parts[i] for i in range(count))
+
+    def _not_due(self) -> int:
+        """Chunks handed back to the broker that it will not deliver again yet."""
+        now = time.monotonic()
+        due = 0
+        for when in self._parked:
+            if when > now:
+                break
+            due += 1
+        return len(self._parked) - due
 
     def _refuse(self, msg: Msg, out: _Verdicts) -> None:
         """A message that is no chunk of any change: terminated (never delivered again)."""
