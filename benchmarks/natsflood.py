@@ -14,7 +14,8 @@ its own ``nats-server -js`` with ``max_payload 4096`` on a free loopback port, s
   claim as it reaches its state, and at the end its `PeerStatus` counts.
 - Writer: this process writes ``--changes`` claims whose value is ``--size`` bytes (the write's
   wall clock in ns, then padding), one every ``--every`` seconds, each published at once by a
-  `JetStreamLink` round.
+  `JetStreamLink` round that only publishes (``publish_only``: the writer does not read the
+  flood, so the figure is the follower's).
 
 Latency = arrival - write (both on this machine's wall clock): signing, publishing in chunks,
 waiting, fetching, joining, verifying and applying, while the follower sifts the flood. The same
@@ -213,7 +214,7 @@ def one_run(
         for k in range(changes):
             time.sleep(max(0.0, start + k * every - time.monotonic()))
             writer.add_claim("bench", f"c{k}", TIMED, f"{time.time_ns()}:{pad}")
-            link.sync_once()
+            link.sync_once(publish_only=True)  # the follower alone sifts the flood
         arrivals: list[tuple[int, int]] = []
         end: dict[str, int] = {}
         for line in follower.stdout:

@@ -703,6 +703,8 @@ class JetStreamLink:
         self._seen = 0
         self._marks: set[bytes] | None = None
         self._assemblies: dict[bytes, _Assembly] = {}
+        #: Assemblies held per subject.
+        self._held: collections.Counter[str] = collections.Counter()
         #: How assemblies are bounded, and the clock their age is read on (monotonic seconds).
         self.chunk_bounds = chunk_bounds if chunk_bounds is not None else ChunkBounds()
         self._clock = clock if clock is not None else time.monotonic
@@ -858,13 +860,19 @@ class JetStreamLink:
     # --- one round ----------------------------------------------------------------------------
 
     def sync_once(
-        self, *, timeout: float = 10.0, progress: Callable[[int, int], object] | None = None
+        self,
+        *,
+        timeout: float = 10.0,
+        progress: Callable[[int, int], object] | None = None,
+        publish_only: bool = False,
     ) -> LinkRound:
         """Publish the outbox, take in everything the stream holds for this consumer, and fill
         a gap from ``peers``; returns what moved. A backlog that takes longer than half of
         ``timeout`` to take in is left for the next round (`LinkStatus.lag` says how much):
         the round ends well rather than running out of time. ``progress(done, total)`` is
         called (in the link's loop thread) after each change the stream acknowledged.
+        ``publish_only``: publish the outbox and nothing else (a writer that leaves reading to
+        its follower, or to later rounds).
 
         Raises BrokerUnavailableError / BrokerRefusedError (what moved before it stays: marked
         published, or received and acknowledged), and what `Replica.receive` raises.
@@ -873,7 +881,7 @@ class JetStreamLink:
         deadline = time.monotonic() + seconds
         self._enough = time.monotonic() + seconds / 2
         try:
-            result = self._round(deadline, progress)
+            result = self._round(deadline, progress, publish_only)
         except JetStreamError as exc:
             self._last_error = self._scrub(exc.message)
             raise
@@ -893,11 +901,19 @@ class JetStreamLink:
             raise BrokerUnavailableError("timeout", "broker-timeout", "the round ran out of time")
         return left
 
-    def _round(self, deadline: float, progress: Callable[[int, int], object] | None) -> LinkRound:
+    def _round(
+        self,
+        deadline: float,
+        progress: Callable[[int, int], object] | None,
+        publish_only: bool = False,
+    ) -> LinkRound:
         if self._loop is None:
             self._loop = _Loop()
         self._within(deadline, self._connect)
         published = self._publish(deadline, progress)
+        if publish_only:
+            self._peer_error = None
+            return LinkRound(published=published)
         fetched, merge = self._take_in(deadline)
         if self._lost:
             more, report = self._read_lost(deadline)
@@ -1290,7 +1306,7 @@ class JetStreamLink:
                     assembly.msgs.append(msg)
                     self._lose(assembly, out)  # the newcomer is the one to drop
                     continue
-                self._assemblies[cid] = assembly
+                self._hold(assembly)
             if assembly.count != count:
                 # two counts for one change: one is not the author's (its signature tells
                 # which, once joined), so this one is handed back to be delivered again
@@ -1307,7 +1323,7 @@ class JetStreamLink:
             assembly.stamp = max(assembly.stamp, stamp)
             assembly.first = assembly.first and deliveries <= 1
             if assembly.size > MAX_CHANGE_BYTES + _MAX_CHUNKS:
-                del self._assemblies[cid]
+                self._unhold(cid)
                 for m in assembly.msgs:
                     self._refuse(m, out)
                 continue
@@ -1316,10 +1332,21 @@ class JetStreamLink:
         self._expire(now, out)
         return out
 
+    def _hold(self, assembly: _Assembly) -> None:
+        self._assemblies[assembly.cid] = assembly
+        self._held[assembly.subject] += 1
+
+    def _unhold(self, cid: bytes) -> None:
+        assembly = self._assemblies.pop(cid, None)
+        if assembly is not None:
+            self._held[assembly.subject] -= 1
+            if self._held[assembly.subject] <= 0:
+                del self._held[assembly.subject]
+
     def _joined_from(self, assembly: _Assembly, out: _Verdicts) -> None:
         """``assembly`` is complete: its change is to be received, its chunks are done with."""
         cid = assembly.cid
-        self._assemblies.pop(cid, None)
+        self._unhold(cid)
         self._lost.pop(cid, None)
         self._joined[cid] = None
         while len(self._joined) > _JOINED_KEPT:
@@ -1334,25 +1361,23 @@ class JetStreamLink:
         the subject that holds most: a flood of chunks that never complete is dropped before
         an honest change, whose chunks follow each other closely in the stream."""
         bounds = self.chunk_bounds
+        held = self._held
         while True:
-            mine = [a for a in self._assemblies.values() if a.subject == newcomer.subject]
-            if len(mine) >= bounds.per_author:
+            subject = newcomer.subject
+            if held[subject] >= bounds.per_author:
+                mine = [a for a in self._assemblies.values() if a.subject == subject]
                 victim = min([*mine, newcomer], key=lambda a: a.touched)
             elif len(self._assemblies) >= bounds.total:
-                held: collections.Counter[str] = collections.Counter(
-                    a.subject for a in self._assemblies.values()
-                )
-                held[newcomer.subject] += 1
                 victim = min(
                     [*self._assemblies.values(), newcomer],
-                    key=lambda a: (-held[a.subject], a.touched),
+                    key=lambda a: (-held[a.subject] - (a.subject == subject), a.touched),
                 )
             else:
                 return True
             self._evicted += 1
             if victim is newcomer:
                 return False
-            del self._assemblies[victim.cid]
+            self._unhold(victim.cid)
             self._lose(victim, out)
 
     def _expire(self, now: float, out: _Verdicts) -> None:
@@ -1366,7 +1391,7 @@ class JetStreamLink:
             )
             if stale:
                 self._expired += 1
-                del self._assemblies[assembly.cid]
+                self._unhold(assembly.cid)
                 self._lose(assembly, out)
 
     def _lose(self, assembly: _Assembly, out: _Verdicts) -> None:
