@@ -11,7 +11,10 @@ Messages: a whole signed change, with header ``Nats-Msg-Id`` = its change id in 
 broker's dedupe window drops a second publish of it). A change larger than the server's
 ``max_payload`` travels as chunks, each with ``Nats-Msg-Id`` = ``<change id hex>.<index>``,
 ``StateFuse-Change`` = the change id in hex and ``StateFuse-Chunk`` = ``<index>/<count>``
-(chunk format 1; another format would use another header name); the receiver joins them.
+(chunk format 1; another format would use another header name); the receiver joins them,
+holding what it joins within `ChunkBounds` (per publishing subject, overall, an expiry): a
+chunk dropped to keep within them is handed back to the broker and its change read again from
+the stream by sequence, so chunks that never complete cannot cost an honest change.
 
 Invariants:
 
