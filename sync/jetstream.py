@@ -69,6 +69,7 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
+import operator
 import os
 import re
 import threading
@@ -278,7 +279,8 @@ class ChunkBounds:
       is stale too (a catch-up through hours of stream is not measured by the follower's clock).
 
     Past a bound the assembly touched longest ago (by stream sequence) goes first, from the
-    subject that holds most: a newcomer older than every assembly held is the one refused. A
+    newcomer's subject when that one is full, else from all: a newcomer older than every
+    assembly it competes with is the one dropped. A
     dropped assembly is remembered (its subject and the stream sequence of each chunk seen):
     when a later chunk of its change arrives, or a pending change follows it, the missing
     chunks are read again from the stream by sequence, so a change that can still complete
@@ -707,7 +709,7 @@ class JetStreamLink:
         self._marks: set[bytes] | None = None
         self._assemblies: dict[bytes, _Assembly] = {}
         #: Assemblies held per subject.
-        self._held: collections.Counter[str] = collections.Counter()
+        self._held: dict[str, dict[bytes, _Assembly]] = {}
         #: How assemblies are bounded, and the clock their age is read on (monotonic seconds).
         self.chunk_bounds = chunk_bounds if chunk_bounds is not None else ChunkBounds()
         self._clock = clock if clock is not None else time.monotonic
@@ -1337,13 +1339,14 @@ class JetStreamLink:
 
     def _hold(self, assembly: _Assembly) -> None:
         self._assemblies[assembly.cid] = assembly
-        self._held[assembly.subject] += 1
+        self._held.setdefault(assembly.subject, {})[assembly.cid] = assembly
 
     def _unhold(self, cid: bytes) -> None:
         assembly = self._assemblies.pop(cid, None)
         if assembly is not None:
-            self._held[assembly.subject] -= 1
-            if self._held[assembly.subject] <= 0:
+            mine = self._held[assembly.subject]
+            del mine[cid]
+            if not mine:
                 del self._held[assembly.subject]
 
     def _joined_from(self, assembly: _Assembly, out: _Verdicts) -> None:
@@ -1360,21 +1363,18 @@ class JetStreamLink:
     def _make_room(self, newcomer: _Assembly, out: _Verdicts) -> bool:
         """Drop assemblies until ``newcomer`` fits within the bounds (per subject, overall);
         False when the newcomer itself is the one to drop. The assembly touched longest ago
-        (by stream sequence) goes first, from its own subject when that is full, else from
-        the subject that holds most: a flood of chunks that never complete is dropped before
-        an honest change, whose chunks follow each other closely in the stream."""
+        (by stream sequence) goes first, from the newcomer's subject when that is full, else
+        from all: a flood of chunks that never complete is dropped before an honest change,
+        whose chunks follow each other closely in the stream."""
         bounds = self.chunk_bounds
         held = self._held
+        subject = newcomer.subject
         while True:
-            subject = newcomer.subject
-            if held[subject] >= bounds.per_author:
-                mine = [a for a in self._assemblies.values() if a.subject == subject]
-                victim = min([*mine, newcomer], key=lambda a: a.touched)
+            mine = held.get(subject, {})
+            if len(mine) >= bounds.per_author:
+                victim = min([*mine.values(), newcomer], key=_TOUCHED)
             elif len(self._assemblies) >= bounds.total:
-                victim = min(
-                    [*self._assemblies.values(), newcomer],
-                    key=lambda a: (-held[a.subject] - (a.subject == subject), a.touched),
-                )
+                victim = min(newcomer, min(self._assemblies.values(), key=_TOUCHED), key=_TOUCHED)
             else:
                 return True
             self._evicted += 1
@@ -1824,6 +1824,10 @@ class _Verdicts:
     finished: list[Msg] = field(default_factory=list)
     again: list[Msg] = field(default_factory=list)
     refused: list[Msg] = field(default_factory=list)
+
+
+#: The order in which assemblies are dropped: touched longest ago (by stream sequence) first.
+_TOUCHED = operator.attrgetter("touched")
 
 
 def _delivery_of(msg: Msg) -> tuple[int, float, int]:
