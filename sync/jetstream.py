@@ -100,7 +100,9 @@ except ImportError as exc:  # pragma: no cover - the extra is part of the test i
         "the JetStream transport needs nats-py: pip install 'statefuse[nats]'"
     ) from exc
 
-from statefuse.sync.change import MAX_CHANGE_BYTES
+from statefuse.registry.error import InputError
+from statefuse.registry.value import decode_value
+from statefuse.sync.change import MAX_CHANGE_BYTES, change_id_of
 from statefuse.sync.client import SyncReport, sync_with
 from statefuse.sync.follower import Backlog, Exchange
 from statefuse.sync.protocol import Lock, SyncError, check_seconds, masked_url
@@ -144,6 +146,8 @@ _LOST_KEPT = 4096
 _SEQS_KEPT = 32
 #: Changes joined from chunks lately: a copy of one of their chunks delivered again is done with.
 _JOINED_KEPT = 4096
+#: Other bytes kept for an index already held, per assembly (see `_Assembly.others`).
+_OTHERS_KEPT = 8
 #: Changes read again from the stream in one batch (their chunks by known sequence), and in
 #: one round for a pending change (by their subject too), at most.
 _REREADS_PER_BATCH = 16
@@ -356,6 +360,9 @@ class _Assembly:
     first: bool = True
     #: Chunks of its change were dropped before: what is missing is read from the stream.
     reread: bool = False
+    #: Other bytes delivered for an index already held, (index, bytes): someone else's chunk
+    #: of the same change id, or the author's after someone else's (at most `_OTHERS_KEPT`).
+    others: list[tuple[int, bytes]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -1323,6 +1330,9 @@ class JetStreamLink:
                 assembly.size += len(msg.data)
                 if seq:
                     assembly.seqs[index] = seq
+            elif msg.data != assembly.parts[index] and len(assembly.others) < _OTHERS_KEPT:
+                assembly.others.append((index, msg.data))
+                assembly.size += len(msg.data)
             assembly.msgs.append(msg)
             assembly.touched = max(assembly.touched, seq)
             assembly.stamp = max(assembly.stamp, stamp)
@@ -1350,15 +1360,31 @@ class JetStreamLink:
                 del self._held[assembly.subject]
 
     def _joined_from(self, assembly: _Assembly, out: _Verdicts) -> None:
-        """``assembly`` is complete: its change is to be received, its chunks are done with."""
+        """``assembly`` is complete: its change is to be received, its chunks are done with.
+        When the bytes joined are not the change the chunks name (someone published a chunk
+        of that change id before the author's own), they are received all the same (and
+        quarantined there, with the reason), but the change is remembered as dropped: the
+        author's chunks that arrive later are joined with the earlier ones read again from
+        the stream by sequence."""
         cid = assembly.cid
         self._unhold(cid)
+        data = b"".join(assembly.parts[i] for i in range(assembly.count))
+        if assembly.others and _claimed_id(data) != cid:
+            for index, other in assembly.others:  # the other bytes of one index, in turn
+                parts = {**assembly.parts, index: other}
+                joined = b"".join(parts[i] for i in range(assembly.count))
+                if _claimed_id(joined) == cid:
+                    data = joined
+                    break
+        out.datas.append(data)
+        out.finished.extend(assembly.msgs)
+        if assembly.count > 1 and _claimed_id(data) != cid:
+            self._remember(assembly)
+            return
         self._lost.pop(cid, None)
         self._joined[cid] = None
         while len(self._joined) > _JOINED_KEPT:
             del self._joined[next(iter(self._joined))]
-        out.datas.append(b"".join(assembly.parts[i] for i in range(assembly.count)))
-        out.finished.extend(assembly.msgs)
 
     def _make_room(self, newcomer: _Assembly, out: _Verdicts) -> bool:
         """Drop assemblies until ``newcomer`` fits within the bounds (per subject, overall);
@@ -1401,6 +1427,13 @@ class JetStreamLink:
         """Remember a dropped assembly (to read its change again from the stream) and hand
         its chunks back to the broker (`_park`); counted as given up when every chunk was
         delivered `ChunkBounds.give_up_after` times."""
+        self._remember(assembly)
+        if not self._park(assembly.msgs, out):
+            self._abandoned += 1
+            self._abandoned_ids.append(assembly.cid.hex())
+
+    def _remember(self, assembly: _Assembly) -> None:
+        """Note where the chunks of ``assembly`` lay in the stream (see `_Lost`)."""
         lost = self._lost.pop(assembly.cid, None)
         if lost is None or lost.count != assembly.count:
             lost = _Lost(assembly.subject, assembly.count)
@@ -1410,9 +1443,6 @@ class JetStreamLink:
         self._lost[assembly.cid] = lost
         while len(self._lost) > _LOST_KEPT:
             del self._lost[next(iter(self._lost))]
-        if not self._park(assembly.msgs, out):
-            self._abandoned += 1
-            self._abandoned_ids.append(assembly.cid.hex())
 
     def _park(self, msgs: list[Msg], out: _Verdicts) -> bool:
         """Hand ``msgs`` back to the broker to deliver again later, except those delivered
@@ -1824,6 +1854,18 @@ class _Verdicts:
     finished: list[Msg] = field(default_factory=list)
     again: list[Msg] = field(default_factory=list)
     refused: list[Msg] = field(default_factory=list)
+
+
+def _claimed_id(data: bytes) -> bytes | None:
+    """The id of the change a signed change's bytes carry (blake3 of its body, see
+    `sync.change`), or None when they are no signed change: only the envelope is decoded,
+    `Replica.receive` verifies the rest."""
+    try:
+        outer = decode_value(data, "signed")
+    except (InputError, ValueError, TypeError):
+        return None
+    body = outer.get("change") if isinstance(outer, dict) else None
+    return change_id_of(body) if isinstance(body, bytes) else None
 
 
 #: The order in which assemblies are dropped: touched longest ago (by stream sequence) first.

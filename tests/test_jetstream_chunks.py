@@ -281,3 +281,33 @@ def test_a_change_evicted_by_a_flood_on_its_own_subject_is_completed_from_the_st
     assert round_.merge.accepted == 1 and big.claim_id in b.state().claims
     status = lb.status()
     assert status.evicted >= 1 and status.reread == 1 and status.rejected == 0
+
+
+def test_a_chunk_published_under_an_honest_change_id_before_the_authors_costs_nothing(small, links):
+    make_stream(small.url, links)
+    a = Replica.memory(space="team")
+    big = a.add_claim("doc/spec/text", "v" * 10_000)
+    (first,) = unpublished(a)
+    chunks = _chunks_of(a, first)
+
+    def forged(chunk: tuple[str, bytes, dict[str, str]]) -> tuple[str, bytes, dict[str, str]]:
+        subject, data, headers = chunk
+        return subject, os.urandom(len(data)), {**headers, "Nats-Msg-Id": os.urandom(8).hex()}
+
+    b = Replica.memory(space="team")
+    lb = _link(links, b, small.url)
+    # someone who read the first chunk races the author with its own second chunk
+    publish(small.url, [chunks[0], forged(chunks[1]), chunks[1], chunks[2]])
+    lb.sync_once()
+    assert big.claim_id in b.state().claims and not b.quarantine()
+    # and with its own last chunk, which completes the change before the author's comes
+    bigger = a.add_claim("doc/spec/text", "u" * 10_000)
+    second = unpublished(a)[1]
+    more = _chunks_of(a, second)
+    publish(small.url, [more[0], more[1], forged(more[2]), more[2]])
+    c = Replica.memory(space="team")
+    lc = _link(links, c, small.url)
+    lc.sync_once()
+    assert {big.claim_id, bigger.claim_id} <= set(c.state().claims) and not c.pending()
+    assert len(c.quarantine()) == 1  # the forged join: refused with its reason, reported
+    assert lc.status().reread == 1
