@@ -152,6 +152,8 @@ _OTHERS_KEPT = 8
 #: one round for a pending change (by their subject too), at most.
 _REREADS_PER_BATCH = 16
 _REREADS_PER_ROUND = 4
+#: Missing predecessors searched for at once (see `_Search`).
+_SEARCHES = 16
 #: Reading a lost change again by its subject (when the sequence of a chunk is not known):
 #: start this many stream sequences before the lowest chunk seen, stop this many after the
 #: highest, and read at most this many messages of its subject.
@@ -363,6 +365,29 @@ class _Assembly:
     #: Other bytes delivered for an index already held, (index, bytes): someone else's chunk
     #: of the same change id, or the author's after someone else's (at most `_OTHERS_KEPT`).
     others: list[tuple[int, bytes]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Search:
+    """Reading an author's subject for the missing predecessor of a pending change: where to
+    read on, what was found of it, whether the subject was read to its end (and when to
+    start again), whether the remembered sequences were tried, whether failing was logged."""
+
+    subject: str
+    next_seq: int = 1
+    count: int | None = None
+    parts: dict[int, bytes] = field(default_factory=dict)
+    done: bool = False
+    idle_until: float | None = None
+    by_seq: bool = False
+    told: bool = False
+    #: The subject holds messages (an author that publishes here: its missing change is news).
+    seen: bool = False
+
+    def restart(self, at: float) -> None:
+        self.next_seq, self.count, self.done, self.idle_until = 1, None, False, at
+        self.by_seq = False
+        self.parts.clear()
 
 
 @dataclass(slots=True)
@@ -732,6 +757,7 @@ class JetStreamLink:
         self._abandoned = 0
         self._abandoned_ids: collections.deque[str] = collections.deque(maxlen=_ABANDONED_SHOWN)
         self._lost: dict[bytes, _Lost] = {}
+        self._searches: dict[bytes, _Search] = {}
         self._reread = 0
         self._unreadable = 0
         self._published = 0
@@ -927,10 +953,9 @@ class JetStreamLink:
             self._peer_error = None
             return LinkRound(published=published)
         fetched, merge = self._take_in(deadline)
-        if self._lost:
-            more, report = self._read_lost(deadline)
-            fetched += more
-            merge = merge + report
+        more, report = self._read_lost(deadline)
+        fetched += more
+        merge = merge + report
         reconciled: tuple[SyncReport, ...] = ()
         self._peer_error = None
         if self.peers and (self._gap is not None or self.replica.pending()):
@@ -1317,6 +1342,9 @@ class JetStreamLink:
                     assembly.parts[index], assembly.seqs[index] = msg.data, seq
                     assembly.msgs.append(msg)
                     self._lose(assembly, out)  # the newcomer is the one to drop
+                    lost = self._lost.get(cid)
+                    if lost is not None and len(lost.seqs) == count:
+                        out.covered.append(cid)  # every chunk seen: read from the stream
                     continue
                 self._hold(assembly)
             if assembly.count != count:
@@ -1426,8 +1454,12 @@ class JetStreamLink:
     def _lose(self, assembly: _Assembly, out: _Verdicts) -> None:
         """Remember a dropped assembly (to read its change again from the stream) and hand
         its chunks back to the broker (`_park`); counted as given up when every chunk was
-        delivered `ChunkBounds.give_up_after` times."""
-        self._remember(assembly)
+        delivered `ChunkBounds.give_up_after` times (not remembered then: a flood's second
+        delivery must not push out what the first remembered; a pending change that follows
+        such a change has it searched for in the stream, see `_read_lost`)."""
+        tries = self.chunk_bounds.give_up_after
+        if any(_delivery_of(m)[2] < tries for m in assembly.msgs):
+            self._remember(assembly)
         if not self._park(assembly.msgs, out):
             self._abandoned += 1
             self._abandoned_ids.append(assembly.cid.hex())
@@ -1466,6 +1498,14 @@ class JetStreamLink:
         arrived): their missing chunks that were seen here are read by their sequence (one
         request each, nothing when none was). At most `_REREADS_PER_BATCH`."""
         todo = [a for a in self._assemblies.values() if a.reread][:_REREADS_PER_BATCH]
+        for cid in dict.fromkeys(out.covered[: _REREADS_PER_BATCH - len(todo)]):
+            lost = self._lost.get(cid)
+            if cid in self._assemblies or cid in self._joined or lost is None:
+                continue
+            data = self._within(deadline, self._reread_one, cid, lost, {}, False)
+            if data is not None:
+                self._reread += 1
+                self._joined_from(_Assembly(cid, lost.subject, 1, 0.0, parts={0: data}), out)
         for assembly in todo:
             assembly.reread = False
             lost = self._lost.get(assembly.cid)
@@ -1484,44 +1524,74 @@ class JetStreamLink:
                 )
 
     def _read_lost(self, deadline: float) -> tuple[int, MergeReport]:
-        """Read again from the stream the dropped changes that a pending change follows (its
-        predecessor): an author's later changes never wait for good on chunks dropped here.
-        Each is looked for at most once per `ChunkBounds.expiry`; one that cannot be found is
-        logged once as a warning and counted (`LinkStatus.unreadable`)."""
+        """Find in the stream the missing predecessor of each pending change (at most
+        `_REREADS_PER_ROUND` a round): by the sequences of its chunks when this link dropped
+        them and remembers where, else by reading its author's subject from the start of the
+        stream, `_REREAD_READS` messages a round, on from where the last round stopped. So an
+        author's later changes never wait for good on chunks dropped here (nor after a
+        restart of the follower, which forgets what it dropped). A predecessor the whole
+        subject does not hold is logged once as a warning and counted
+        (`LinkStatus.unreadable`), and looked for again after `ChunkBounds.expiry`."""
         with _holding(self.lock, self.replica):
-            wanted = [c.prev for c in self.replica.pending() if c.prev in self._lost]
+            pending = self.replica.pending()
+        if not pending:
+            self._searches.clear()
+            return 0, MergeReport()
+        waiting = {c.change_id for c in pending}
+        wanted: dict[bytes, str] = {}
+        for c in pending:
+            if c.prev is not None and c.prev not in waiting:
+                wanted.setdefault(c.prev, subject_of(self.replica.space, c.author))
+        for cid in [cid for cid in self._searches if cid not in wanted]:
+            del self._searches[cid]
         now = self._clock()
         out = _Verdicts()
         tried = 0
-        for cid in dict.fromkeys(wanted):
-            assert cid is not None
-            lost = self._lost[cid]
-            if lost.tried is not None and now - lost.tried < self.chunk_bounds.expiry:
+        # what this link dropped first, then searches under way, then the rest
+        order = sorted(wanted, key=lambda c: (c not in self._lost, c not in self._searches))
+        for cid in order:
+            subject = wanted[cid]
+            search = self._searches.get(cid)
+            if search is None:
+                if len(self._searches) >= _SEARCHES:
+                    idle = [k for k, v in self._searches.items() if v.idle_until is not None]
+                    if not idle:
+                        continue
+                    del self._searches[idle[0]]
+                search = self._searches[cid] = _Search(subject)
+            if search.idle_until is not None and now < search.idle_until:
                 continue
             if tried >= _REREADS_PER_ROUND:
                 break
             tried += 1
-            lost.tried = now
+            search.idle_until = None
             held = self._assemblies.get(cid)
             have = dict(held.parts) if held is not None else {}
-            data = self._within(deadline, self._reread_one, cid, lost, have, True)
+            data = None
+            lost = self._lost.get(cid)
+            if lost is not None and not search.by_seq:
+                search.by_seq = True
+                data = self._within(deadline, self._reread_one, cid, lost, have, False)
             if data is None:
-                if not lost.told:
-                    lost.told = True
-                    self._unreadable += 1
-                    log.warning(
-                        "change %s… from %s, which a pending change follows, is not in stream"
-                        " %s any more (its chunks were dropped here after %d deliveries)",
-                        cid.hex()[:12],
-                        lost.subject,
-                        self.stream,
-                        self.chunk_bounds.give_up_after,
-                    )
+                data = self._within(deadline, self._search_step, cid, search, have)
+            if data is None:
+                if search.done:  # the subject holds no such change (any more)
+                    if not search.told and search.seen:
+                        search.told = True
+                        self._unreadable += 1
+                        log.warning(
+                            "change %s…, which a pending change from %s follows, is not in"
+                            " stream %s",
+                            cid.hex()[:12],
+                            subject,
+                            self.stream,
+                        )
+                    search.restart(now + self.chunk_bounds.expiry)
                 continue
+            del self._searches[cid]
             self._reread += 1
             msgs = held.msgs if held is not None else []
-            whole = _Assembly(cid, lost.subject, 1, 0.0, parts={0: data}, msgs=msgs)
-            self._joined_from(whole, out)
+            self._joined_from(_Assembly(cid, subject, 1, 0.0, parts={0: data}, msgs=msgs), out)
         if not out.datas:
             return 0, MergeReport()
         with _holding(self.lock, self.replica):
@@ -1530,6 +1600,50 @@ class JetStreamLink:
         if out.finished:
             self._within(deadline, self._answer, out)
         return len(out.datas), report
+
+    async def _search_step(
+        self, cid: bytes, search: _Search, have: dict[int, bytes]
+    ) -> bytes | None:
+        """Read on through ``search.subject`` (at most `_REREAD_READS` messages) for change
+        ``cid``, whole or in chunks; its bytes once found (checked to be that change), else
+        None (``search.done`` once the subject is read to its end)."""
+        assert self._js is not None
+        for index, data in have.items():
+            search.parts.setdefault(index, data)
+        async with _mapped(f"reading stream {self.stream} by subject"):
+            for _ in range(_REREAD_READS):
+                try:
+                    raw = await self._js.get_msg(
+                        self.stream, seq=search.next_seq, subject=search.subject, next=True
+                    )
+                except nats.js.errors.NotFoundError:
+                    search.done = True
+                    return None
+                if raw.seq is None:
+                    search.done = True
+                    return None
+                search.next_seq = raw.seq + 1
+                search.seen = True
+                headers = raw.headers or {}
+                data = raw.data or b""
+                if CHUNK_HEADER not in headers:
+                    if _claimed_id(data) == cid:
+                        return data
+                    continue
+                chunk = _chunk_of(headers)
+                if chunk is None or chunk[0] != cid:
+                    continue
+                if search.count is None:
+                    search.count = chunk[2]
+                if chunk[2] != search.count:
+                    continue
+                search.parts.setdefault(chunk[1], data)
+                if len(search.parts) == search.count:
+                    joined = b"".join(search.parts[i] for i in range(search.count))
+                    if _claimed_id(joined) == cid:
+                        return joined
+                    search.parts.clear()  # someone else's chunk among them: read on
+        return None
 
     async def _reread_one(
         self, cid: bytes, lost: _Lost, have: dict[int, bytes], scan: bool
@@ -1854,6 +1968,8 @@ class _Verdicts:
     finished: list[Msg] = field(default_factory=list)
     again: list[Msg] = field(default_factory=list)
     refused: list[Msg] = field(default_factory=list)
+    #: Changes dropped whose every chunk was seen here: to join from the stream by sequence.
+    covered: list[bytes] = field(default_factory=list)
 
 
 def _claimed_id(data: bytes) -> bytes | None:

@@ -254,9 +254,10 @@ def test_a_dropped_change_is_read_again_from_the_stream_and_a_missing_one_is_rep
         lb.sync_once()  # the next change waits for it, and its rest is not in the stream yet
     assert len(b.pending()) == 1 and lb.status().unreadable == 1
     assert any(first.hex()[:12] in r.getMessage() for r in caplog.records)
-    publish(small.url, chunks[1:])  # the rest arrives: the first chunk is read again
+    publish(small.url, chunks[1:])  # the rest arrives: the change is read from the stream
 
     def both() -> bool:
+        now[0] += 31.0  # the search starts again after the expiry
         lb.sync_once()
         return {big.claim_id, after.claim_id} <= set(b.state().claims)
 
@@ -311,3 +312,31 @@ def test_a_chunk_published_under_an_honest_change_id_before_the_authors_costs_no
     assert {big.claim_id, bigger.claim_id} <= set(c.state().claims) and not c.pending()
     assert len(c.quarantine()) == 1  # the forged join: refused with its reason, reported
     assert lc.status().reread == 1
+
+
+def test_a_follower_restarted_after_dropping_a_change_finds_it_in_the_stream(small, links):
+    make_stream(small.url, links)
+    a = Replica.memory(space="team")
+    big = a.add_claim("doc/spec/text", "t" * 10_000)
+    after = a.add_claim("doc/spec/title", "Spec")
+    first, second = unpublished(a)
+    chunks = _chunks_of(a, first)
+    subject = subject_of("team", a.author)
+    # a flood on the author's own subject between each of its chunks
+    flood = [m for chunk in chunks for m in [chunk, *bogus(subject, 2)]]
+    publish(small.url, flood)
+    bounds = ChunkBounds(per_author=1, total=1, give_up_after=1)  # nothing delivered twice
+    b = Replica.memory(space="team")
+    lb = _link(links, b, small.url, chunk_bounds=bounds)
+    lb.sync_once()
+    assert big.claim_id not in b.state().claims and lb.status().abandoned >= 1
+    lb.stop()  # what the link remembered of the dropped change is gone with it
+    publish(small.url, [(subject, a.change_bytes([second])[0], {"Nats-Msg-Id": second.hex()})])
+    again = _link(links, b, small.url, chunk_bounds=bounds)
+
+    def both() -> bool:
+        again.sync_once()
+        return {big.claim_id, after.claim_id} <= set(b.state().claims)
+
+    eventually(both)
+    assert not b.pending() and again.status().reread == 1
