@@ -74,7 +74,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
@@ -154,10 +154,7 @@ _REREADS_PER_BATCH = 16
 _REREADS_PER_ROUND = 4
 #: Missing predecessors searched for at once (see `_Search`).
 _SEARCHES = 16
-#: Reading a lost change again by its subject (when the sequence of a chunk is not known):
-#: start this many stream sequences before the lowest chunk seen, stop this many after the
-#: highest, and read at most this many messages of its subject.
-_REREAD_AROUND = 4096
+#: Messages of an author's subject read in one round when searching for a missing change.
 _REREAD_READS = 256
 #: Messages asked of the broker per fetch.
 _FETCH_BATCH = 256
@@ -1502,26 +1499,22 @@ class JetStreamLink:
             lost = self._lost.get(cid)
             if cid in self._assemblies or cid in self._joined or lost is None:
                 continue
-            data = self._within(deadline, self._reread_one, cid, lost, {}, False)
-            if data is not None:
+            parts = self._within(deadline, self._read_parts, cid, lost, ())
+            if len(parts) == lost.count:
                 self._reread += 1
-                self._joined_from(_Assembly(cid, lost.subject, 1, 0.0, parts={0: data}), out)
+                self._joined_from(_Assembly(cid, lost.subject, lost.count, 0.0, parts=parts), out)
         for assembly in todo:
             assembly.reread = False
             lost = self._lost.get(assembly.cid)
             if lost is None or not set(lost.seqs) - set(assembly.parts):
                 continue
-            data = self._within(
-                deadline, self._reread_one, assembly.cid, lost, dict(assembly.parts), False
-            )
-            if data is not None:
+            parts = self._within(deadline, self._read_parts, assembly.cid, lost, assembly.parts)
+            for index, data in parts.items():  # kept, even when the change is not complete
+                assembly.parts.setdefault(index, data)
+                assembly.size += len(data)
+            if len(assembly.parts) == assembly.count:
                 self._reread += 1
-                self._joined_from(
-                    _Assembly(
-                        assembly.cid, assembly.subject, 1, 0.0, parts={0: data}, msgs=assembly.msgs
-                    ),
-                    out,
-                )
+                self._joined_from(assembly, out)
 
     def _read_lost(self, deadline: float) -> tuple[int, MergeReport]:
         """Find in the stream the missing predecessor of each pending change (at most
@@ -1571,7 +1564,11 @@ class JetStreamLink:
             lost = self._lost.get(cid)
             if lost is not None and not search.by_seq:
                 search.by_seq = True
-                data = self._within(deadline, self._reread_one, cid, lost, have, False)
+                have.update(self._within(deadline, self._read_parts, cid, lost, have))
+                if len(have) == lost.count:
+                    data = b"".join(have[i] for i in range(lost.count))
+                    if _claimed_id(data) != cid:
+                        data = None
             if data is None:
                 data = self._within(deadline, self._search_step, cid, search, have)
             if data is None:
@@ -1645,47 +1642,23 @@ class JetStreamLink:
                     search.parts.clear()  # someone else's chunk among them: read on
         return None
 
-    async def _reread_one(
-        self, cid: bytes, lost: _Lost, have: dict[int, bytes], scan: bool
-    ) -> bytes | None:
-        """The change ``cid`` joined from ``have`` and the chunks read from the stream: each
-        missing chunk whose sequence is known is read by it; with ``scan``, the rest by the
-        next messages of the change's subject around where its chunks lay (at most
-        `_REREAD_READS`). None when they are not all there."""
+    async def _read_parts(self, cid: bytes, lost: _Lost, have: Collection[int]) -> dict[int, bytes]:
+        """The chunks of ``cid`` not in ``have`` whose stream sequence ``lost`` remembers,
+        read by it (one request each): those still there, on the change's subject."""
         assert self._js is not None
-        parts = dict(have)
-        count = lost.count
-
-        def take(raw: Any) -> None:
-            chunk = _chunk_of(raw.headers or {})
-            mine = chunk is not None and chunk[0] == cid and chunk[2] == count
-            if mine and chunk is not None and raw.subject in (None, lost.subject):
-                parts.setdefault(chunk[1], raw.data or b"")
-
+        parts: dict[int, bytes] = {}
         async with _mapped(f"reading stream {self.stream} by sequence"):
             for index, seq in lost.seqs.items():
-                if index not in parts:
-                    with contextlib.suppress(nats.js.errors.NotFoundError):
-                        take(await self._js.get_msg(self.stream, seq=seq))
-            if scan and len(parts) < count and lost.seqs:
-                seq = max(1, min(lost.seqs.values()) - _REREAD_AROUND)
-                end = max(lost.seqs.values()) + _REREAD_AROUND
-                for _ in range(_REREAD_READS):
-                    try:
-                        raw = await self._js.get_msg(
-                            self.stream, seq=seq, subject=lost.subject, next=True
-                        )
-                    except nats.js.errors.NotFoundError:
-                        break
-                    if raw.seq is None or raw.seq > end:
-                        break
-                    take(raw)
-                    if len(parts) == count:
-                        break
-                    seq = raw.seq + 1
-        if len(parts) < count:
-            return None
-        return b"".join(parts[i] for i in range(count))
+                if index in have:
+                    continue
+                try:
+                    raw = await self._js.get_msg(self.stream, seq=seq)
+                except nats.js.errors.NotFoundError:
+                    continue
+                chunk = _chunk_of(raw.headers or {})
+                if chunk == (cid, index, lost.count) and raw.subject in (None, lost.subject):
+                    parts[index] = raw.data or b""
+        return parts
 
     def _not_due(self) -> int:
         """Chunks handed back to the broker that it will not deliver again yet."""
