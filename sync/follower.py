@@ -125,6 +125,12 @@ class Backlog:
 
     outbox: int | None = None
     lag: int | None = None
+    #: Changes being joined from chunks, assemblies dropped (evicted for room or expired; their
+    #: chunks are delivered again) and changes given up on, since the link started (see
+    #: `sync.jetstream.ChunkBounds`). None: the link joins no chunks.
+    assemblies: int | None = None
+    evicted: int | None = None
+    abandoned: int | None = None
 
 
 @runtime_checkable
@@ -266,6 +272,12 @@ class PeerStatus:
     #: last sync (failed ones too: a broker that is down shows its outbox growing).
     outbox: int | None = None
     lag: int | None = None
+    #: For a broker: changes being joined from chunks now, chunk assemblies dropped to stay
+    #: within their bounds or because they expired (their chunks are delivered again, never
+    #: lost), and changes given up on after that (logged as a warning each); 0 for HTTP peers.
+    assemblies: int = 0
+    evicted: int = 0
+    abandoned: int = 0
 
     @property
     def ok(self) -> bool:
@@ -312,6 +324,18 @@ def _backlog(link: Link) -> Backlog:
     except Exception:  # a status must not end the loop either
         log.exception("reading the backlog of %r failed", link)
         return Backlog()
+
+
+def _with_backlog(s: PeerStatus, backlog: Backlog) -> PeerStatus:
+    """``s`` with what ``backlog`` tells (counts it does not know stay as they were)."""
+    return replace(
+        s,
+        outbox=backlog.outbox,
+        lag=backlog.lag,
+        assemblies=s.assemblies if backlog.assemblies is None else backlog.assemblies,
+        evicted=s.evicted if backlog.evicted is None else backlog.evicted,
+        abandoned=s.abandoned if backlog.abandoned is None else backlog.abandoned,
+    )
 
 
 def _one_line(exc: BaseException) -> str:
@@ -586,9 +610,7 @@ class Follower:
         with self._cond:
             s = p.status
             p.status = replace(
-                s,
-                outbox=backlog.outbox,
-                lag=backlog.lag,
+                _with_backlog(s, backlog),
                 attempts=s.attempts + 1,
                 failures=0,
                 last_success=time.time(),
@@ -605,9 +627,7 @@ class Follower:
             s = p.status
             failures = s.failures + 1
             p.status = replace(
-                s,
-                outbox=backlog.outbox,
-                lag=backlog.lag,
+                _with_backlog(s, backlog),
                 attempts=s.attempts + 1,
                 failures=failures,
                 last_error=_one_line(exc),

@@ -11,7 +11,10 @@ Messages: a whole signed change, with header ``Nats-Msg-Id`` = its change id in 
 broker's dedupe window drops a second publish of it). A change larger than the server's
 ``max_payload`` travels as chunks, each with ``Nats-Msg-Id`` = ``<change id hex>.<index>``,
 ``StateFuse-Change`` = the change id in hex and ``StateFuse-Chunk`` = ``<index>/<count>``
-(chunk format 1; another format would use another header name); the receiver joins them.
+(chunk format 1; another format would use another header name); the receiver joins them,
+holding what it joins within `ChunkBounds` (per publishing subject, overall, an expiry): a
+chunk dropped to keep within them is handed back to the broker and its change read again from
+the stream by sequence, so chunks that never complete cannot cost an honest change.
 
 Invariants:
 
@@ -62,13 +65,16 @@ Errors, all carrying ``field`` and ``rule``::
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
+import logging
+import operator
 import os
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
@@ -94,7 +100,9 @@ except ImportError as exc:  # pragma: no cover - the extra is part of the test i
         "the JetStream transport needs nats-py: pip install 'statefuse[nats]'"
     ) from exc
 
-from statefuse.sync.change import MAX_CHANGE_BYTES
+from statefuse.registry.error import InputError
+from statefuse.registry.value import decode_value
+from statefuse.sync.change import MAX_CHANGE_BYTES, change_id_of
 from statefuse.sync.client import SyncReport, sync_with
 from statefuse.sync.follower import Backlog, Exchange
 from statefuse.sync.protocol import Lock, SyncError, check_seconds, masked_url
@@ -106,6 +114,7 @@ __all__ = [
     "BrokerLogin",
     "BrokerRefusedError",
     "BrokerUnavailableError",
+    "ChunkBounds",
     "FollowedBroker",
     "JetStreamError",
     "JetStreamLink",
@@ -128,8 +137,25 @@ CHUNK_HEADER = "StateFuse-Chunk"
 _HEADER_ROOM = 512
 #: Most chunks one change may claim (a change of `MAX_CHANGE_BYTES` in chunks of 1 KiB).
 _MAX_CHUNKS = MAX_CHANGE_BYTES // 1024 + 1
-#: Most changes being joined from chunks at once; past it, new chunks are refused.
-_MAX_ASSEMBLIES = 64
+#: Ids of the changes given up on, kept for the status (the most recent).
+_ABANDONED_SHOWN = 16
+#: Changes whose assembly was dropped, remembered (subject, count, the stream sequence of each
+#: chunk seen, at most `_SEQS_KEPT`) so that they can be read again from the stream: when a
+#: later chunk of one arrives, or a pending change follows one. The oldest are forgotten.
+_LOST_KEPT = 4096
+_SEQS_KEPT = 32
+#: Changes joined from chunks lately: a copy of one of their chunks delivered again is done with.
+_JOINED_KEPT = 4096
+#: Other bytes kept for an index already held, per assembly (see `_Assembly.others`).
+_OTHERS_KEPT = 8
+#: Changes read again from the stream in one batch (their chunks by known sequence), and in
+#: one round for a pending change (by their subject too), at most.
+_REREADS_PER_BATCH = 16
+_REREADS_PER_ROUND = 4
+#: Missing predecessors searched for at once (see `_Search`).
+_SEARCHES = 16
+#: Messages of an author's subject read in one round when searching for a missing change.
+_REREAD_READS = 256
 #: Messages asked of the broker per fetch.
 _FETCH_BATCH = 256
 #: Publishes awaiting their PubAck at once.
@@ -154,6 +180,8 @@ _SECRET_TEXT = re.compile(r"S[A-Z][A-Z2-7]{56}|eyJ[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_
 
 #: A path given for a login file.
 StrPath: TypeAlias = "str | os.PathLike[str]"
+
+log = logging.getLogger("statefuse.sync.jetstream")
 
 
 class JetStreamError(SyncError):
@@ -217,6 +245,82 @@ class LinkStatus:
     gap: tuple[int, int] | None
     #: The last error, one line (None: none since the last successful round).
     last_error: str | None
+    #: Changes being joined from chunks now (see `ChunkBounds`).
+    assemblies: int = 0
+    #: Assemblies dropped to keep within `ChunkBounds` (per author, overall) since the link
+    #: started: their chunks were handed back to the broker, which delivers them again.
+    evicted: int = 0
+    #: Assemblies dropped because they outlived `ChunkBounds.expiry` (handed back too).
+    expired: int = 0
+    #: Assemblies dropped with each chunk delivered `ChunkBounds.give_up_after` times: their
+    #: chunks acknowledged (never delivered to this consumer again; the change can still be
+    #: read again from the stream, see `reread`); the hex ids of the most recent ones in
+    #: ``abandoned_ids``.
+    abandoned: int = 0
+    abandoned_ids: tuple[str, ...] = ()
+    #: Changes whose dropped chunks were read again from the stream by sequence (a later
+    #: chunk arrived, or a pending change follows them), and changes a pending change follows
+    #: that could not be found there (each logged once as a warning).
+    reread: int = 0
+    unreadable: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkBounds:
+    """How a link holds changes that arrive in chunks (`JetStreamLink` ``chunk_bounds``).
+
+    A chunk names its change by id only; who wrote the change is known after the chunks are
+    joined and the change verified. Until then an assembly is attributed to the subject it was
+    published on (``sf.<space>.<author hex>``; a broker that lets each user publish only on its
+    own subject, see the security guide, makes that the publisher), and bounded:
+
+    - ``per_author``: assemblies held for one subject (default 8);
+    - ``total``: assemblies held in all (default 64);
+    - ``expiry``: seconds an incomplete assembly is held (default 60), counted from when this
+      link first saw a chunk of its change, and also by the broker's clock: an assembly whose
+      newest chunk was stored ``expiry`` seconds before the newest message first delivered since
+      is stale too (a catch-up through hours of stream is not measured by the follower's clock).
+
+    Past a bound the assembly touched longest ago (by stream sequence) goes first, from the
+    newcomer's subject when that one is full, else from all: a newcomer older than every
+    assembly it competes with is the one dropped. A
+    dropped assembly is remembered (its subject and the stream sequence of each chunk seen):
+    when a later chunk of its change arrives, or a pending change follows it, the missing
+    chunks are read again from the stream by sequence, so a change that can still complete
+    does, at once. Its chunks are not terminated either: they are handed back to the broker
+    (negatively acknowledged), which delivers them again ``redeliver_after`` seconds later
+    (default 30; a restart of the follower loses what it remembered, not these). A chunk that
+    has been delivered ``give_up_after`` times (default 2) is acknowledged when dropped (a
+    flood costs a follower at most that many deliveries of each chunk); an assembly all of
+    whose chunks were is given up (`LinkStatus.abandoned`). Memory held is at most ``total``
+    changes of `MAX_CHANGE_BYTES`. Raises JetStreamError (field ``chunk_bounds.<name>``, rule
+    ``range``).
+    """
+
+    expiry: float = 60.0
+    per_author: int = 8
+    total: int = 64
+    redeliver_after: float = 30.0
+    give_up_after: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("per_author", "total", "give_up_after"):
+            value = getattr(self, name)
+            if type(value) is not int or not 1 <= value <= 1_000_000:
+                raise JetStreamError(
+                    f"chunk_bounds.{name}", "range", f"expected an int in [1, 1e6], got {value!r}"
+                )
+        if self.per_author > self.total:
+            raise JetStreamError(
+                "chunk_bounds.per_author",
+                "range",
+                f"per_author ({self.per_author}) exceeds total ({self.total})",
+            )
+        for name in ("expiry", "redeliver_after"):
+            try:
+                check_seconds(f"chunk_bounds.{name}", getattr(self, name))
+            except SyncError as exc:
+                raise JetStreamError(exc.field, "range", exc.message) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,9 +340,64 @@ class LinkRound:
 class _Assembly:
     """Chunks of one change, joined once all ``count`` arrived."""
 
+    cid: bytes
+    #: The subject its chunks came on (the author it is attributed to until verified).
+    subject: str
     count: int
+    #: When this link made the assembly (its clock).
+    born: float
     parts: dict[int, bytes] = field(default_factory=dict)
+    #: The stream sequence of each chunk joined.
+    seqs: dict[int, int] = field(default_factory=dict)
     msgs: list[Msg] = field(default_factory=list)
+    size: int = 0
+    #: The highest stream sequence of its chunks (the order in which assemblies are dropped).
+    touched: int = 0
+    #: The broker's time (epoch seconds) of its newest chunk, and whether every chunk came
+    #: on its first delivery (only then is the broker's clock a fair measure of its age).
+    stamp: float = 0.0
+    first: bool = True
+    #: Chunks of its change were dropped before: what is missing is read from the stream.
+    reread: bool = False
+    #: Other bytes delivered for an index already held, (index, bytes): someone else's chunk
+    #: of the same change id, or the author's after someone else's (at most `_OTHERS_KEPT`).
+    others: list[tuple[int, bytes]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Search:
+    """Reading an author's subject for the missing predecessor of a pending change: where to
+    read on, what was found of it, whether the subject was read to its end (and when to
+    start again), whether the remembered sequences were tried, whether failing was logged."""
+
+    subject: str
+    next_seq: int = 1
+    count: int | None = None
+    parts: dict[int, bytes] = field(default_factory=dict)
+    done: bool = False
+    idle_until: float | None = None
+    by_seq: bool = False
+    told: bool = False
+    #: The subject holds messages (an author that publishes here: its missing change is news).
+    seen: bool = False
+
+    def restart(self, at: float) -> None:
+        self.next_seq, self.count, self.done, self.idle_until = 1, None, False, at
+        self.by_seq = False
+        self.parts.clear()
+
+
+@dataclass(slots=True)
+class _Lost:
+    """A change whose assembly was dropped: the subject its chunks came on, their count and
+    the stream sequence of each chunk seen; when a pending change last had it looked for (the
+    link's clock), and whether failing to find it was logged."""
+
+    subject: str
+    count: int
+    seqs: dict[int, int] = field(default_factory=dict)
+    tried: float | None = None
+    told: bool = False
 
 
 def _unsecret(text: str) -> str:
@@ -512,7 +671,9 @@ class JetStreamLink:
     never show in an error or a status. Raises JetStreamError for a replica that cannot be
     linked (rule ``replica-type``, ``readonly``) and for a login file that cannot serve
     (``one-credential``, ``path``, ``file``, ``creds-format``, ``nkey-seed``,
-    ``nkeys-missing``), before any connect.
+    ``nkeys-missing``), before any connect. ``chunk_bounds``: how changes that arrive in
+    chunks are held (`ChunkBounds`: expiry, per-author and overall bounds); ``clock``: the
+    monotonic clock their age is read on (tests give a fake one).
 
     The API is synchronous; `start` connects, `sync_once` runs one round, `stop` disconnects.
     """
@@ -529,9 +690,15 @@ class JetStreamLink:
         connect_timeout: float = 2.0,
         credentials: StrPath | None = None,
         nkey_seed: StrPath | None = None,
+        chunk_bounds: ChunkBounds | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if not isinstance(replica, Replica):
             raise JetStreamError("replica", "replica-type", f"expected a Replica, got {replica!r}")
+        if chunk_bounds is not None and not isinstance(chunk_bounds, ChunkBounds):
+            raise JetStreamError(
+                "chunk_bounds", "type", f"expected a ChunkBounds, got {chunk_bounds!r}"
+            )
         if replica.readonly:
             raise JetStreamError(
                 "replica", "readonly", "a read-only replica can neither publish nor receive"
@@ -570,6 +737,26 @@ class JetStreamLink:
         self._seen = 0
         self._marks: set[bytes] | None = None
         self._assemblies: dict[bytes, _Assembly] = {}
+        #: Assemblies held per subject.
+        self._held: dict[str, dict[bytes, _Assembly]] = {}
+        #: How assemblies are bounded, and the clock their age is read on (monotonic seconds).
+        self.chunk_bounds = chunk_bounds if chunk_bounds is not None else ChunkBounds()
+        self._clock = clock if clock is not None else time.monotonic
+        #: Changes joined from chunks lately (id -> None, the oldest forgotten first).
+        self._joined: dict[bytes, None] = {}
+        #: When each chunk handed back to the broker is due again (monotonic, in order; one
+        #: leaves at each delivery again): a round does not wait for those not due yet.
+        self._parked: collections.deque[float] = collections.deque()
+        #: The broker's time of the newest message first delivered (epoch seconds).
+        self._stream_now = 0.0
+        self._evicted = 0
+        self._expired = 0
+        self._abandoned = 0
+        self._abandoned_ids: collections.deque[str] = collections.deque(maxlen=_ABANDONED_SHOWN)
+        self._lost: dict[bytes, _Lost] = {}
+        self._searches: dict[bytes, _Search] = {}
+        self._reread = 0
+        self._unreadable = 0
         self._published = 0
         self._received = MergeReport()
         self._rejected = 0
@@ -708,13 +895,19 @@ class JetStreamLink:
     # --- one round ----------------------------------------------------------------------------
 
     def sync_once(
-        self, *, timeout: float = 10.0, progress: Callable[[int, int], object] | None = None
+        self,
+        *,
+        timeout: float = 10.0,
+        progress: Callable[[int, int], object] | None = None,
+        publish_only: bool = False,
     ) -> LinkRound:
         """Publish the outbox, take in everything the stream holds for this consumer, and fill
         a gap from ``peers``; returns what moved. A backlog that takes longer than half of
         ``timeout`` to take in is left for the next round (`LinkStatus.lag` says how much):
         the round ends well rather than running out of time. ``progress(done, total)`` is
         called (in the link's loop thread) after each change the stream acknowledged.
+        ``publish_only``: publish the outbox and nothing else (a writer that leaves reading to
+        its follower, or to later rounds).
 
         Raises BrokerUnavailableError / BrokerRefusedError (what moved before it stays: marked
         published, or received and acknowledged), and what `Replica.receive` raises.
@@ -723,7 +916,7 @@ class JetStreamLink:
         deadline = time.monotonic() + seconds
         self._enough = time.monotonic() + seconds / 2
         try:
-            result = self._round(deadline, progress)
+            result = self._round(deadline, progress, publish_only)
         except JetStreamError as exc:
             self._last_error = self._scrub(exc.message)
             raise
@@ -743,12 +936,23 @@ class JetStreamLink:
             raise BrokerUnavailableError("timeout", "broker-timeout", "the round ran out of time")
         return left
 
-    def _round(self, deadline: float, progress: Callable[[int, int], object] | None) -> LinkRound:
+    def _round(
+        self,
+        deadline: float,
+        progress: Callable[[int, int], object] | None,
+        publish_only: bool = False,
+    ) -> LinkRound:
         if self._loop is None:
             self._loop = _Loop()
         self._within(deadline, self._connect)
         published = self._publish(deadline, progress)
+        if publish_only:
+            self._peer_error = None
+            return LinkRound(published=published)
         fetched, merge = self._take_in(deadline)
+        more, report = self._read_lost(deadline)
+        fetched += more
+        merge = merge + report
         reconciled: tuple[SyncReport, ...] = ()
         self._peer_error = None
         if self.peers and (self._gap is not None or self.replica.pending_count()):
@@ -905,6 +1109,11 @@ class JetStreamLink:
                 break
         if self._suspect is not None:
             self._within(deadline, self._check_gap)
+        if self._assemblies:  # a quiet stream still ages what it holds
+            stale = _Verdicts()
+            self._expire(self._clock(), stale)
+            if stale.finished or stale.again:
+                self._within(deadline, self._answer, stale)
         self._lag = pending + sum(len(a.msgs) for a in self._assemblies.values())
         return fetched, merge
 
@@ -912,14 +1121,16 @@ class JetStreamLink:
         """Receive the changes ``msgs`` carry, then acknowledge the messages done with."""
         assert self._loop is not None
         self._note_sequences(msgs)
-        datas, finished = self._decode(msgs)
+        verdicts = self._decode(msgs)
+        self._complete_from_stream(verdicts, deadline)
         report = MergeReport()
+        datas = verdicts.datas
         if datas:
             with _holding(self.lock, self.replica):
                 report = self.replica.receive(datas, source=self.shown_url)
             self._received = self._received + report
-        if finished:
-            self._within(deadline, self._ack, finished)
+        if verdicts.finished or verdicts.again or verdicts.refused:
+            self._within(deadline, self._answer, verdicts)
         return len(datas), report
 
     def _note_sequences(self, msgs: list[Msg]) -> None:
@@ -970,7 +1181,7 @@ class JetStreamLink:
         self._new_consumer = False
         if wanted < first:
             self._gap = (wanted, first)
-        held = sum(len(a.msgs) for a in self._assemblies.values())
+        held = sum(len(a.msgs) for a in self._assemblies.values()) + self._not_due()
         return (consumer.num_pending or 0) + max(0, (consumer.num_ack_pending or 0) - held)
 
     async def _fetch(self) -> tuple[list[Msg], int]:
@@ -1075,58 +1286,394 @@ class JetStreamLink:
         if poll is not None and not poll.done():
             poll.cancel()
 
-    async def _ack(self, msgs: list[Msg]) -> None:
+    async def _answer(self, verdicts: _Verdicts) -> None:
+        """Tell the broker what became of each message: done with (acknowledged, after what it
+        carried was received), to deliver again later (a chunk dropped from its assembly), or
+        never to deliver again (no chunk of any change)."""
         assert self._nc is not None
+        bounds = self.chunk_bounds
         async with _mapped("acknowledging messages"):
-            for msg in msgs:
+            for msg in verdicts.finished:
                 await msg.ack()
+            for msg in verdicts.again:
+                await msg.nak(delay=bounds.redeliver_after)
+            for msg in verdicts.refused:
+                await msg.term()
             await self._nc.flush()
 
-    def _decode(self, msgs: list[Msg]) -> tuple[list[bytes], list[Msg]]:
-        """The changes ``msgs`` carry (chunks joined when their change is complete), and the
-        messages done with (to acknowledge once the changes are received). Chunks of a change
-        still incomplete stay unacknowledged with their assembly."""
-        datas: list[bytes] = []
-        finished: list[Msg] = []
+    def _decode(self, msgs: list[Msg]) -> _Verdicts:
+        """The changes ``msgs`` carry (chunks joined when their change is complete), and what
+        to tell the broker of each message. Chunks of a change still incomplete stay
+        unacknowledged with their assembly. An assembly dropped to keep within `ChunkBounds`,
+        or stale, is remembered to be read again from the stream and its chunks are handed
+        back to the broker (see `_lose`): a change that can still complete is never lost to
+        one that cannot. Only a message that is no chunk of any change (malformed headers,
+        more bytes than a change may have) is terminated."""
+        out = _Verdicts()
+        now = self._clock()
         for msg in msgs:
             headers = msg.headers or {}
             if CHUNK_HEADER not in headers:
-                datas.append(msg.data)
-                finished.append(msg)
+                out.datas.append(msg.data)
+                out.finished.append(msg)
                 continue
             chunk = _chunk_of(headers)
             if chunk is None:
-                self._refuse(msg)
+                self._refuse(msg, out)
                 continue
             cid, index, count = chunk
+            seq, stamp, deliveries = _delivery_of(msg)
+            if deliveries <= 1:
+                self._stream_now = max(self._stream_now, stamp)
+            else:
+                if self._parked:
+                    self._parked.popleft()
+            if cid in self._joined:  # a copy of a chunk handed back earlier: done with
+                out.finished.append(msg)
+                continue
             assembly = self._assemblies.get(cid)
             if assembly is None:
-                if len(self._assemblies) >= _MAX_ASSEMBLIES:
-                    self._refuse(msg)
+                assembly = _Assembly(cid, msg.subject, count, now, touched=seq, stamp=stamp)
+                assembly.reread = cid in self._lost
+                if not self._make_room(assembly, out):
+                    assembly.parts[index], assembly.seqs[index] = msg.data, seq
+                    assembly.msgs.append(msg)
+                    self._lose(assembly, out)  # the newcomer is the one to drop
+                    lost = self._lost.get(cid)
+                    if lost is not None and len(lost.seqs) == count:
+                        out.covered.append(cid)  # every chunk seen: read from the stream
                     continue
-                assembly = self._assemblies[cid] = _Assembly(count)
+                self._hold(assembly)
             if assembly.count != count:
-                self._refuse(msg)
+                # two counts for one change: one is not the author's (its signature tells
+                # which, once joined), so this one is handed back to be delivered again
+                self._evicted += 1
+                self._park([msg], out)
                 continue
-            assembly.parts.setdefault(index, msg.data)
+            if index not in assembly.parts:
+                assembly.parts[index] = msg.data
+                assembly.size += len(msg.data)
+                if seq:
+                    assembly.seqs[index] = seq
+            elif msg.data != assembly.parts[index] and len(assembly.others) < _OTHERS_KEPT:
+                assembly.others.append((index, msg.data))
+                assembly.size += len(msg.data)
             assembly.msgs.append(msg)
-            size = sum(len(p) for p in assembly.parts.values())
-            if size > MAX_CHANGE_BYTES + _MAX_CHUNKS:
-                del self._assemblies[cid]
+            assembly.touched = max(assembly.touched, seq)
+            assembly.stamp = max(assembly.stamp, stamp)
+            assembly.first = assembly.first and deliveries <= 1
+            if assembly.size > MAX_CHANGE_BYTES + _MAX_CHUNKS:
+                self._unhold(cid)
                 for m in assembly.msgs:
-                    self._refuse(m)
+                    self._refuse(m, out)
                 continue
             if len(assembly.parts) == count:
-                del self._assemblies[cid]
-                datas.append(b"".join(assembly.parts[i] for i in range(count)))
-                finished.extend(assembly.msgs)
-        return datas, finished
+                self._joined_from(assembly, out)
+        self._expire(now, out)
+        return out
 
-    def _refuse(self, msg: Msg) -> None:
-        """A message that is not part of any change: terminated (never delivered again)."""
+    def _hold(self, assembly: _Assembly) -> None:
+        self._assemblies[assembly.cid] = assembly
+        self._held.setdefault(assembly.subject, {})[assembly.cid] = assembly
+
+    def _unhold(self, cid: bytes) -> None:
+        assembly = self._assemblies.pop(cid, None)
+        if assembly is not None:
+            mine = self._held[assembly.subject]
+            del mine[cid]
+            if not mine:
+                del self._held[assembly.subject]
+
+    def _joined_from(self, assembly: _Assembly, out: _Verdicts) -> None:
+        """``assembly`` is complete: its change is to be received, its chunks are done with.
+        When the bytes joined are not the change the chunks name (someone published a chunk
+        of that change id before the author's own), they are received all the same (and
+        quarantined there, with the reason), but the change is remembered as dropped: the
+        author's chunks that arrive later are joined with the earlier ones read again from
+        the stream by sequence."""
+        cid = assembly.cid
+        self._unhold(cid)
+        data = b"".join(assembly.parts[i] for i in range(assembly.count))
+        if assembly.others and _claimed_id(data) != cid:
+            for index, other in assembly.others:  # the other bytes of one index, in turn
+                parts = {**assembly.parts, index: other}
+                joined = b"".join(parts[i] for i in range(assembly.count))
+                if _claimed_id(joined) == cid:
+                    data = joined
+                    break
+        out.datas.append(data)
+        out.finished.extend(assembly.msgs)
+        if assembly.count > 1 and _claimed_id(data) != cid:
+            self._remember(assembly)
+            return
+        self._lost.pop(cid, None)
+        self._joined[cid] = None
+        while len(self._joined) > _JOINED_KEPT:
+            del self._joined[next(iter(self._joined))]
+
+    def _make_room(self, newcomer: _Assembly, out: _Verdicts) -> bool:
+        """Drop assemblies until ``newcomer`` fits within the bounds (per subject, overall);
+        False when the newcomer itself is the one to drop. The assembly touched longest ago
+        (by stream sequence) goes first, from the newcomer's subject when that is full, else
+        from all: a flood of chunks that never complete is dropped before an honest change,
+        whose chunks follow each other closely in the stream."""
+        bounds = self.chunk_bounds
+        held = self._held
+        subject = newcomer.subject
+        while True:
+            mine = held.get(subject, {})
+            if len(mine) >= bounds.per_author:
+                victim = min([*mine.values(), newcomer], key=_TOUCHED)
+            elif len(self._assemblies) >= bounds.total:
+                victim = min(newcomer, min(self._assemblies.values(), key=_TOUCHED), key=_TOUCHED)
+            else:
+                return True
+            self._evicted += 1
+            if victim is newcomer:
+                return False
+            self._unhold(victim.cid)
+            self._lose(victim, out)
+
+    def _expire(self, now: float, out: _Verdicts) -> None:
+        """Drop the assemblies that outlived `ChunkBounds.expiry`, by this link's clock (since
+        it made them) or by the broker's (their newest chunk against the newest message first
+        delivered)."""
+        expiry = self.chunk_bounds.expiry
+        for assembly in list(self._assemblies.values()):
+            stale = now - assembly.born > expiry or (
+                assembly.first and self._stream_now - assembly.stamp > expiry
+            )
+            if stale:
+                self._expired += 1
+                self._unhold(assembly.cid)
+                self._lose(assembly, out)
+
+    def _lose(self, assembly: _Assembly, out: _Verdicts) -> None:
+        """Remember a dropped assembly (to read its change again from the stream) and hand
+        its chunks back to the broker (`_park`); counted as given up when every chunk was
+        delivered `ChunkBounds.give_up_after` times (not remembered then: a flood's second
+        delivery must not push out what the first remembered; a pending change that follows
+        such a change has it searched for in the stream, see `_read_lost`)."""
+        tries = self.chunk_bounds.give_up_after
+        if any(_delivery_of(m)[2] < tries for m in assembly.msgs):
+            self._remember(assembly)
+        if not self._park(assembly.msgs, out):
+            self._abandoned += 1
+            self._abandoned_ids.append(assembly.cid.hex())
+
+    def _remember(self, assembly: _Assembly) -> None:
+        """Note where the chunks of ``assembly`` lay in the stream (see `_Lost`)."""
+        lost = self._lost.pop(assembly.cid, None)
+        if lost is None or lost.count != assembly.count:
+            lost = _Lost(assembly.subject, assembly.count)
+        for index, seq in assembly.seqs.items():
+            if len(lost.seqs) < _SEQS_KEPT or index in lost.seqs:
+                lost.seqs[index] = seq
+        self._lost[assembly.cid] = lost
+        while len(self._lost) > _LOST_KEPT:
+            del self._lost[next(iter(self._lost))]
+
+    def _park(self, msgs: list[Msg], out: _Verdicts) -> bool:
+        """Hand ``msgs`` back to the broker to deliver again later, except those delivered
+        `ChunkBounds.give_up_after` times already (acknowledged: done with). True when any
+        was handed back."""
+        tries = self.chunk_bounds.give_up_after
+        again = False
+        for msg in msgs:
+            if _delivery_of(msg)[2] >= tries:
+                out.finished.append(msg)
+            else:
+                out.again.append(msg)
+                self._parked.append(time.monotonic() + self.chunk_bounds.redeliver_after)
+                again = True
+        return again
+
+    # --- reading a dropped change again --------------------------------------------------------
+
+    def _complete_from_stream(self, out: _Verdicts, deadline: float) -> None:
+        """Complete, from the stream, the assemblies of changes dropped before (a later chunk
+        arrived): their missing chunks that were seen here are read by their sequence (one
+        request each, nothing when none was). At most `_REREADS_PER_BATCH`."""
+        todo = [a for a in self._assemblies.values() if a.reread][:_REREADS_PER_BATCH]
+        for cid in dict.fromkeys(out.covered[: _REREADS_PER_BATCH - len(todo)]):
+            lost = self._lost.get(cid)
+            if cid in self._assemblies or cid in self._joined or lost is None:
+                continue
+            parts = self._within(deadline, self._read_parts, cid, lost, ())
+            if len(parts) == lost.count:
+                self._reread += 1
+                self._joined_from(_Assembly(cid, lost.subject, lost.count, 0.0, parts=parts), out)
+        for assembly in todo:
+            assembly.reread = False
+            lost = self._lost.get(assembly.cid)
+            if lost is None or not set(lost.seqs) - set(assembly.parts):
+                continue
+            parts = self._within(deadline, self._read_parts, assembly.cid, lost, assembly.parts)
+            for index, data in parts.items():  # kept, even when the change is not complete
+                assembly.parts.setdefault(index, data)
+                assembly.size += len(data)
+            if len(assembly.parts) == assembly.count:
+                self._reread += 1
+                self._joined_from(assembly, out)
+
+    def _read_lost(self, deadline: float) -> tuple[int, MergeReport]:
+        """Find in the stream the missing predecessor of each pending change (at most
+        `_REREADS_PER_ROUND` a round): by the sequences of its chunks when this link dropped
+        them and remembers where, else by reading its author's subject from the start of the
+        stream, `_REREAD_READS` messages a round, on from where the last round stopped. So an
+        author's later changes never wait for good on chunks dropped here (nor after a
+        restart of the follower, which forgets what it dropped). A predecessor the whole
+        subject does not hold is logged once as a warning and counted
+        (`LinkStatus.unreadable`), and looked for again after `ChunkBounds.expiry`."""
+        with _holding(self.lock, self.replica):
+            pending = self.replica.pending()
+        if not pending:
+            self._searches.clear()
+            return 0, MergeReport()
+        waiting = {c.change_id for c in pending}
+        wanted: dict[bytes, str] = {}
+        for c in pending:
+            if c.prev is not None and c.prev not in waiting:
+                wanted.setdefault(c.prev, subject_of(self.replica.space, c.author))
+        for cid in [cid for cid in self._searches if cid not in wanted]:
+            del self._searches[cid]
+        now = self._clock()
+        out = _Verdicts()
+        tried = 0
+        # what this link dropped first, then searches under way, then the rest
+        order = sorted(wanted, key=lambda c: (c not in self._lost, c not in self._searches))
+        for cid in order:
+            subject = wanted[cid]
+            search = self._searches.get(cid)
+            if search is None:
+                if len(self._searches) >= _SEARCHES:
+                    idle = [k for k, v in self._searches.items() if v.idle_until is not None]
+                    if not idle:
+                        continue
+                    del self._searches[idle[0]]
+                search = self._searches[cid] = _Search(subject)
+            if search.idle_until is not None and now < search.idle_until:
+                continue
+            if tried >= _REREADS_PER_ROUND:
+                break
+            tried += 1
+            search.idle_until = None
+            held = self._assemblies.get(cid)
+            have = dict(held.parts) if held is not None else {}
+            data = None
+            lost = self._lost.get(cid)
+            if lost is not None and not search.by_seq:
+                search.by_seq = True
+                have.update(self._within(deadline, self._read_parts, cid, lost, have))
+                if len(have) == lost.count:
+                    data = b"".join(have[i] for i in range(lost.count))
+                    if _claimed_id(data) != cid:
+                        data = None
+            if data is None:
+                data = self._within(deadline, self._search_step, cid, search, have)
+            if data is None:
+                if search.done:  # the subject holds no such change (any more)
+                    if not search.told and search.seen:
+                        search.told = True
+                        self._unreadable += 1
+                        log.warning(
+                            "change %s…, which a pending change from %s follows, is not in"
+                            " stream %s",
+                            cid.hex()[:12],
+                            subject,
+                            self.stream,
+                        )
+                    search.restart(now + self.chunk_bounds.expiry)
+                continue
+            del self._searches[cid]
+            self._reread += 1
+            msgs = held.msgs if held is not None else []
+            self._joined_from(_Assembly(cid, subject, 1, 0.0, parts={0: data}, msgs=msgs), out)
+        if not out.datas:
+            return 0, MergeReport()
+        with _holding(self.lock, self.replica):
+            report = self.replica.receive(out.datas, source=self.shown_url)
+        self._received = self._received + report
+        if out.finished:
+            self._within(deadline, self._answer, out)
+        return len(out.datas), report
+
+    async def _search_step(
+        self, cid: bytes, search: _Search, have: dict[int, bytes]
+    ) -> bytes | None:
+        """Read on through ``search.subject`` (at most `_REREAD_READS` messages) for change
+        ``cid``, whole or in chunks; its bytes once found (checked to be that change), else
+        None (``search.done`` once the subject is read to its end)."""
+        assert self._js is not None
+        for index, data in have.items():
+            search.parts.setdefault(index, data)
+        async with _mapped(f"reading stream {self.stream} by subject"):
+            for _ in range(_REREAD_READS):
+                try:
+                    raw = await self._js.get_msg(
+                        self.stream, seq=search.next_seq, subject=search.subject, next=True
+                    )
+                except nats.js.errors.NotFoundError:
+                    search.done = True
+                    return None
+                if raw.seq is None:
+                    search.done = True
+                    return None
+                search.next_seq = raw.seq + 1
+                search.seen = True
+                headers = raw.headers or {}
+                data = raw.data or b""
+                if CHUNK_HEADER not in headers:
+                    if _claimed_id(data) == cid:
+                        return data
+                    continue
+                chunk = _chunk_of(headers)
+                if chunk is None or chunk[0] != cid:
+                    continue
+                if search.count is None:
+                    search.count = chunk[2]
+                if chunk[2] != search.count:
+                    continue
+                search.parts.setdefault(chunk[1], data)
+                if len(search.parts) == search.count:
+                    joined = b"".join(search.parts[i] for i in range(search.count))
+                    if _claimed_id(joined) == cid:
+                        return joined
+                    search.parts.clear()  # someone else's chunk among them: read on
+        return None
+
+    async def _read_parts(self, cid: bytes, lost: _Lost, have: Collection[int]) -> dict[int, bytes]:
+        """The chunks of ``cid`` not in ``have`` whose stream sequence ``lost`` remembers,
+        read by it (one request each): those still there, on the change's subject."""
+        assert self._js is not None
+        parts: dict[int, bytes] = {}
+        async with _mapped(f"reading stream {self.stream} by sequence"):
+            for index, seq in lost.seqs.items():
+                if index in have:
+                    continue
+                try:
+                    raw = await self._js.get_msg(self.stream, seq=seq)
+                except nats.js.errors.NotFoundError:
+                    continue
+                chunk = _chunk_of(raw.headers or {})
+                if chunk == (cid, index, lost.count) and raw.subject in (None, lost.subject):
+                    parts[index] = raw.data or b""
+        return parts
+
+    def _not_due(self) -> int:
+        """Chunks handed back to the broker that it will not deliver again yet."""
+        now = time.monotonic()
+        due = 0
+        for when in self._parked:
+            if when > now:
+                break
+            due += 1
+        return len(self._parked) - due
+
+    def _refuse(self, msg: Msg, out: _Verdicts) -> None:
+        """A message that is no chunk of any change: terminated (never delivered again)."""
         self._rejected += 1
-        assert self._loop is not None
-        self._loop.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(msg.term()))
+        out.refused.append(msg)
 
     # --- the fallback ---------------------------------------------------------------------------
 
@@ -1163,6 +1710,13 @@ class JetStreamLink:
             rejected=self._rejected,
             gap=self._gap,
             last_error=self._last_error,
+            assemblies=len(self._assemblies),
+            evicted=self._evicted,
+            expired=self._expired,
+            abandoned=self._abandoned,
+            abandoned_ids=tuple(self._abandoned_ids),
+            reread=self._reread,
+            unreadable=self._unreadable,
         )
 
 
@@ -1334,7 +1888,13 @@ class FollowedBroker:
         if self._link is None:
             return Backlog()
         status = self._link.status()
-        return Backlog(outbox=status.outbox, lag=status.lag)
+        return Backlog(
+            outbox=status.outbox,
+            lag=status.lag,
+            assemblies=status.assemblies,
+            evicted=status.evicted + status.expired,
+            abandoned=status.abandoned,
+        )
 
     def close(self) -> None:
         link, self._link = self._link, None
@@ -1369,3 +1929,43 @@ def _chunk_of(headers: dict[str, str]) -> tuple[bytes, int, int] | None:
     if len(cid) != 32 or not 2 <= count <= _MAX_CHUNKS or not 0 <= index < count:
         return None
     return cid, index, count
+
+
+@dataclass(slots=True)
+class _Verdicts:
+    """What one batch of messages carried (``datas``) and what to tell the broker of each:
+    ``finished`` (acknowledge after receiving), ``again`` (deliver again later), ``refused``
+    (never deliver again)."""
+
+    datas: list[bytes] = field(default_factory=list)
+    finished: list[Msg] = field(default_factory=list)
+    again: list[Msg] = field(default_factory=list)
+    refused: list[Msg] = field(default_factory=list)
+    #: Changes dropped whose every chunk was seen here: to join from the stream by sequence.
+    covered: list[bytes] = field(default_factory=list)
+
+
+def _claimed_id(data: bytes) -> bytes | None:
+    """The id of the change a signed change's bytes carry (blake3 of its body, see
+    `sync.change`), or None when they are no signed change: only the envelope is decoded,
+    `Replica.receive` verifies the rest."""
+    try:
+        outer = decode_value(data, "signed")
+    except (InputError, ValueError, TypeError):
+        return None
+    body = outer.get("change") if isinstance(outer, dict) else None
+    return change_id_of(body) if isinstance(body, bytes) else None
+
+
+#: The order in which assemblies are dropped: touched longest ago (by stream sequence) first.
+_TOUCHED = operator.attrgetter("touched")
+
+
+def _delivery_of(msg: Msg) -> tuple[int, float, int]:
+    """(stream sequence, the broker's time it was stored in epoch seconds, how many times it
+    was delivered) of a JetStream message; zeros (one delivery) when its metadata is missing."""
+    try:
+        meta = msg.metadata
+        return int(meta.sequence.stream), float(meta.timestamp.timestamp()), int(meta.num_delivered)
+    except (ValueError, TypeError, AttributeError, OverflowError, nats.errors.Error):
+        return 0, 0.0, 1
