@@ -1078,6 +1078,15 @@ def _follow_until_stopped(s: Session, rep: Replica, urls: list[str], http: str |
         look()  # what the last rounds moved, told before "Stopped."
 
 
+def _chunk_text(dropped: int, given_up: int) -> str:
+    """The line a follower's dropped chunk assemblies earn (`sync.jetstream.ChunkBounds`)."""
+    held = plural(dropped, "chunk assembly", "chunk assemblies")
+    text = f"{held} dropped past the chunk bounds (read again later)"
+    if given_up:
+        text += f", {plural(given_up, 'change')} given up on (looked for in the stream again)"
+    return text
+
+
 def _tell_round(s: Session, before: Any, now: Any) -> None:
     """What changed for one peer between two looks at its `PeerStatus`."""
     url = _shown(now.url)
@@ -1091,7 +1100,8 @@ def _tell_round(s: Session, before: Any, now: Any) -> None:
         return
     received, pushed = now.received - before.received, now.pushed - before.pushed
     back = before.failures > 0
-    if not (received or pushed or back or now.quarantined != before.quarantined):
+    dropped = (now.evicted - before.evicted, now.abandoned - before.abandoned)
+    if not (received or pushed or back or now.quarantined != before.quarantined or any(dropped)):
         return
     data = {
         "event": "synced",
@@ -1105,6 +1115,9 @@ def _tell_round(s: Session, before: Any, now: Any) -> None:
     text = f"{url}: received {received}, sent {pushed}{queue}"
     if now.quarantined != before.quarantined:
         text += f"; {now.quarantined - before.quarantined} quarantined"
+    if any(dropped):  # a chunk flood, or a broker losing chunks: the change is read again
+        data["chunks_dropped"], data["chunks_given_up"] = dropped
+        text += f"; {_chunk_text(*dropped)}"
     if back:
         text += " (reachable again)"
     s.emit(data, text, compact=True)
@@ -1229,6 +1242,10 @@ def _sync_broker(
         f"Synced with {status.url}: published {round_.published}, fetched {round_.fetched}"
         f"; outbox {status.outbox}, lag {_count(status.lag)}; {_report_text(merge)}"
     )
+    dropped = (status.evicted + status.expired, status.abandoned)
+    data["chunks_dropped"], data["chunks_given_up"] = dropped
+    if any(dropped):
+        text += f"\n  {_chunk_text(*dropped)}"
     if round_.reconciled:
         filled = sum(r.fetched for r in round_.reconciled)
         text += f"\n  a gap in the stream: {plural(filled, 'change')} fetched from HTTP peers"

@@ -12,7 +12,9 @@ Waits are deadlines on a condition (hang guards), never budgets.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -340,3 +342,28 @@ def test_a_follower_restarted_after_dropping_a_change_finds_it_in_the_stream(sma
 
     eventually(both)
     assert not b.pending() and again.status().reread == 1
+
+
+def test_statefuse_sync_through_a_broker_says_how_many_chunk_assemblies_it_dropped(
+    small, links, tmp_path, capsys
+):
+    from statefuse.cli import main
+
+    make_stream(small.url, links)
+    publish(small.url, bogus(subject_of("team", stranger()), 64))
+    store = str(tmp_path / "b.db")
+    assert main(["--store", store, "init", "--space", "team"]) == 0
+    capsys.readouterr()
+    assert main(["--store", store, "sync", small.url]) == 0
+    out = capsys.readouterr().out
+    # 64 never-ending assemblies on one subject, at most 8 held per subject (the default)
+    dropped = re.search(r"(\d+) chunk assembl(?:y|ies) dropped past the chunk bounds", out)
+    assert dropped is not None, out
+    assert 1 <= int(dropped.group(1)) <= 64 - 8
+    other = str(tmp_path / "c.db")
+    assert main(["--store", other, "init", "--space", "team"]) == 0
+    capsys.readouterr()
+    assert main(["--store", other, "--json", "sync", small.url]) == 0
+    (peer,) = json.loads(capsys.readouterr().out)["peers"]
+    assert peer["ok"] is True
+    assert 1 <= peer["chunks_dropped"] <= 64 - 8
