@@ -1114,29 +1114,49 @@ class StateFuseStore(BaseStore):
         return [_search_item(hits.found(i), score) for score, i in page[op.offset : end]]
 
     def _apply(self, puts: Mapping[tuple[Namespace, str], _Put]) -> list[tuple[_Put, ClaimAdded]]:
-        """Write the batch's puts and deletes as one signed change; the claims it added."""
-        replica, lens = self.replica, self.lens
-        # Only deletes read the State: making one makes the next write copy the index
-        # (copy-on-write), so a run of puts never asks for it.
-        deletes = any(put.value is None for put in puts.values())
-        state = replica.state() if deletes else None
+        """Write the batch's puts and deletes as one signed change; the claims it added.
+
+        Nothing of the State is held while writing: the replica's next State is then made by
+        writing its index in place (copy-on-write copies only an index someone still reads), so
+        a write costs what it adds, not what the store has ever held."""
+        replica = self.replica
+        self._seen = None  # projected again at the next read, carried from this one
+        plan = self._deleted(puts) if any(put.value is None for put in puts.values()) else None
         written: list[tuple[_Put, ClaimAdded]] = []
         with replica.batch():
-            for put in puts.values():
-                name = claim_namespace(put.namespace)
+            for at, put in enumerate(puts.values()):
                 if put.value is not None:
                     claim = replica.update(
-                        name, put.key, PREDICATE, put.value, provenance=self.provenance
+                        claim_namespace(put.namespace),
+                        put.key,
+                        PREDICATE,
+                        put.value,
+                        provenance=self.provenance,
                     )
                     written.append((put, claim))
                     continue
-                assert state is not None
-                catalog = state.derived(_catalog)
-                for scope in catalog.scopes.get(put.namespace, ()):
-                    if not lens.sees_scope(scope):
-                        continue
-                    for c in state.active_at(name, put.key, PREDICATE, scope):
-                        if lens.sees_roles(c.visibility):
-                            replica.retract(c, reason="deleted through the LangGraph store")
-                            self._vectors.pop(c.claim_id, None)
+                assert plan is not None
+                for c in plan.get(at, ()):
+                    replica.retract(c, reason="deleted through the LangGraph store")
+                    self._vectors.pop(c.claim_id, None)
         return written
+
+    def _deleted(self, puts: Mapping[tuple[Namespace, str], _Put]) -> dict[int, list[ClaimAdded]]:
+        """For each delete among ``puts`` (by position): the active claims it retracts, every
+        author's that the lens sees. Only deletes read the State, and it is let go before the
+        batch writes."""
+        state, lens = self.replica.state(), self.lens
+        catalog = state.derived(_catalog)
+        out: dict[int, list[ClaimAdded]] = {}
+        for at, put in enumerate(puts.values()):
+            if put.value is not None:
+                continue
+            name = claim_namespace(put.namespace)
+            out[at] = [
+                c
+                for scope in catalog.scopes.get(put.namespace, ())
+                if lens.sees_scope(scope)
+                for c in state.active_at(name, put.key, PREDICATE, scope)
+                if lens.sees_roles(c.visibility)
+            ]
+        return out
