@@ -16,7 +16,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from statefuse import Writer, materialize
 from statefuse import index as index_module
 from statefuse.lens import Lens
 from statefuse.sync.replica import Replica
@@ -127,3 +130,33 @@ def test_update_then_a_context_that_scrubs_turns_does_the_same_work_after_many_u
         work.append(work_of(step))
     few, many = work
     assert many["calls"] == few["calls"]
+
+
+@settings(max_examples=min(settings.default.max_examples, 200), deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("claim"), st.sampled_from("abc"), st.sampled_from("xyz")),
+            st.tuples(st.just("retract"), st.integers(0, 30), st.booleans()),
+        ),
+        max_size=30,
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_what_a_retraction_retracts_read_from_the_index_equals_the_map_of_every_one(program, rng):
+    w = Writer("a", clock=lambda: 0)
+    ops: list = []
+    claims = []
+    for s in program:
+        if s[0] == "claim":
+            c = w.claim("fact", s[1], "value", s[2])
+            claims.append(c)
+            ops.append(c)
+        elif claims:
+            c = claims[s[1] % len(claims)]
+            ops.append(w.retract(claim_ref=c.claim_ref) if s[2] else w.retract(claim_id=c.op_id))
+    rng.shuffle(ops)  # a retraction may come before the claims it names
+    state = materialize(ops)
+    for r in state.retractions.values():
+        expected = tuple(cid for cid, rets in state.retracted.items() if r in rets)
+        assert state.retracted_by(r) == expected
