@@ -63,7 +63,16 @@ from statefuse.ranker import Corpus, LexicalRanker, Ranker
 from statefuse.registry.error import InputError
 from statefuse.registry.value import Value
 from statefuse.resolver import Conservative, Resolver
-from statefuse.scrub import Retracted, anchors_of, find, findable, folded, occurs, value_text
+from statefuse.scrub import (
+    Anchors,
+    Retracted,
+    anchors_of,
+    find,
+    findable,
+    folded,
+    occurs,
+    value_text,
+)
 from statefuse.state import State
 from statefuse.tokenizer import CachedTokenizer, Tokenizer, default_tokenizer
 from statefuse.view import How, Key, Selection, SurfacedConflict, View, json_value
@@ -1452,7 +1461,9 @@ class _Cleaner:
             f = prep.folded(c)
             if findable(f):
                 self.ref_of.setdefault(f, c)
-        anchors = list(self.retracted.anchors) if self.retracted is not None else []
+        anchors: list[Anchors] = []
+        if self.retracted is not None:
+            anchors += self.retracted.anchors
         if self.ref_of:
             anchors.append(anchors_of(self.ref_of))
         self.anchors = tuple(anchors)

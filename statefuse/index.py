@@ -17,13 +17,35 @@ Every value stored in the dicts is immutable (tuples, bytes, ops), so a snapshot
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from operator import attrgetter
+from typing import Protocol, TypeVar, cast
 
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Op
 from statefuse.registry import Registry
 
 LocusKey = tuple[str, str, str, str]
+
+
+class KillWatch(Protocol):
+    """Data an `Index` keeps up to date as it retracts claims (`Index.watch_kills`)."""
+
+    def add(
+        self,
+        claim: ClaimAdded,
+        killers: tuple[bytes, ...],
+        retractions: Mapping[bytes, ClaimRetracted],
+    ) -> None:
+        """``claim`` is retracted by ``killers`` (for the first time, or by one more)."""
+        ...
+
+    def copy(self) -> KillWatch:
+        """A copy for a copy of the index (later changes to either do not show in the
+        other)."""
+        ...
+
+
+W = TypeVar("W", bound=KillWatch)
 
 #: CPython's reference counts (None elsewhere, and on a free-threaded build, whose counts are
 #: split between threads): whether an index may be written in place.
@@ -75,6 +97,7 @@ class Index:
         "evidence",
         "gkeys",
         "killed",
+        "kills",
         "members",
         "registry",
         "ret_by_id",
@@ -103,6 +126,8 @@ class Index:
         #: Locus keys whose active claims changed since the last State was made of this index
         #: (what derived data carries over by: see `State.changes_since`).
         self.touched: set[LocusKey] = set()
+        #: What `watch_kills` made: told of every retraction applied since (None: not asked).
+        self.kills: KillWatch | None = None
 
     def copy(self) -> Index:
         """A snapshot: later updates to either copy do not show in the other."""
@@ -123,6 +148,7 @@ class Index:
         out._gmemo = self._gmemo  # pure cache of the registry
         out._by_ref = None if self._by_ref is None else self._by_ref.copy()
         out.touched = set()
+        out.kills = None if self.kills is None else self.kills.copy()
         return out
 
     def exclusive(self) -> bool:
@@ -147,6 +173,16 @@ class Index:
             and refs(self.dependents) == once
             and (self._by_ref is None or refs(self._by_ref) == once)
         )
+
+    def watch_kills(self, make: Callable[[], W]) -> W:
+        """The `KillWatch` ``make`` builds from this index (on the first call), told from then
+        on of each claim this index retracts, so derived data over every retracted claim (the
+        values context assembly scrubs, `statefuse.scrub`) is never built again after a write.
+        One watch per index: every call must pass a maker of the same kind."""
+        watch = self.kills
+        if watch is None:
+            watch = self.kills = make()
+        return cast(W, watch)
 
     # --- derived helpers -------------------------------------------------------------------------
 
@@ -251,6 +287,8 @@ class Index:
             killers = killers + tuple(r for r in by_ref if r not in reasserts and r not in killers)
         if killers:
             self.killed[cid] = killers
+            if self.kills is not None:
+                self.kills.add(c, killers, self.retractions)
             return True
         self._activate(cid, c)
         return True
@@ -288,9 +326,14 @@ class Index:
         was = self.killed.get(cid)
         if was is None:
             self._deactivate(cid)
-            self.killed[cid] = (rid,)
+            now: tuple[bytes, ...] = (rid,)
         elif rid not in was:
-            self.killed[cid] = (*was, rid)
+            now = (*was, rid)
+        else:
+            return
+        self.killed[cid] = now
+        if self.kills is not None:
+            self.kills.add(self.claims[cid], now, self.retractions)
 
     def _add_retraction(self, t: ClaimRetracted) -> bool:
         rid = t.op_id

@@ -16,9 +16,14 @@ op-set. All writes of one `batch` become one signed change, stored atomically.
 ``project(replica.state(), lens)``: what the lens may not see (other roles, other tasks, drafts)
 appears nowhere, not even as a namespace. As in LangGraph's own stores, the reads of a batch see
 the store as it was when the batch began, and its writes apply after them (the last write to a
-key wins). ``created_at`` and ``updated_at`` are the wall time of the claim holding the value
-(LangGraph's ``InMemoryStore`` also stamps both at every put); for a conflicted item, the
-earliest and the latest of its candidates'.
+key wins). The async methods called concurrently on one event loop (``asyncio.gather`` of
+``aput``, ``aget``...) are one such batch, as in LangGraph's own batched stores
+(``AsyncBatchedBaseStore``): the calls waiting at the same moment run together when the loop
+next runs, so a burst of N writes is one signed change, not N. An awaited call alone is a batch
+of its own, so code that awaits each call in turn reads its own writes. ``created_at`` and
+``updated_at`` are the wall time of the claim holding the value (LangGraph's ``InMemoryStore``
+also stamps both at every put); for a conflicted item, the earliest and the latest of its
+candidates'.
 
 **Disagreement is never collapsed.** `Replica.update` replaces only this replica's own claim, so
 two agents that wrote different values at one key are a conflict (SEMANTICS §5). While the
@@ -700,6 +705,14 @@ def _check_key(key: object, field: str = "key") -> str:
     return key
 
 
+@dataclass(slots=True)
+class _Queued:
+    """One `StateFuseStore.abatch` call waiting for its loop's next batch."""
+
+    ops: list[Op]
+    future: asyncio.Future[list[Result]]
+
+
 class StateFuseStore(BaseStore):
     """LangGraph's `BaseStore` over a `Replica` (see the module docstring for the semantics).
 
@@ -717,6 +730,8 @@ class StateFuseStore(BaseStore):
         "_lock",
         "_owns",
         "_prune_at",
+        "_queued",
+        "_queued_lock",
         "_ranker",
         "_seen",
         "_vectors",
@@ -756,6 +771,9 @@ class StateFuseStore(BaseStore):
         self._vectors: dict[bytes, tuple[Vector, ...]] = {}
         #: Prune `_vectors` of retracted claims when it grows past this many.
         self._prune_at = PRUNE_MARGIN
+        #: Async calls waiting for their event loop's next batch (`abatch`), by loop.
+        self._queued: dict[asyncio.AbstractEventLoop, list[_Queued]] = {}
+        self._queued_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -825,12 +843,57 @@ class StateFuseStore(BaseStore):
             return self._write(work, docs, queries)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """`batch`, awaiting the embedding calls (the replica's work itself is synchronous)."""
-        with self._lock:
-            work = self._read(ops)
-        docs, queries = await self._aembed(work)
-        with self._lock:
-            return self._write(work, docs, queries)
+        """`batch`, awaiting the embedding calls (the replica's work itself is synchronous).
+
+        Calls made concurrently on one event loop are joined: each is checked on its own (a
+        bad op fails its call only), then every call waiting when the loop next runs becomes
+        one batch (reads first, then one signed change), and each call gets its ops' results.
+        A call cancelled while it waits is left out."""
+        ops = list(ops)
+        for op in ops:
+            self._check(op)
+        loop = asyncio.get_running_loop()
+        waiting = _Queued(ops, loop.create_future())
+        with self._queued_lock:
+            queue = self._queued.setdefault(loop, [])
+            queue.append(waiting)
+            first = len(queue) == 1
+        if first:
+            loop.call_soon(self._start_joined, loop)
+        return await waiting.future
+
+    def _start_joined(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._queued_lock:
+            calls = self._queued.pop(loop, [])
+        calls = [c for c in calls if not c.future.done()]
+        if calls:
+            # a task keeps its own reference through the loop until it ends
+            loop.create_task(self._joined(calls))
+
+    async def _joined(self, calls: list[_Queued]) -> None:
+        """Run ``calls`` as one batch and hand each its results (or the batch's error)."""
+        try:
+            with self._lock:
+                work = self._read([op for c in calls for op in c.ops])
+            docs, queries = await self._aembed(work)
+            with self._lock:
+                results = self._write(work, docs, queries)
+        except BaseException as exc:  # every call of the batch learns why it failed
+            for c in calls:
+                if c.future.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    c.future.cancel()
+                else:
+                    c.future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        at = 0
+        for c in calls:
+            if not c.future.done():
+                c.future.set_result(results[at : at + len(c.ops)])
+            at += len(c.ops)
 
     # --- the read half ---------------------------------------------------------------------------
 
@@ -1114,29 +1177,49 @@ class StateFuseStore(BaseStore):
         return [_search_item(hits.found(i), score) for score, i in page[op.offset : end]]
 
     def _apply(self, puts: Mapping[tuple[Namespace, str], _Put]) -> list[tuple[_Put, ClaimAdded]]:
-        """Write the batch's puts and deletes as one signed change; the claims it added."""
-        replica, lens = self.replica, self.lens
-        # Only deletes read the State: making one makes the next write copy the index
-        # (copy-on-write), so a run of puts never asks for it.
-        deletes = any(put.value is None for put in puts.values())
-        state = replica.state() if deletes else None
+        """Write the batch's puts and deletes as one signed change; the claims it added.
+
+        Nothing of the State is held while writing: the replica's next State is then made by
+        writing its index in place (copy-on-write copies only an index someone still reads), so
+        a write costs what it adds, not what the store has ever held."""
+        replica = self.replica
+        self._seen = None  # projected again at the next read, carried from this one
+        plan = self._deleted(puts) if any(put.value is None for put in puts.values()) else None
         written: list[tuple[_Put, ClaimAdded]] = []
         with replica.batch():
-            for put in puts.values():
-                name = claim_namespace(put.namespace)
+            for at, put in enumerate(puts.values()):
                 if put.value is not None:
                     claim = replica.update(
-                        name, put.key, PREDICATE, put.value, provenance=self.provenance
+                        claim_namespace(put.namespace),
+                        put.key,
+                        PREDICATE,
+                        put.value,
+                        provenance=self.provenance,
                     )
                     written.append((put, claim))
                     continue
-                assert state is not None
-                catalog = state.derived(_catalog)
-                for scope in catalog.scopes.get(put.namespace, ()):
-                    if not lens.sees_scope(scope):
-                        continue
-                    for c in state.active_at(name, put.key, PREDICATE, scope):
-                        if lens.sees_roles(c.visibility):
-                            replica.retract(c, reason="deleted through the LangGraph store")
-                            self._vectors.pop(c.claim_id, None)
+                assert plan is not None
+                for c in plan.get(at, ()):
+                    replica.retract(c, reason="deleted through the LangGraph store")
+                    self._vectors.pop(c.claim_id, None)
         return written
+
+    def _deleted(self, puts: Mapping[tuple[Namespace, str], _Put]) -> dict[int, list[ClaimAdded]]:
+        """For each delete among ``puts`` (by position): the active claims it retracts, every
+        author's that the lens sees. Only deletes read the State, and it is let go before the
+        batch writes."""
+        state, lens = self.replica.state(), self.lens
+        catalog = state.derived(_catalog)
+        out: dict[int, list[ClaimAdded]] = {}
+        for at, put in enumerate(puts.values()):
+            if put.value is not None:
+                continue
+            name = claim_namespace(put.namespace)
+            out[at] = [
+                c
+                for scope in catalog.scopes.get(put.namespace, ())
+                if lens.sees_scope(scope)
+                for c in state.active_at(name, put.key, PREDICATE, scope)
+                if lens.sees_roles(c.visibility)
+            ]
+        return out

@@ -688,7 +688,7 @@ class _Tools:
                     )
                 r = rep.retract(claim_ref=ref, reason=reason)
             state = rep.state()
-            hit = [cid for cid, rets in state.retracted.items() if r in rets]
+            hit = state.retracted_by(r)
             names = rep.author_names()
             infos = [_claim_info(state.claims[cid], state, names) for cid in hit]
         result = Retracted(

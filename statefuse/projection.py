@@ -755,17 +755,16 @@ class _Run:
         )
 
     def _retracted(self) -> RetractedValues | None:
-        """The buckets of retracted values in a visibility and scope this lens sees."""
+        """The retracted values this lens may look for: the labels (visibility, scope) of the
+        State's `RetractedIndex` it sees, as of the index's entries now."""
         index = self.state.derived(retracted_index)
-        if not index.buckets:
-            return None
         roles = self.lens.roles
-        seen = tuple(
-            b
-            for b in index.buckets.values()
-            if (not b.visibility or not roles.isdisjoint(b.visibility)) and self.sees_scope(b.scope)
+        seen = frozenset(
+            label
+            for label in index.labels
+            if (not label[0] or not roles.isdisjoint(label[0])) and self.sees_scope(label[1])
         )
-        return RetractedValues(seen, self.lens.now) if seen else None
+        return RetractedValues(index, index.count, seen, self.lens.now) if seen else None
 
     def _conflict(self, p: _Conflict) -> None:
         if self.sees(p.visibility, p.scope, len(p.ids), p.ids):

@@ -17,9 +17,11 @@ Rules (SEMANTICS §7; the guide ``docs/guides/context.md`` explains them):
   that begins or ends with a letter, digit or ``_`` needs a non-word character, or the text's
   edge, beside it): ``40k`` is not found in ``$140k``.
 - **Which retracted claims.** Only those the lens may see (roles, scope, not expired): a View
-  holds nothing of a hidden claim, not even a value to look for. `RetractedIndex` keeps them per
-  State, in buckets of one visibility and scope, so a projection hands its View the buckets its
-  lens sees (`RetractedValues`) without walking every retracted claim.
+  never scrubs (nor names) a hidden claim's value. The Index keeps a `RetractedIndex` of them
+  (by folded value, with the value lengths under each anchor and the visibility and scope
+  labels there are), updated by each retraction it applies, so a projection hands its View a
+  `RetractedValues` (the labels its lens sees, and how far the index went) without walking
+  every retracted claim, and a text costs its own length, not the number of retractions.
 
 Invariant: matching is deterministic — leftmost first, then the longest value, ties by the
 value's text — and a pure function of the text and the values; nothing here reads a clock.
@@ -29,9 +31,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
-from statefuse.op import ClaimAdded
+from statefuse.op import ClaimAdded, ClaimRetracted
 from statefuse.registry.value import Value
 from statefuse.state import State
 from statefuse.view import json_value
@@ -113,13 +116,35 @@ class Match:
     value: str
 
 
+class Lookup(Protocol):
+    """Folded values to look for, asked position by position (`find`): a `RetractedValues`
+    answers from the lengths of its values, so a text costs what it holds, not what was
+    retracted."""
+
+    def candidates(self, f: str, i: int, anchor: str) -> Iterable[str]:
+        """The values it holds that ``f`` (folded) starts with at ``i`` (whose first
+        characters are ``anchor``), longest first."""
+        ...
+
+
+#: What `find` looks through: `anchors_of` maps (anchor -> values, longest first) or `Lookup`s.
+Anchors = Mapping[str, tuple[str, ...]] | Lookup
+
+
+def _candidates(index: Anchors, f: str, i: int, key: str) -> Iterable[str]:
+    if isinstance(index, Mapping):
+        return (v for v in index.get(key, ()) if f.startswith(v, i))
+    return index.candidates(f, i, key)
+
+
 def find(
     text: str,
-    anchors: Sequence[Mapping[str, tuple[str, ...]]],
+    anchors: Sequence[Anchors],
     accept: Callable[[str], bool] = lambda f: True,
 ) -> list[Match]:
-    """Where the folded values indexed by ``anchors`` occur in ``text`` as whole words, leftmost
-    first, then longest, never overlapping; a value ``accept`` refuses is passed over."""
+    """Where the folded values indexed by ``anchors`` (`anchors_of` maps, or `Lookup`s) occur
+    in ``text`` as whole words, leftmost first, then longest, never overlapping; a value
+    ``accept`` refuses is passed over."""
     if not anchors:
         return []
     f, where = fold(text)
@@ -133,15 +158,11 @@ def find(
         key = f[i : i + _ANCHOR]
         best = ""
         for index in anchors:
-            for value in index.get(key, ()):
+            for value in _candidates(index, f, i, key):
                 if len(value) <= len(best):
                     break
                 end = i + len(value)
-                if (
-                    f.startswith(value, i)
-                    and (end == n or not (_word(f[end - 1]) and _word(f[end])))
-                    and accept(value)
-                ):
+                if (end == n or not (_word(f[end - 1]) and _word(f[end]))) and accept(value):
                     best = value
                     break
         if not best:
@@ -156,7 +177,7 @@ def find(
     return out
 
 
-# --- retracted claims, per State and per lens ----------------------------------------------------
+# --- retracted claims, per index and per lens ----------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,149 +189,154 @@ class Retracted:
     superseded_by: tuple[bytes, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class _Bucket:
-    """Retracted claims of one visibility and scope: by folded value, and that value's anchor."""
-
-    visibility: tuple[str, ...]
-    scope: str
-    values: Mapping[str, tuple[Retracted, ...]]  # never changed
-    anchors: Mapping[str, tuple[str, ...]]
+Label = tuple[tuple[str, ...], str]
 
 
-@dataclass(frozen=True, slots=True)
 class RetractedIndex:
-    """Every retracted claim of a State whose value is findable, in buckets by (visibility,
-    scope). Made once per State (`retracted_index`), from the previous State's when few
-    retractions changed since."""
+    """Every retracted claim of an `Index` whose value is findable, kept by the Index itself
+    (`Index.watch_kills`): built on the first read that needs it, then updated by each
+    retraction the Index applies, so a read after a write never walks every retraction.
 
-    buckets: Mapping[tuple[tuple[str, ...], str], _Bucket]
-    #: What the index was made from: retracted claim id -> its retractions.
-    killed: Mapping[bytes, tuple[bytes, ...]]
+    Within one Index retractions only add (a claim retracted stays retracted; an Index that
+    loses ops is built again), so every change is an append, numbered in ``serial``: a
+    `RetractedValues` handed to a View reads only the entries numbered below the count it was
+    made at, and stays exactly what it was if the Index is later written in place.
+
+    - ``values``: folded value -> (serial, `Retracted`) entries; a claim retracted again by
+      another retraction gets a later entry (its ``superseded_by`` may have grown).
+    - ``lengths``: anchor (first characters) -> the distinct lengths of the values under it,
+      longest first: `find` asks a text's slices of those lengths, never every value.
+    - ``labels``: (visibility, scope) -> how many entries have it (only whether a lens sees
+      any of them is asked).
+    """
+
+    __slots__ = ("count", "labels", "lengths", "values")
+
+    def __init__(self) -> None:
+        self.values: dict[str, tuple[tuple[int, Retracted], ...]] = {}
+        self.lengths: dict[str, tuple[int, ...]] = {}
+        self.labels: dict[Label, int] = {}
+        self.count = 0
+
+    @classmethod
+    def of(
+        cls,
+        claims: Mapping[bytes, ClaimAdded],
+        killed: Mapping[bytes, tuple[bytes, ...]],
+        retractions: Mapping[bytes, ClaimRetracted],
+    ) -> RetractedIndex:
+        """The index of every retracted claim in ``killed`` (claim id -> its retractions)."""
+        out = cls()
+        for cid in sorted(killed):
+            c = claims.get(cid)
+            if c is not None:
+                out.add(c, killed[cid], retractions)
+        return out
+
+    def add(
+        self,
+        claim: ClaimAdded,
+        killers: tuple[bytes, ...],
+        retractions: Mapping[bytes, ClaimRetracted],
+    ) -> None:
+        """``claim`` is retracted by ``killers`` (now, or now by more of them)."""
+        f = folded(value_text(claim.value))
+        if not findable(f):
+            return
+        by = sorted({b for r in killers if (b := retractions[r].superseded_by) is not None})
+        entry = (self.count, Retracted(claim, tuple(by)))
+        self.count += 1
+        held = self.values.get(f, ())
+        self.values[f] = (*held, entry)
+        if not held:
+            anchor = f[:_ANCHOR]
+            have = self.lengths.get(anchor, ())
+            if len(f) not in have:
+                self.lengths[anchor] = tuple(sorted((*have, len(f)), reverse=True))
+        label = _label(claim)
+        self.labels[label] = self.labels.get(label, 0) + 1
+
+    def copy(self) -> RetractedIndex:
+        """A copy for a copied Index (the entries are immutable, so shallow)."""
+        out = RetractedIndex.__new__(RetractedIndex)
+        out.values = self.values.copy()
+        out.lengths = self.lengths.copy()
+        out.labels = self.labels.copy()
+        out.count = self.count
+        return out
+
+    def entries(self, upto: int | None = None) -> dict[tuple[Label, str], tuple[Retracted, ...]]:
+        """Everything it holds (as of ``upto`` entries), by label and value, by claim id: a
+        canonical form, so that two indexes of the same retracted claims compare equal."""
+        out: dict[tuple[Label, str], dict[bytes, Retracted]] = {}
+        for f, held in self.values.items():
+            for r in _latest(held, self.count if upto is None else upto):
+                out.setdefault((_label(r.claim), f), {})[r.claim.op_id] = r
+        return {k: tuple(v[c] for c in sorted(v)) for k, v in sorted(out.items())}
 
 
-def retracted_index(state: State) -> RetractedIndex:
-    """The `RetractedIndex` of ``state`` (use through ``state.derived``)."""
-    killed = state._ix.killed
-    if not killed:
-        return RetractedIndex({}, {})  # never a shared one: its maps are handed out
-    since = state.changes_since()
-    before = since[0].get(retracted_index) if since is not None else None
-    if isinstance(before, RetractedIndex) and before.killed:
-        changed = {cid for cid, _ in killed.items() ^ before.killed.items()}
-        if 8 * len(changed) < len(killed) + 64:
-            return _patched(state, before, changed)
-    return _built(state, killed.keys())
-
-
-def _entry(state: State, cid: bytes) -> tuple[str, Retracted] | None:
-    ix = state._ix
-    c = ix.claims.get(cid)
-    if c is None:
-        return None
-    f = folded(value_text(c.value))
-    if not findable(f):
-        return None
-    rets = ix.killed[cid]
-    by = sorted({b for r in rets if (b := ix.retractions[r].superseded_by) is not None})
-    return f, Retracted(c, tuple(by))
-
-
-def _label(c: ClaimAdded) -> tuple[tuple[str, ...], str]:
+def _label(c: ClaimAdded) -> Label:
     return (c.visibility, c.scope)
 
 
-def _built(state: State, ids: Iterable[bytes]) -> RetractedIndex:
-    values: dict[tuple[tuple[str, ...], str], dict[str, list[Retracted]]] = {}
-    for cid in sorted(ids):
-        e = _entry(state, cid)
-        if e is not None:
-            values.setdefault(_label(e[1].claim), {}).setdefault(e[0], []).append(e[1])
-    buckets = {
-        label: _bucket(label, {f: tuple(rs) for f, rs in vs.items()})
-        for label, vs in sorted(values.items())
-    }
-    return RetractedIndex(buckets, dict(state._ix.killed))
+def _latest(held: tuple[tuple[int, Retracted], ...], upto: int) -> list[Retracted]:
+    """Each claim's latest entry numbered below ``upto``."""
+    out: dict[bytes, tuple[int, Retracted]] = {}
+    for serial, r in held:
+        if serial < upto:
+            was = out.get(r.claim.op_id)
+            if was is None or was[0] < serial:
+                out[r.claim.op_id] = (serial, r)
+    return [r for _, r in out.values()]
 
 
-def _bucket(
-    label: tuple[tuple[str, ...], str], values: dict[str, tuple[Retracted, ...]]
-) -> _Bucket:
-    return _Bucket(label[0], label[1], values, anchors_of(values))
-
-
-def _patched(state: State, before: RetractedIndex, changed: set[bytes]) -> RetractedIndex:
-    """``before`` with the claims in ``changed`` (retracted, no longer retracted, or retracted
-    again by another retraction) taken out and put back as ``state`` has them: only the buckets
-    they are in are copied."""
-    claims = state._ix.claims
-    killed = state._ix.killed
-    touched: dict[tuple[tuple[str, ...], str], dict[str, list[Retracted]]] = {}
-
-    def bucket(label: tuple[tuple[str, ...], str]) -> dict[str, list[Retracted]]:
-        found = touched.get(label)
-        if found is None:
-            old = before.buckets.get(label)
-            found = touched[label] = (
-                {f: list(rs) for f, rs in old.values.items()} if old is not None else {}
-            )
-        return found
-
-    for cid in sorted(changed):
-        c = claims.get(cid)
-        if c is None:
-            continue
-        f = folded(value_text(c.value))
-        if not findable(f):
-            continue
-        held = bucket(_label(c))
-        rs = [r for r in held.get(f, ()) if r.claim.op_id != cid]
-        e = _entry(state, cid) if cid in killed else None
-        if e is not None:
-            rs.append(e[1])
-            rs.sort(key=lambda r: r.claim.op_id)
-        if rs:
-            held[f] = rs
-        else:
-            held.pop(f, None)
-    buckets = dict(before.buckets)
-    for label, vs in touched.items():
-        if vs:
-            buckets[label] = _bucket(label, {f: tuple(rs) for f, rs in vs.items()})
-        else:
-            buckets.pop(label, None)
-    return RetractedIndex(dict(sorted(buckets.items())), dict(killed))
+def retracted_index(state: State) -> RetractedIndex:
+    """The `RetractedIndex` of ``state``: its Index's, made on the first call and kept up to
+    date by that Index from then on (treat it as read-only)."""
+    ix = state._ix
+    return ix.watch_kills(lambda: RetractedIndex.of(ix.claims, ix.killed, ix.retractions))
 
 
 @dataclass(frozen=True, slots=True)
 class RetractedValues:
-    """The retracted claims one lens may see whose values can be found in free text: the
-    buckets of the State's `RetractedIndex` in a visibility and scope the lens sees, and the
-    lens's ``now`` (a retracted claim that has expired is left out when looked up)."""
+    """The retracted claims one lens may see whose values can be found in free text: those of
+    a `RetractedIndex` (as of ``upto`` of its entries) with a visibility and scope in
+    ``labels``, which the lens sees, not expired at the lens's ``now``. A `Lookup` for `find`.
+    """
 
-    buckets: tuple[_Bucket, ...] = ()
+    index: RetractedIndex = field(default_factory=RetractedIndex)
+    upto: int = 0
+    labels: frozenset[Label] = frozenset()
     now: int | None = None
 
     @property
-    def anchors(self) -> tuple[Mapping[str, tuple[str, ...]], ...]:
-        return tuple(b.anchors for b in self.buckets)
+    def anchors(self) -> tuple[Lookup, ...]:
+        """What `find` looks through."""
+        return (self,) if self.labels else ()
+
+    def candidates(self, f: str, i: int, anchor: str) -> Iterable[str]:
+        values = self.index.values
+        for k in self.index.lengths.get(anchor, ()):
+            value = f[i : i + k]
+            if len(value) == k and value in values:
+                yield value
 
     def claims(self, value: str) -> tuple[Retracted, ...]:
         """The retracted claims (the lens may see) holding the folded ``value``, by claim id."""
-        now = self.now
+        held = self.index.values.get(value)
+        if held is None:
+            return ()
+        now, labels = self.now, self.labels
         out = [
             r
-            for b in self.buckets
-            for r in b.values.get(value, ())
-            if now is None or r.claim.expires is None or r.claim.expires >= now
+            for r in _latest(held, self.upto)
+            if _label(r.claim) in labels
+            and (now is None or r.claim.expires is None or r.claim.expires >= now)
         ]
         return tuple(sorted(out, key=lambda r: r.claim.op_id))
 
     def __bool__(self) -> bool:
-        return bool(self.buckets)
-
-    def __len__(self) -> int:
-        return sum(len(b.values) for b in self.buckets)
+        return bool(self.labels)
 
 
 NO_RETRACTED = RetractedValues()

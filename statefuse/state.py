@@ -279,6 +279,19 @@ class State:
             {c: tuple(rets[r] for r in sorted(ks)) for c, ks in sorted(self._ix.killed.items())}
         )
 
+    def retracted_by(self, retraction: ClaimRetracted) -> tuple[bytes, ...]:
+        """The claims ``retraction`` retracts in this state, sorted by id: its exact target
+        and, for a semantic one, every claim with its ref that does not reassert past it. Reads
+        the index (what `retracted` would say of it without building that map of every
+        retracted claim)."""
+        ix, rid = self._ix, retraction.op_id
+        out = set()
+        if retraction.target_claim_id is not None:
+            out.add(retraction.target_claim_id)
+        if retraction.target_claim_ref is not None:
+            out.update(ix.by_ref().get(retraction.target_claim_ref, ()))
+        return tuple(sorted(c for c in out if rid in ix.killed.get(c, ())))
+
     @property
     def retractions(self) -> Mapping[bytes, ClaimRetracted]:
         return MappingProxyType(self._ix.retractions)

@@ -237,6 +237,31 @@ class StoreContract:
 
         asyncio.run(run())
 
+    def test_langgraphs_large_concurrent_workload_answers_every_call(self, store):
+        # The workload of LangGraph's own ``test_large_batches_async``: 10 rounds of 1,000 keys,
+        # each a put, a get, a list_namespaces, a search, a put again and a delete, all
+        # 60,000 calls gathered at once on one event loop.
+        async def run() -> list[object]:
+            calls = []
+            for m in range(10):
+                ns = ("test", "foo", "bar", "baz", str(m % 2))
+                for i in range(1_000):
+                    calls += [
+                        store.aput(ns, f"key{i}", value={"foo": f"bar{i}"}),
+                        store.aget(ns, f"key{i}"),
+                        store.alist_namespaces(prefix=None, max_depth=m + 1),
+                        store.asearch(("test",)),
+                        store.aput(ns, f"key{i}", value={"foo": f"bar{i}"}),
+                        store.adelete(ns, f"key{i}"),
+                    ]
+            return await asyncio.gather(*calls)
+
+        results = asyncio.run(run())
+        assert len(results) == 60_000
+        assert all(r is None for r in results[0::6])  # puts answer None
+        assert all(isinstance(r, list) for k in (2, 3) for r in results[k::6])
+        assert store.search(("test",), limit=10) == []  # every key's last call deleted it
+
 
 class TestLangGraphInMemoryStoreKeepsTheContract(StoreContract):
     """The reference: the contract is LangGraph's, not ours."""
@@ -307,6 +332,68 @@ def test_a_batch_of_writes_is_one_signed_change():
     store.batch([PutOp(("b",), f"k{i}", {"i": i}) for i in range(5)] + [PutOp(("b",), "k0", None)])
     assert len(store.replica) == before + 1
     assert [i.key for i in store.search(("b",))] == ["k1", "k2", "k3", "k4"]
+
+
+def test_async_calls_made_concurrently_are_one_batch_and_one_signed_change():
+    store = _store()
+    store.put(("c",), "old", {"v": 0})
+    before = len(store.replica)
+
+    async def run() -> list[Any]:
+        puts = [store.aput(("c",), f"k{i}", {"v": i}) for i in range(300)]
+        return await asyncio.gather(*puts, store.aget(("c",), "k1"), store.aget(("c",), "old"))
+
+    *puts, new, old = asyncio.run(run())
+    assert len(store.replica) == before + 1  # 300 puts, one signed change
+    assert puts == [None] * 300
+    # the reads of the batch see the store as it was before its writes
+    assert new is None and old.value == {"v": 0}
+    assert [store.get(("c",), f"k{i}").value for i in (0, 299)] == [{"v": 0}, {"v": 299}]
+
+
+def test_async_calls_awaited_in_turn_each_read_the_writes_before_them():
+    store = _store()
+
+    async def run() -> None:
+        for i in range(5):
+            await store.aput(("t",), "k", {"v": i})
+            assert (await store.aget(("t",), "k")).value == {"v": i}
+
+    asyncio.run(run())
+    assert len(store.replica) == 5
+
+
+def test_a_bad_op_fails_its_own_concurrent_call_and_the_others_are_written():
+    store = _store()
+
+    async def run() -> list[Any]:
+        return await asyncio.gather(
+            store.aput(("g",), "a", {"v": 1}),
+            store.aput(("g",), "b", {CONFLICT_FIELD: 1}),
+            store.aput(("g",), "c", {"v": 3}),
+            return_exceptions=True,
+        )
+
+    a, bad, c = asyncio.run(run())
+    assert a is None and c is None
+    assert isinstance(bad, LangGraphStoreError) and bad.rule == "reserved-field"
+    assert [i.key for i in store.search(("g",))] == ["a", "c"]
+
+
+def test_a_concurrent_call_cancelled_while_it_waits_writes_nothing():
+    store = _store()
+
+    async def run() -> None:
+        kept = asyncio.ensure_future(store.aput(("x",), "kept", {"v": 1}))
+        gone = asyncio.ensure_future(store.aput(("x",), "gone", {"v": 2}))
+        await asyncio.sleep(0)  # both are waiting for the loop's next batch
+        gone.cancel()
+        await kept
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+
+    asyncio.run(run())
+    assert [i.key for i in store.search(("x",))] == ["kept"]
 
 
 def test_a_batch_with_one_bad_op_writes_nothing():

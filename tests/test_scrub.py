@@ -277,31 +277,118 @@ def test_scrubbing_never_removes_a_value_a_shown_claim_holds(program):
                     assert _word_re(h).search(folded(line)), (h, line)
 
 
-@fewer
-@given(st.lists(step, max_size=25), st.integers(1, 24))
-def test_the_retracted_index_carried_from_state_to_state_equals_a_fresh_one(program, cut):
-    from statefuse import Materializer
+#: What a program does between two ops: nothing, derive the index and drop the State (the
+#: next write goes in place), keep the State and its View (the next write copies the index), or
+#: keep only the View (the State is dropped: the index is written in place under it).
+READS = st.lists(st.sampled_from(("none", "read", "hold", "view")), min_size=1, max_size=6)
 
-    ops = _build(program)
+
+def _context_json(view) -> str:
+    return assemble_context(view, query="", budget=4000, tokenizer=TOK).to_json()
+
+
+#: Besides `step`: a claim in the lens's session (it shadows the key's global claims, so a View
+#: may not show a value a later retraction makes findable), and a copy of an earlier claim sent
+#: again (a copy of a claim retracted by ref is retracted on arrival).
+more = st.one_of(
+    step,
+    st.tuples(st.just("narrow"), st.sampled_from(KEYS), st.sampled_from(VALUES)),
+    st.tuples(st.just("again"), st.integers(0, 20)),
+)
+
+
+def _build_more(program: list[tuple]) -> list:
+    ops = _build([s for s in program if s[0] not in ("narrow", "again")])
+    w = Writer("b", clock=lambda: 0)
+    at = 0
+    out: list = []
+    for s in program:
+        if s[0] == "narrow":
+            out.append(w.claim("fact", s[1], "value", s[2], scope="session:s1"))
+        elif s[0] == "again":
+            claims = [o for o in out if isinstance(o, ClaimAdded) and o.kind != "turn"]
+            if claims:
+                c = claims[s[1] % len(claims)]
+                out.append(w.claim("fact", c.subject, "value", c.value))
+        elif at < len(ops):
+            out.append(ops[at])
+            at += 1
+    return out + ops[at:]
+
+
+@fewer
+@given(st.lists(more, max_size=30), READS)
+def test_the_retracted_index_kept_by_the_index_equals_one_built_from_scratch(program, reads):
+    from statefuse import Materializer
+    from statefuse.scrub import RetractedIndex
+
+    ops = _build_more(program)
     m = Materializer()
+    kept: list[tuple[int, object, object]] = []  # (ops applied, State or None, View)
     for i, op in enumerate(ops):
         m.apply(op)
-        if i % cut == 0:
+        action = reads[i % len(reads)]
+        if action == "read":
             m.state().derived(retracted_index)
-    carried = m.state().derived(retracted_index)
-    fresh = materialize(ops).derived(retracted_index)
+        elif action in ("hold", "view"):
+            state = m.state()
+            kept.append((i + 1, state if action == "hold" else None, project(state, LENS)))
+            del state
+    final = m.state()
+    kept.append((len(ops), final, project(final, LENS)))
+    for n, state, view in kept:
+        fresh = materialize(ops[:n])
+        ix = fresh._ix
+        scratch = RetractedIndex.of(ix.claims, ix.killed, ix.retractions)
+        if state is not None:
+            index = state.derived(retracted_index)
+            assert index.entries() == scratch.entries()
+            assert index.lengths == {
+                a: tuple(sorted({len(f) for f in scratch.values if f[:3] == a}, reverse=True))
+                for a in {f[:3] for f in scratch.values}
+            }
+            assert set(index.labels) == set(scratch.labels)
+        # a View keeps what it saw, whatever the index took in after it
+        assert _context_json(view) == _context_json(project(fresh, LENS))
+        if view.retracted is not None:
+            r = view.retracted
+            assert r.index.entries(r.upto) == scratch.entries()
 
-    def flat(index):
-        return {
-            (label, f): tuple((r.claim.op_id, r.superseded_by) for r in rs)
-            for label, b in index.buckets.items()
-            for f, rs in b.values.items()
-        }
 
-    assert flat(carried) == flat(fresh)
-    assert [dict(b.anchors) for b in carried.buckets.values()] == [
-        dict(b.anchors) for b in fresh.buckets.values()
+def test_a_view_keeps_scrubbing_what_was_retracted_when_it_was_made_after_later_writes():
+    from statefuse import Materializer
+
+    w = Writer("a", clock=lambda: 0)
+    m = Materializer()
+    first = w.claim("fact", "room", "value", "room b7")
+    old = w.claim("fact", "budget", "value", "$40k")
+    narrower = w.claim("fact", "budget", "value", "$45k", scope="session:s1")  # shadows $40k
+    for op in (first, w.retract(claim_id=first.op_id), old, narrower):
+        m.apply(op)
+    m.apply(w.add_turn("user", "budget is $40k in room b7", session="s1"))
+    before = project(m.state(), LENS)  # the State is dropped: the next write goes in place
+    m.apply(w.retract(claim_id=old.op_id))
+    after = project(m.state(), LENS)
+    assert turn_lines(assemble_context(before, query="", budget=500)) == [
+        'user: "budget is $40k in " [corrected]'
     ]
+    assert turn_lines(assemble_context(after, query="", budget=500)) == [
+        'user: "budget is " [corrected] " in " [corrected]'
+    ]
+
+
+def test_a_copy_arriving_after_its_retraction_by_ref_is_scrubbed_once_the_index_is_kept():
+    from statefuse import Materializer
+
+    w = Writer("a", clock=lambda: 0)
+    m = Materializer()
+    one = w.claim("fact", "room", "value", "Room 7b")
+    m.apply(w.retract(claim_ref=one.claim_ref))
+    m.apply(w.add_turn("user", "meet in room 7B", session="s1"))
+    m.state().derived(retracted_index)  # kept by the index from here on
+    m.apply(one)
+    ctx = assemble_context(project(m.state(), LENS), query="", budget=500)
+    assert turn_lines(ctx) == ['user: "meet in " [corrected]']
 
 
 def test_render_key_is_what_markers_name():
