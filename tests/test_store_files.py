@@ -10,7 +10,6 @@ row SQLite can still read while the damaged original stays beside it, byte for b
 from __future__ import annotations
 
 import os
-import pwd
 import re
 import shutil
 import sqlite3
@@ -34,6 +33,7 @@ from statefuse.store import (
     StoreInfo,
     StoreWrite,
 )
+from tests.mounts import ReadOnly, remove, shared_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 INFO = StoreInfo(space="team", mode="open", root=None, registry=b"\x01" * 32)
@@ -503,35 +503,30 @@ def test_a_read_only_open_works_in_a_read_only_directory(tmp_path):
             return
     finally:
         os.chmod(home, 0o755)
-    # Root ignores directory modes, so the check runs as an unprivileged user instead, in a
-    # directory that user can reach but not write.
+    # Root ignores directory modes: the check runs on a read-only file system instead (a bind
+    # mount in a namespace of its own, or an unprivileged user's 0555 copy: tests/mounts.py), in
+    # a directory any user can reach (a clone in a 0700 folder is out of the fallback's reach).
+    outer = shared_dir()
     try:
-        nobody = pwd.getpwnam("nobody")
-    except KeyError:
-        pytest.skip(
-            "running as root, where chmod cannot make a directory read-only, and there is no"
-            " 'nobody' user to run the check as"
-        )
-    outer = Path(tempfile.mkdtemp(prefix="statefuse-ro-"))
-    try:
-        os.chmod(outer, 0o755)
         shared = outer / "ro"
         shutil.copytree(home, shared)
-        os.chmod(shared, 0o555)
-        result = subprocess.run(
-            [sys.executable, "-c", _READ_IN_READ_ONLY_DIRECTORY, str(shared / "s.db")],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            user=nobody.pw_uid,
-            group=nobody.pw_gid,
-            check=False,
-        )
+        fs = ReadOnly(shared)
+        try:
+            result = subprocess.run(
+                fs.argv(sys.executable, "-c", _READ_IN_READ_ONLY_DIRECTORY, str(shared / "s.db")),
+                capture_output=True,
+                text=True,
+                cwd=shared,
+                timeout=120,
+                check=False,
+                **fs.options(),
+            )
+        finally:
+            fs.restore()
         assert (result.returncode, result.stdout) == (0, expected), result.stderr
         assert sorted(os.listdir(shared)) == ["s.db"]
     finally:
-        os.chmod(outer / "ro", 0o755)
-        shutil.rmtree(outer)
+        remove(outer)
 
 
 _WRITER = textwrap.dedent(
