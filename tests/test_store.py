@@ -195,18 +195,23 @@ def test_a_write_that_fails_midway_leaves_nothing_behind(tmp_path):
     reopened.close()
 
 
-def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path):
+def test_a_second_writer_waits_its_bound_for_the_write_lock_then_names_the_holder(tmp_path):
     import os
 
     first = SQLiteStore(tmp_path / "s.db")
+    second = SQLiteStore(tmp_path / "s.db", wait=0.1)  # opening takes no lock for long
     try:
-        with pytest.raises(StoreError) as err:
-            SQLiteStore(tmp_path / "s.db")
-        assert err.value.rule == "single-writer"
-        assert str(os.getpid()) in str(err.value)
+        with first.write_transaction():
+            first.write(StoreWrite(accepted=((b"1" * 32, b"c1"),)))
+            with pytest.raises(StoreError) as err:
+                second.write(StoreWrite(accepted=((b"2" * 32, b"c2"),)))
+            assert err.value.rule == "busy"
+            assert str(os.getpid()) in str(err.value)
+        second.write(StoreWrite(accepted=((b"2" * 32, b"c2"),)))  # free again
+        assert [d for _, d in first.accepted()] == [b"c1", b"c2"]
     finally:
         first.close()
-    SQLiteStore(tmp_path / "s.db").close()  # free again once the first one closed
+        second.close()
 
 
 def test_a_file_that_is_not_a_store_is_refused_clearly(tmp_path):
