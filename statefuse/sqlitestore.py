@@ -1480,8 +1480,7 @@ class SQLiteStore:
         with self._transaction("saving a snapshot") as db:
             db.execute(
                 "INSERT INTO snapshot (id, upto, data) VALUES (1, ?, ?)"
-                " ON CONFLICT (id) DO UPDATE SET upto = excluded.upto, data = excluded.data"
-                " WHERE excluded.upto >= snapshot.upto",
+                " ON CONFLICT (id) DO UPDATE SET upto = excluded.upto, data = excluded.data",
                 (upto, blob),
             )
 

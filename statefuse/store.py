@@ -269,8 +269,9 @@ class Store(Protocol):
         """Mark changes as published to ``target`` (idempotent, durable when it returns)."""
 
     def save_snapshot(self, upto: int, blob: bytes) -> None:
-        """Keep a materialized snapshot covering accepted positions ``<= upto``, unless the
-        one kept covers more (two writers saving at once: the later one wins only if newer)."""
+        """Keep a materialized snapshot covering accepted positions ``<= upto`` in place of
+        the one kept (one write: two writers saving at once leave one whole snapshot, which
+        the next open checks against the rows it covers)."""
 
     def load_snapshot(self) -> tuple[int, bytes] | None:
         """The latest snapshot, or None."""
@@ -560,8 +561,7 @@ class MemoryStore:
 
     def save_snapshot(self, upto: int, blob: bytes) -> None:
         self._open()
-        if self._snapshot is None or upto >= self._snapshot[0]:
-            self._snapshot = (upto, blob)
+        self._snapshot = (upto, blob)
 
     def load_snapshot(self) -> tuple[int, bytes] | None:
         return self._snapshot

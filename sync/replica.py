@@ -1123,6 +1123,9 @@ class Replica:
         scan = _Scan()
         restored: tuple[Restored, int] | None = None
         self._unused_snapshot: SnapshotWarning | None = None
+        #: The position of a stored snapshot this load found unusable (-1: none), which a
+        #: close replaces whatever it covers.
+        self._snap_unusable = -1
         #: The store's `data_version` when this replica last looked, and the highest store
         #: position it has taken in (`_catch_up` reads what is past it).
         self._version = self.store.data_version()
@@ -1397,6 +1400,7 @@ class Replica:
         if found is None:
             return None
         upto, blob = found
+        self._snap_unusable = upto
         try:
             assert self.key is not None  # snapshots are authenticated with the key
             snap = open_snapshot(blob, key=self.key, identity=self._identity(), upto=upto)
@@ -1405,7 +1409,9 @@ class Replica:
                 if pos > upto:
                     break
                 datas.append(data)
-            return snap.restore(self.space, datas), upto
+            restored = snap.restore(self.space, datas), upto
+            self._snap_unusable = -1
+            return restored
         except SnapshotError as exc:
             rule, why = exc.rule, exc.message
         except Exception as exc:  # a cache must never stop a store from opening
@@ -2529,6 +2535,8 @@ class Replica:
         process of the store shares one) are enough to save a new one (by position, which
         counts the stored changes without reading them)."""
         at = self.store.snapshot_position() or 0
+        if at == self._snap_unusable:
+            at = 0  # the one this replica could not use: replaced whatever it covers
         new = self._pos - at
         return new > 0 and new * CLOSE_SNAPSHOT_SHARE >= at
 
