@@ -696,9 +696,9 @@ class _Lock:
             os.close(fd)
             raise
         if wait > 0:
-            fd = self._blocking(wait)
-            if fd is not None:
-                self._fd = fd
+            waited = self._blocking(wait)
+            if waited is not None:
+                self._fd = waited
                 return
         holder = self._holder()
         file = self.path.with_suffix("")

@@ -1275,11 +1275,13 @@ class Replica:
                 self._load()  # a stored change that does not verify: damage, found by a load
                 return
             accepted = [c for r in receipts if r.status is Status.ACCEPTED for c in r.admitted]
+            # the forks, clock jumps and registry change these reveal were reported to whoever
+            # received them: what this process's next report lists is what its own call brings
+            forks, jumps = set(self._new_forks), dict(self._new_jumps)
+            registry_change = self._registry_change
             new_ops = self._admitted(accepted)
-            # already reported to whoever received them; what this process's next report
-            # lists is what its own call brings
-            self._new_forks.clear()
-            self._new_jumps.clear()
+            self._new_forks, self._new_jumps = forks, jumps
+            self._registry_change = registry_change
             self._notify(new_ops, Origin.STORE, None if self.path is None else str(self.path))
         if (
             info is not None
