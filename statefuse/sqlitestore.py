@@ -753,9 +753,8 @@ class _Lock:
     def note_holder(self) -> None:
         """Write this process's pid into the lock file, for a waiter's error message."""
         if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, 0)
-                os.pwrite(self._fd, str(os.getpid()).encode(), 0)
+            with contextlib.suppress(OSError):  # one fixed-width write: no truncate per write
+                os.pwrite(self._fd, f"{os.getpid():<20}".encode(), 0)
 
     @property
     def held(self) -> bool:

@@ -378,3 +378,41 @@ def test_a_write_waits_for_a_long_writer_then_goes_on(tmp_path):
     assert _values(path) == ["long", "short"]
     _assert_one_feed(path)
     assert os.path.exists(f"{path}.lock")
+
+
+def test_pending_changes_parked_by_one_process_are_taken_in_by_another(tmp_path):
+    path = tmp_path / "team.db"
+    Replica.open(path, create=True, space="team").close()
+    peer = Replica.memory(space="team")
+    peer.add_claim("p/s/one", 1)
+    peer.add_claim("p/s/two", 2)
+    by_seq = sorted(peer.log.changes(), key=lambda c: c.seq)
+    a, b = Replica.open(path), Replica.open(path)
+    try:
+        report = a.receive([by_seq[1].data])  # its predecessor is missing: parked
+        assert report.pending == 1
+        assert b.pending_count() == 1  # b sees what a parked
+        report = b.receive([by_seq[0].data])  # the predecessor: both count now
+        assert report.accepted == 2
+        for r in (a, b):
+            assert r.pending_count() == 0 and len(r) == 2
+            assert sorted(c.value for c in r.state().active_claims()) == [1, 2]
+        assert a.store.pending() == []
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_creator_pinned_by_one_process_is_followed_by_another(tmp_path):
+    path = tmp_path / "team.db"
+    Replica.open(path, create=True, space="team").close()
+    creator = Replica.memory(space="team")
+    a, b = Replica.open(path), Replica.open(path)
+    try:
+        assert a.creator is None and b.creator is None
+        assert a.pin_creator(creator.author)
+        b.add_claim("p/s/x", 1)  # b's next call takes in the pin
+        assert b.creator == creator.author
+    finally:
+        a.close()
+        b.close()
