@@ -25,6 +25,12 @@ Invariants:
   verifies) is read-only until repaired (`Replica.repair`): reads show what verifies, every write
   and every receive raises `StoreDamagedError`. A replica never signs from a partially loaded
   feed, so damage cannot spread to peers as a fork of lost history.
+- Many replicas may share one store (other processes, or other replica objects on the same
+  file): each call first takes in what they committed (`_catch_up`), and every write runs inside
+  the store's write transaction (`_writing`), where it catches up again before it allocates its
+  seq, prev and lamports, so the replicas of one store sign one feed and never fork it. Changes
+  of its own author that another replica of the same store wrote are its own history, never an
+  `OwnFeedWarning`.
 - One replica may be used from several threads: every public method that reads or changes its
   log, state or store holds its re-entrant lock (`Replica.lock`), a `batch` holds it for the
   whole block, and observers run inside it, on the thread whose write or receive made the
