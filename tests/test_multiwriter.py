@@ -19,6 +19,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -413,6 +414,24 @@ def test_a_creator_pinned_by_one_process_is_followed_by_another(tmp_path):
         assert a.pin_creator(creator.author)
         b.add_claim("p/s/x", 1)  # b's next call takes in the pin
         assert b.creator == creator.author
+    finally:
+        a.close()
+        b.close()
+
+
+def test_own_changes_another_process_of_the_store_wrote_are_no_own_feed_warning(tmp_path):
+    path = tmp_path / "team.db"
+    Replica.open(path, create=True, space="team").close()
+    a, b = Replica.open(path), Replica.open(path)
+    try:
+        a.add_claim("p/s/one", 1)
+        a.add_claim("p/s/two", 2)
+        mine = a.change_bytes(a.change_ids())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # an OwnFeedWarning would raise here
+            report = b.receive(mine)  # e.g. a peer hands back what a wrote
+        assert report.own_from_elsewhere == 0 and report.duplicate == 2
+        assert b.add_claim("p/s/three", 3) and b.last_change(b.author)[0] == 3
     finally:
         a.close()
         b.close()
