@@ -2208,6 +2208,8 @@ class Replica:
             )
             trimmed = self.store.write(batch) or 0
             self._wrote = True
+            if batch.accepted:  # caught up inside this transaction: every row up to it is known
+                self._pos = max(self._pos, self.store.last_position())
             self.log.unload_pending(waiting)  # stored: memory keeps their index only
         return _Taken(
             accepted, counts, len(quarantined), len(batch.parked), len(evicted) + trimmed, known
