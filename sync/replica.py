@@ -213,8 +213,11 @@ def _writes(
 
     @functools.wraps(method)
     def writes(self: Replica, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with self._lock, self._writing():
-            return method(self, *args, **kwargs)
+        with self._lock:
+            if self._in_write:  # inside a batch or another write: joined, at no cost per op
+                return method(self, *args, **kwargs)
+            with self._writing():
+                return method(self, *args, **kwargs)
 
     return writes
 
