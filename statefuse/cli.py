@@ -61,7 +61,7 @@ from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, Layer
 from statefuse.registry import PredicateContract, Registry
 from statefuse.registry.value import Value
 from statefuse.state import ConflictSet, State
-from statefuse.store import QuarantineRecord, StoreError
+from statefuse.store import DEFAULT_WAIT, QuarantineRecord, StoreError
 from statefuse.view import json_value
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ class Session:
 
     def open(self, *, quiet: bool = False, **options: Any) -> Replica:
         """Open the store (``options`` go to `Replica.open`); a missing store and a store
-        locked by another process are user errors with a hint. Opened read-only, a damaged
+        busy past its wait are user errors with a hint. Opened read-only, a damaged
         store says so in one ``Warning:`` line, unless ``quiet`` (the command reports the
         damage itself)."""
         from statefuse.sync.replica import Replica
@@ -2358,8 +2358,9 @@ def _global_options(p: argparse.ArgumentParser, *, suppress: bool) -> None:
         "--wait",
         metavar="SECONDS",
         type=float,
-        default=default(0.0),
-        help="wait this long for a store another process has open",
+        default=default(DEFAULT_WAIT),
+        help="most seconds a write waits for other processes writing to the store (default"
+        f" {DEFAULT_WAIT:g})",
     )
     p.add_argument(
         "--adopt-key",
@@ -2432,6 +2433,8 @@ def _describe(exc: BaseException) -> str:
     from statefuse.sync.bundle import BundleError
     from statefuse.sync.replica import ReplicaError
 
+    if isinstance(exc, StoreError) and exc.rule == "busy":  # a write that waited its bound
+        return exc.message.replace("open with wait=SECONDS", "pass --wait SECONDS")
     if isinstance(exc, (CliError, StoreError, BundleError, ReplicaError)):
         return exc.message  # their fields name internals, not what the user typed
     if isinstance(exc, InputError):

@@ -6,16 +6,19 @@ the log per commit, however many ops the change holds). A crash at any point lea
 whole batch or none of it. A new store is built under a temporary name and linked into place
 complete, so a path holds either nothing or a whole store, never a half-made file.
 
-Single writer: a replica owns its store while open. Opening takes an exclusive advisory lock on
-``<file>.lock`` (``fcntl.flock``, released by the kernel if the process dies), so two processes can
-never interleave appends to one author's hash chain; the second gets a `StoreError` naming the
-lock holder's pid, or waits up to ``wait`` seconds if asked to. ``<file>`` is the path with every
-symlink, ``..`` and relative part resolved (`lock_path`), as SQLite resolves it to name the -wal
-and -shm: two paths to one file take one lock. (A hard link is a second name SQLite gives a -wal
-of its own: one store must never have two; copy it, or `export` it, instead.)
+Many writers: any number of processes (and store objects of one process) open one store
+writable and write. Writes serialize on the write lock, an exclusive advisory lock on
+``<file>.lock`` (``fcntl.flock``, released by the kernel if the process dies) taken only around
+one write transaction (`SQLiteStore.write_transaction`, and every single write), so two writers
+never interleave; a writer waits up to ``wait`` seconds (`DEFAULT_WAIT`) for the others, then
+gets a `StoreError` ``busy``. ``<file>`` is the path with every symlink, ``..`` and relative part
+resolved (`lock_path`), as SQLite resolves it to name the -wal and -shm: two paths to one file
+take one lock. `SQLiteStore.data_version` tells a store object that another one committed, so
+its replica takes the new rows in (`sync.replica`). (A hard link is a second name SQLite gives a
+-wal of its own: one store must never have two; copy it, or `export` it, instead.)
 
 Readers: ``SQLiteStore(path, readonly=True)`` takes no lock and opens the file read-only (a
-``mode=ro`` URI), so readers in any process run beside the one writer: in WAL mode a reader sees
+``mode=ro`` URI), so readers in any process run beside the writers: in WAL mode a reader sees
 the last committed state, and `SQLiteStore.read_transaction` holds one such state across several
 reads. A read-only store never migrates and refuses every write (rule ``readonly``). In a
 read-only directory without a -wal file (where no writer can run) it reads the file as
@@ -51,6 +54,8 @@ import os
 import secrets
 import sqlite3
 import stat
+import struct
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -61,6 +66,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from statefuse.store import (
+    DEFAULT_WAIT,
     SCHEMA_VERSION,
     STORE_ID_BYTES,
     EvictionTally,
@@ -258,7 +264,7 @@ def _store_error(
     if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in text:
         return StoreError(
             field,
-            "single-writer",
+            "busy",
             f"{path} is held by another SQLite connection ({said}) {doing}; close the other"
             " program using it",
         )
@@ -353,11 +359,29 @@ def _open_reader(path: Path, *, ours: bool) -> sqlite3.Connection:
     return db
 
 
-def _connect_rw(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+def _connect_rw(path: Path, wait: float) -> sqlite3.Connection:
+    """A read-write connection; ``wait`` bounds SQLite's own wait for its locks (a checkpoint,
+    a program that is not StateFuse), which the write lock leaves rare."""
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=wait)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     return db
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path`` (None: nothing there)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _check_wait(wait: object) -> float:
+    """``wait`` checked up front: seconds, at least 0 (StoreError ``wait``)."""
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait >= 0:
+        raise StoreError("wait", "seconds", f"wait is a number of seconds >= 0, not {wait!r}")
+    return float(wait)
 
 
 def _looks_like_text(head: bytes) -> bool:
@@ -558,52 +582,188 @@ def _warn_of_links(path: Path) -> None:
 
 
 def lock_path(path: str | os.PathLike[str]) -> Path:
-    """Where the single-writer lock of the store at ``path`` lives: ``<file>.lock`` beside the
-    file itself, ``path`` resolved (symlinks, ``..``, relative parts), so every path to one file
+    """Where the write lock of the store at ``path`` lives: ``<file>.lock`` beside the file
+    itself, ``path`` resolved (symlinks, ``..``, relative parts), so every path to one file
     names one lock; SQLite resolves the path the same way for the -wal and -shm."""
     return Path(f"{os.path.realpath(path)}.lock")
 
 
-class _Lock:
-    """An exclusive advisory lock on ``<file>.lock`` (`lock_path`) holding the owner's pid;
-    ``store`` is the store's path as given, named in the refusal."""
+#: ``struct flock`` for an OFD record lock on the first byte of a file (Linux: l_type, l_whence,
+#: l_start, l_len, l_pid = 0, padded to the kernel's 32 bytes).
+_FLOCK = struct.Struct("@hhqqi4x")
 
-    __slots__ = ("_fd", "path")
+
+class _Presence:
+    """Which processes have the store open for writing: each writable store holds a shared
+    record lock on the first byte of ``<file>.lock`` for its whole life (an open-file-
+    description lock: per store object, never dropped when some other fd of the file closes,
+    and independent of the write lock's ``flock``). A rebuild, which puts a new file at the
+    path, takes it exclusive, and so runs only when no other store has the file open (one
+    that had would go on using the damaged original, and SQLite would delete the new file's
+    -wal by name when it closed). Where the platform has no such locks, nothing is held."""
+
+    __slots__ = ("_fd",)
 
     def __init__(self, path: Path, wait: float, *, store: Path) -> None:
-        self.path = path
+        self._fd: int | None = None
+        if fcntl is None or not hasattr(fcntl, "F_OFD_SETLK"):  # pragma: no cover
+            return
         try:
-            self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise _os_error(path, exc, "create the lock file") from None
-        if fcntl is None:  # pragma: no cover
-            return
-        deadline = time.monotonic() + max(wait, 0.0)
+        deadline = time.monotonic() + wait
         while True:
             try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_RDLCK, 0, 0, 1, 0))
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    holder = os.pread(self._fd, 32, 0).decode("ascii", "replace").strip()
-                    self.release()
-                    who = f" by process {holder}" if holder else ""
-                    file = path.with_suffix("")
-                    alias = f" (the file {file})" if Path(os.path.abspath(store)) != file else ""
+                    os.close(fd)
                     raise StoreError(
                         "path",
-                        "single-writer",
-                        f"{store}{alias} is locked{who}; close that replica first"
-                        " (or open with wait=SECONDS)",
+                        "busy",
+                        f"{store} is being rebuilt by another process past the {wait:g} s wait"
+                        " (open with wait=SECONDS to wait longer)",
                     ) from None
                 time.sleep(0.05)
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, str(os.getpid()).encode(), 0)
+            except OSError:  # a kernel or file system without OFD locks: nothing held
+                os.close(fd)
+                return
+        self._fd = fd
+
+    def alone(self) -> bool:
+        """Take the lock exclusive (True) when no other store has the file open; else keep
+        it shared (a failed conversion leaves the shared lock in place) and say False."""
+        if self._fd is None:
+            return True
+        try:
+            fcntl.fcntl(self._fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_WRLCK, 0, 0, 1, 0))
+        except OSError:
+            return False
+        return True
+
+    def share(self) -> None:
+        """Back to shared, after a rebuild."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(self._fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_RDLCK, 0, 0, 1, 0))
 
     def release(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)  # closing drops the flock
-            self._fd = None
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
+class _Lock:
+    """The store's write lock: an exclusive advisory lock on ``<file>.lock`` (`lock_path`),
+    taken only around one write transaction (and a migration or a rebuild), released by the
+    kernel if the process dies. Each hold opens the file anew, so two stores of one process
+    (two threads, two replicas) exclude each other as two processes do.
+
+    A waiting writer blocks in the kernel (in a helper thread, so the wait is bounded): it is
+    woken as soon as the holder lets go, where a poller would keep losing the lock to a writer
+    that takes it again at once."""
+
+    __slots__ = ("_fd", "path", "store")
+
+    def __init__(self, path: Path, *, store: Path) -> None:
+        self.path = path
+        self.store = store
+        self._fd: int | None = None
+
+    def _open(self) -> int:
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise _os_error(self.path, exc, "create the lock file") from None
+
+    def acquire(self, wait: float) -> None:
+        """Hold the lock, waiting up to ``wait`` seconds for another writer; raises StoreError
+        ``busy`` past that (nothing written)."""
+        assert self._fd is None, "the write lock is not re-entrant"
+        fd = self._open()
+        if fcntl is None:  # pragma: no cover
+            self._fd = fd
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._fd = fd
+            return
+        except BlockingIOError:
+            os.close(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if wait > 0:
+            waited = self._blocking(wait)
+            if waited is not None:
+                self._fd = waited
+                return
+        holder = self._holder()
+        file = self.path.with_suffix("")
+        alias = f" (the file {file})" if Path(os.path.abspath(self.store)) != file else ""
+        raise StoreError(
+            "path",
+            "busy",
+            f"{self.store}{alias} is busy: {holder} held its write lock past the {wait:g} s wait"
+            " (open with wait=SECONDS to wait longer)",
+        )
+
+    def _blocking(self, wait: float) -> int | None:
+        """Wait for the lock in the kernel, in a helper thread, at most ``wait`` seconds; the
+        fd that holds it, or None. A helper still waiting when the time is up keeps waiting
+        and lets go of the lock (closing its own fd) as soon as it gets it."""
+        fd = self._open()
+        done = threading.Event()
+        guard = threading.Lock()
+        got: list[bool] = []  # [True] once the helper holds the lock for us
+        abandoned: list[bool] = []
+
+        def take() -> None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                os.close(fd)
+                done.set()
+                return
+            with guard:
+                if abandoned:
+                    os.close(fd)  # closing drops the flock
+                else:
+                    got.append(True)
+            done.set()
+
+        threading.Thread(target=take, name="statefuse-write-lock", daemon=True).start()
+        done.wait(wait)
+        with guard:
+            if got:
+                return fd
+            abandoned.append(True)
+        return None
+
+    def _holder(self) -> str:
+        try:
+            with open(self.path, "rb") as f:
+                pid = f.read(32).decode("ascii", "replace").strip()
+        except OSError:
+            return "another process"
+        return f"process {pid}" if pid.isdigit() else "another process"
+
+    def note_holder(self) -> None:
+        """Write this process's pid into the lock file, for a waiter's error message."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):  # one fixed-width write: no truncate per write
+                os.pwrite(self._fd, f"{os.getpid():<20}".encode(), 0)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing drops the flock
 
 
 # --- salvage (rebuild) ----------------------------------------------------------------------------
@@ -843,12 +1003,23 @@ class SQLiteStore:
     """A durable store in one SQLite file. See the module docstring for the guarantees.
 
     ``create``: make a new store when nothing is at ``path`` (else StoreError
-    ``no-such-store``). ``readonly``: no lock, no migration, no writes. ``wait``: seconds to wait
-    for a live writer's lock. Opening raises StoreError ``not-a-store``, ``store-unreadable``,
-    ``schema-version``, ``single-writer`` or ``no-such-store``.
+    ``no-such-store``). ``readonly``: no lock, no migration, no writes. ``wait``: seconds each
+    write (and the open's migration) waits for another writer's lock (`DEFAULT_WAIT`). Opening
+    raises StoreError ``not-a-store``, ``store-unreadable``, ``schema-version``, ``busy``,
+    ``wait`` or ``no-such-store``.
     """
 
-    __slots__ = ("_db", "_file", "_lock", "_readonly", "path")
+    __slots__ = (
+        "_db",
+        "_depth",
+        "_file",
+        "_identity",
+        "_lock",
+        "_presence",
+        "_readonly",
+        "path",
+        "wait",
+    )
 
     def __init__(
         self,
@@ -856,7 +1027,7 @@ class SQLiteStore:
         *,
         create: bool = True,
         readonly: bool = False,
-        wait: float = 0.0,
+        wait: float = DEFAULT_WAIT,
     ) -> None:
         self.path = Path(path)
         #: The file itself (`lock_path`'s resolution): what is locked, created and rebuilt, so
@@ -865,8 +1036,17 @@ class SQLiteStore:
         self._readonly = bool(readonly)
         self._db: sqlite3.Connection | None = None
         self._lock: _Lock | None = None
+        self._presence: _Presence | None = None
+        #: Seconds a write waits for another process's write (the bound of every wait).
+        self.wait = _check_wait(wait)
+        #: How deep the write transactions running on this store nest (0: none).
+        self._depth = 0
+        #: (device, inode) of the file this store opened: a write refuses to go on once
+        #: another process's rebuild put another file at the path.
+        self._identity: tuple[int, int] | None = None
         # judged before anything is created: a refused path gets no lock file either
-        if _inspect(self.path) is None and (readonly or not create):
+        found = _inspect(self.path)
+        if found is None and (readonly or not create):
             raise _missing(self.path, readonly=readonly)
         if readonly:
             try:
@@ -874,10 +1054,16 @@ class SQLiteStore:
             except _FAILURES as exc:
                 raise _store_error(self.path, exc, "on open", opening=True) from None
             return
-        self._lock = _Lock(lock_path(self.path), wait, store=self.path)
+        self._lock = _Lock(lock_path(self.path), store=self.path)
+        self._presence = _Presence(self._lock.path, self.wait, store=self.path)
+        # a store to create or migrate is made so under the write lock; a current one needs
+        # none to open (a writer busy elsewhere does not hold up an open)
+        locked = found != SCHEMA_VERSION
         try:
+            if locked:
+                self._lock.acquire(self.wait)
             # again under the lock: another writer may have created or migrated it meanwhile
-            if _inspect(self.path) is None:
+            if locked and _inspect(self.path) is None:
                 if not create:
                     raise _missing(self.path, readonly=False)
                 try:
@@ -886,13 +1072,16 @@ class SQLiteStore:
                 except FileExistsError:  # something appeared at the path: judge it as any file
                     _inspect(self.path)
             try:
-                self._db = _connect_rw(self.path)
+                self._db = _connect_rw(self.path, self.wait)
                 _migrate(self._db, self.path)
             except _FAILURES as exc:
                 raise _store_error(self.path, exc, "on open", opening=True) from None
+            self._identity = _file_identity(self._file)
         except BaseException:
             self.close()
             raise
+        finally:
+            self._lock.release()
         _warn_of_links(self.path)
 
     # --- the one seam for SQLite's errors ---------------------------------------------------------
@@ -922,16 +1111,75 @@ class SQLiteStore:
 
     @contextlib.contextmanager
     def _transaction(self, doing: str) -> Iterator[sqlite3.Connection]:
-        self._conn()
+        """One write transaction, under the write lock (`_Lock`), or the one already running
+        on this store (`write_transaction`): its writes commit with it."""
+        db = self._conn()
         self._check_writable(doing)
-        with self._sqlite(f"while {doing}") as db:
-            db.execute("BEGIN IMMEDIATE")
+        if self._depth:
+            self._depth += 1
             try:
                 yield db
-                db.execute("COMMIT")
-            except BaseException:
-                _rollback(db)
-                raise
+            finally:
+                self._depth -= 1
+            return
+        lock = self._lock
+        assert lock is not None  # a writable store has one
+        lock.acquire(self.wait)
+        try:
+            self._check_same_file()
+            lock.note_holder()
+            with self._sqlite(f"while {doing}"):
+                db.execute("BEGIN IMMEDIATE")
+                self._depth = 1
+                try:
+                    yield db
+                    db.execute("COMMIT")
+                except BaseException:
+                    _rollback(db)
+                    raise
+                finally:
+                    self._depth = 0
+        finally:
+            lock.release()
+
+    def _check_same_file(self) -> None:
+        """Refuse to write once the path holds another file than the one opened (another
+        process rebuilt the store: writes here would land in the damaged original)."""
+        if self._identity is not None and _file_identity(self._file) != self._identity:
+            raise StoreError(
+                "store",
+                "store-replaced",
+                f"{self.path} was rebuilt by another process since this one opened it; open it"
+                " again to write",
+            )
+
+    @contextlib.contextmanager
+    def write_transaction(self) -> Iterator[None]:
+        """Hold the store's write lock and one SQLite write transaction for the whole block:
+        every read inside sees the last committed state, no other process writes meanwhile,
+        and every `write` inside commits (durably) when the block ends, or none if it raises.
+        Waits up to ``wait`` seconds for another writer (StoreError ``busy`` past that)."""
+        with self._transaction("writing"):
+            yield
+
+    def data_version(self) -> int:
+        """A number that changes whenever another connection (another process, or another
+        store object on this file) commits a write: SQLite's ``PRAGMA data_version``. Equal
+        numbers mean nothing changed since the last look."""
+        with self._sqlite("while checking for changes") as db:
+            return int(db.execute("PRAGMA data_version").fetchone()[0])
+
+    def last_position(self) -> int:
+        """The highest position of an accepted change (0: none)."""
+        with self._sqlite("while reading the last position") as db:
+            row = db.execute("SELECT max(pos) FROM changes").fetchone()
+        return 0 if row is None or row[0] is None else _typed(self.path, row[0], int, "a position")
+
+    def snapshot_position(self) -> int | None:
+        """The position the saved snapshot covers (None: none saved), without reading it."""
+        with self._sqlite("while reading the snapshot") as db:
+            row = db.execute("SELECT upto FROM snapshot WHERE id = 1").fetchone()
+        return None if row is None else _typed(self.path, row[0], int, "the snapshot")
 
     # --- the Store protocol -----------------------------------------------------------------------
 
@@ -1298,7 +1546,9 @@ class SQLiteStore:
                     raise _store_error(self.path, exc, "while closing") from exc
         finally:
             if self._lock is not None:
-                self._lock.release()
+                self._lock.release()  # held only if closed inside a write
+            if self._presence is not None:
+                self._presence.release()
 
     # --- damage -----------------------------------------------------------------------------------
 
@@ -1310,12 +1560,39 @@ class SQLiteStore:
         read in key order; where a read raises, the copy resumes past the damaged region (see
         `_salvage`). Rows SQLite cannot read are not recovered here, but the original (with its
         -wal) is never deleted: they survive there. The snapshot is not copied (a cache; the
-        next open verifies every change). The store then works on the new file and keeps its
-        lock. Raises StoreError (``readonly`` on a read-only open; what SQLite or the file
-        system raise, with nothing changed, if the copy cannot be made).
+        next open verifies every change). The store then works on the new file. It holds the
+        write lock throughout, so no write of another process lands in the original, and
+        another process's store refuses to write afterwards (``store-replaced``: it must open
+        the new file). Raises StoreError (``readonly`` on a read-only open; ``busy`` when the
+        write lock stays held; what SQLite or the file system raise, with nothing changed, if
+        the copy cannot be made; ``in-use`` while another store object, in this process or
+        another, has the file open for writing: a rebuild needs the file alone).
         """
-        old = self._conn()
+        self._conn()
         self._check_writable("rebuilding the store")
+        lock, presence = self._lock, self._presence
+        assert lock is not None and presence is not None and self._depth == 0
+        if not presence.alone():
+            raise StoreError(
+                "store",
+                "in-use",
+                f"{self.path} is open in another process (or another store object): close every"
+                " other program using it, then rebuild; nothing was changed",
+            )
+        try:
+            lock.acquire(self.wait)
+            try:
+                self._check_same_file()
+                aside = self._rebuild()
+                self._identity = _file_identity(self._file)
+                return aside
+            finally:
+                lock.release()
+        finally:
+            presence.share()
+
+    def _rebuild(self) -> Path:
+        old = self._conn()
         try:
             tmp = _temp_beside(self._file, "rebuild")
         except OSError as exc:
@@ -1366,7 +1643,7 @@ class SQLiteStore:
 
     def _reopen(self) -> None:
         try:
-            self._db = _connect_rw(self._file)
+            self._db = _connect_rw(self._file, self.wait)
         except _FAILURES as exc:
             raise _store_error(self.path, exc, "after rebuilding", opening=True) from None
 

@@ -37,6 +37,10 @@ SCHEMA_VERSION = 5
 #: empty author (the totals always count every eviction).
 EVICTION_AUTHORS = 256
 
+#: Seconds a write waits for other writers of the same store by default (a store's ``wait``):
+#: long enough for any ordinary burst of writers, short enough that a stuck one is reported.
+DEFAULT_WAIT = 30.0
+
 #: Length of a new store's random ``store_id``.
 STORE_ID_BYTES = 16
 
@@ -44,13 +48,14 @@ STORE_ID_BYTES = 16
 class StoreError(InputError, RuntimeError):
     """A store that cannot be used as asked. ``rule`` says why: ``no-such-store``,
     ``not-a-store`` (a foreign file, left untouched), ``store-unreadable`` (SQLite cannot read
-    it), ``schema-version`` (a newer release), ``single-writer`` (locked by a live writer),
-    ``readonly`` (a write on a read-only open), ``repair-plan``, ``sqlite-error``, …"""
+    it), ``schema-version`` (a newer release), ``busy`` (other writers held the write lock past
+    the wait), ``store-replaced`` (another process rebuilt the file since this open), ``readonly``
+    (a write on a read-only open), ``repair-plan``, ``sqlite-error``, …"""
 
 
 class StoreWarning(UserWarning):
     """A store that works but is at risk (``rule`` says how): ``hard-link``, a store file with
-    more than one name, which SQLite gives a -wal each and the single-writer lock cannot join."""
+    more than one name, which SQLite gives a -wal each and the write lock cannot join."""
 
     def __init__(self, rule: str, message: str) -> None:
         self.rule = rule
@@ -211,6 +216,21 @@ class Store(Protocol):
     def read_transaction(self) -> contextlib.AbstractContextManager[None]:
         """A consistent view across several reads (a writer elsewhere commits meanwhile)."""
 
+    def write_transaction(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the store for one writer for the whole block: reads inside see the last
+        committed state, nothing else writes meanwhile, and the writes inside are kept all
+        together (durably) when the block ends, or none if it raises. Nested uses join."""
+
+    def data_version(self) -> int:
+        """Changes whenever someone else (another process, another store object on the same
+        data) commits a write; a store's own writes leave it as it is."""
+
+    def last_position(self) -> int:
+        """The highest position of an accepted change (0: none)."""
+
+    def snapshot_position(self) -> int | None:
+        """The position the saved snapshot covers (None: none), without loading it."""
+
     def accepted(self, after: int = 0) -> Iterator[tuple[int, bytes]]:
         """``(position, wire bytes)`` of accepted changes past ``after``, in append order."""
 
@@ -249,7 +269,9 @@ class Store(Protocol):
         """Mark changes as published to ``target`` (idempotent, durable when it returns)."""
 
     def save_snapshot(self, upto: int, blob: bytes) -> None:
-        """Keep a materialized snapshot covering accepted positions ``<= upto``."""
+        """Keep a materialized snapshot covering accepted positions ``<= upto`` in place of
+        the one kept (one write: two writers saving at once leave one whole snapshot, which
+        the next open checks against the rows it covers)."""
 
     def load_snapshot(self) -> tuple[int, bytes] | None:
         """The latest snapshot, or None."""
@@ -462,6 +484,23 @@ class MemoryStore:
         """Nothing to do: nothing else writes to this store while its owner reads."""
         self._open()
         yield
+
+    @contextlib.contextmanager
+    def write_transaction(self) -> Iterator[None]:
+        """Only this store's owner writes to it: nothing to hold. (Writes inside are each
+        atomic; the replica keeps memory in step by reloading if one fails.)"""
+        self._open()
+        yield
+
+    def data_version(self) -> int:
+        """Always 0: no one but its owner writes to a memory store."""
+        return 0
+
+    def last_position(self) -> int:
+        return self._positions[-1] if self._positions else 0
+
+    def snapshot_position(self) -> int | None:
+        return None if self._snapshot is None else self._snapshot[0]
 
     def accepted(self, after: int = 0) -> Iterator[tuple[int, bytes]]:
         self._open()

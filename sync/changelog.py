@@ -551,6 +551,11 @@ class ChangeLog:
             if p is not None:
                 p.change = None
 
+    def forget_pending(self) -> None:
+        """Drop the pending area from memory (not from any store): a replica whose store
+        another process changed restores it from the store again (`restore_pending`)."""
+        self._area = PendingArea(self._standing)
+
     def is_pending(self, change_id: bytes) -> bool:
         """Whether the change waits in the pending area."""
         return change_id in self._area

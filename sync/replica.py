@@ -25,6 +25,12 @@ Invariants:
   verifies) is read-only until repaired (`Replica.repair`): reads show what verifies, every write
   and every receive raises `StoreDamagedError`. A replica never signs from a partially loaded
   feed, so damage cannot spread to peers as a fork of lost history.
+- Many replicas may share one store (other processes, or other replica objects on the same
+  file): each call first takes in what they committed (`_catch_up`), and every write runs inside
+  the store's write transaction (`_writing`), where it catches up again before it allocates its
+  seq, prev and lamports, so the replicas of one store sign one feed and never fork it. Changes
+  of its own author that another replica of the same store wrote are its own history, never an
+  `OwnFeedWarning`.
 - One replica may be used from several threads: every public method that reads or changes its
   log, state or store holds its re-entrant lock (`Replica.lock`), a `batch` holds it for the
   whole block, and observers run inside it, on the thread whose write or receive made the
@@ -39,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import itertools
 import os
 import sys
 import threading
@@ -77,6 +84,7 @@ from statefuse.registry.value import Value
 from statefuse.resolver import Resolver
 from statefuse.state import ConflictSet, State
 from statefuse.store import (
+    DEFAULT_WAIT,
     EvictedRow,
     MemoryStore,
     PendingRow,
@@ -150,6 +158,9 @@ class Origin(Enum):
     LOCAL = "local"
     #: Taken in from outside: `Replica.receive`, `merge`, `import_`, a sync or a `Follower`.
     RECEIVED = "received"
+    #: Written to the same store by another process (or another replica object on the same
+    #: file), and taken in from the store on this replica's next call (``source``: the path).
+    STORE = "store"
 
 
 class Observed(tuple[Op, ...]):
@@ -187,9 +198,28 @@ def _locked(
     @functools.wraps(method)
     def locked(self: Replica, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         with self._lock:
+            self._catch_up()
             return method(self, *args, **kwargs)
 
     return locked
+
+
+def _writes(
+    method: Callable[Concatenate[Replica, _P], _R],
+) -> Callable[Concatenate[Replica, _P], _R]:
+    """Run ``method`` holding the replica's lock and, on a replica that may write, the store's
+    write transaction (`Replica._writing`): what it reads and the seq, prev and lamports it
+    signs come after every change another process committed."""
+
+    @functools.wraps(method)
+    def writes(self: Replica, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock:
+            if self._in_write:  # inside a batch or another write: joined, at no cost per op
+                return method(self, *args, **kwargs)
+            with self._writing():
+                return method(self, *args, **kwargs)
+
+    return writes
 
 
 #: `Replica.close` saves a snapshot when the accepted changes it would not cover number at least
@@ -572,6 +602,14 @@ class Replica:
         self._closed = False
         self._reconciler: tuple[int, Reconciler] | None = None
         self._load_mode = load
+        #: Inside the store's write transaction (`_writing`); whether this one wrote to the
+        #: store, and the own changes it signed, taken into memory once it commits.
+        self._in_write = False
+        self._wrote = False
+        self._signed: list[VerifiedChange] = []
+        #: Stored pending changes whose predecessor is accepted already: the next receive
+        #: takes them in (`_pending_ready`).
+        self._due: list[bytes] = []
         #: How many accepted changes the last open (or reload) restored from a snapshot
         #: instead of verifying them again (0: none).
         self.restored = 0
@@ -687,7 +725,7 @@ class Replica:
             space=self.space,
         )
 
-    @_locked
+    @_writes
     def pin_creator(self, creator: bytes, *, force: bool = False) -> bool:
         """Make ``creator`` the open space's creator this store follows: only its registry
         declarations count from now on (the memory is recomputed under the latest of them).
@@ -754,7 +792,7 @@ class Replica:
         if adopted is not None and self.creator == adopted:
             self._set_creator(None)
 
-    @_locked
+    @_writes
     def declare_registry(self, registry: Registry) -> RegistryDeclared | None:
         """Make ``registry`` the space's contract for every replica (SEMANTICS §2): a
         `RegistryDeclared` op holding its document. The memory is recomputed under it here,
@@ -815,6 +853,7 @@ class Replica:
         hex digits alone when it has none (`AuthorNames.label`)."""
         return self.author_names().label(author)
 
+    @_writes
     def declare_name(self, name: str) -> AuthorNamed | None:
         """Call this replica's author ``name`` from now on, for every replica of the space: an
         `AuthorNamed` op signed by its key (see `sync.author` for the rule: the author's latest
@@ -899,7 +938,7 @@ class Replica:
         create: bool = False,
         readonly: bool = False,
         adopt_key: bool = False,
-        wait: float = 0.0,
+        wait: float = DEFAULT_WAIT,
         clock: Callable[[], int] = _wall_ms,
         load: Load | str = Load.SNAPSHOT,
         name: str | None = None,
@@ -913,10 +952,15 @@ class Replica:
         without ``create`` (StoreError rule ``no-such-store``), a file that is not a StateFuse
         store (``not-a-store``; the file is left untouched), another ``space``, another registry,
         a key bound to another store (``key-bound-elsewhere``) or of another author
-        (``key-author``) unless ``adopt_key=True``, and a store locked by a live writer
-        (``single-writer``, unless it frees up within ``wait`` seconds).
+        (``key-author``) unless ``adopt_key=True``.
 
-        ``readonly=True`` takes no lock and works beside a live writer (SQLite WAL readers see
+        Any number of processes may open one store and write: each write waits for the others'
+        (the store's write lock, up to ``wait`` seconds, default `DEFAULT_WAIT`; StoreError
+        ``busy`` past that) and each call sees what the others wrote before it. Opened with the
+        store's key, they all sign one feed: each write takes the next seq of the author inside
+        the write transaction, so they never fork it.
+
+        ``readonly=True`` takes no lock and works beside the writers (SQLite WAL readers see
         the last committed state); a store whose key file is missing opens read-only too. A
         store that fails verification opens read-only with `damage` set (`repair` fixes it).
         ``mode="closed"`` admits only authors the root admits; the root defaults to this
@@ -1088,6 +1132,13 @@ class Replica:
         scan = _Scan()
         restored: tuple[Restored, int] | None = None
         self._unused_snapshot: SnapshotWarning | None = None
+        #: The position of a stored snapshot this load found unusable (-1: none), which a
+        #: close replaces whatever it covers.
+        self._snap_unusable = -1
+        #: The store's `data_version` when this replica last looked, and the highest store
+        #: position it has taken in (`_catch_up` reads what is past it).
+        self._version = self.store.data_version()
+        self._pos = 0
         try:
             with self.store.read_transaction():
                 if self._load_mode is Load.SNAPSHOT and self.key is not None:
@@ -1097,7 +1148,9 @@ class Replica:
                     snap, upto = restored
                     for c in snap.changes:
                         self.log.receive_verified(c, seen_ms=now)
+                self._pos = upto
                 for pos, data in self.store.accepted(upto):
+                    self._pos = pos
                     scan.accepted(pos, data, self.log.receive(data, seen_ms=now))
                 for cid, data in self._restore_pending():
                     scan.pending(cid, data, self.log.receive(data, seen_ms=now))
@@ -1150,8 +1203,10 @@ class Replica:
         return check
 
     def _pending_ready(self) -> None:
-        """Restore the indexed pending rows (once per load). One whose predecessor is accepted
-        already (a store another process wrote since this one loaded) is received again."""
+        """Restore the indexed pending rows (once per load, and again after the store changed:
+        `_catch_up`). One whose predecessor is accepted already (a store written by a release
+        that did not take pending changes in beside the writes of another process) waits in
+        ``_due`` for the next receive, which takes it in."""
         if self._pending_loaded:
             return
         self._pending_loaded = True
@@ -1161,9 +1216,14 @@ class Replica:
             if row.author is not None and row.seq is not None and row.prev is not None
         ]
         due = self.log.restore_pending(parked, loader=self._pending_bytes)
-        datas = [d for d in map(self._pending_bytes, (p.change_id for p in due)) if d]
-        if datas and self._readonly is None and self.damage is None:
-            self._receive(_unverified(datas))
+        self._due = [d for d in map(self._pending_bytes, (p.change_id for p in due)) if d]
+
+    def _pending_read(self) -> None:
+        """`_pending_ready` for a read: the due changes are taken in now when this replica may
+        write (one transaction of their own), so the read shows them where they belong."""
+        self._pending_ready()
+        if self._due and self._may_write():
+            self._receive([])
 
     def _pending_bytes(self, change_id: bytes) -> bytes | None:
         return self.store.pending_data(change_id)
@@ -1181,6 +1241,110 @@ class Replica:
                 rows.append(PendingRow(c.change_id, c.data, c.author, c.seq, c.prev))
         with contextlib.suppress(StoreError):
             self.store.write(StoreWrite(parked=tuple(rows)))
+
+    # --- other processes of this store ------------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        """Take in what another process (or another replica object on the same file) committed
+        to this store since this replica last looked: called on every call, and first thing
+        inside every write transaction, so each call sees the others' writes and a write signs
+        after every change of its own author already stored.
+
+        Cheap when nothing changed (one ``PRAGMA data_version``). The new accepted rows are
+        verified again (`ChangeLog.receive_all`), as an open verifies the rows its snapshot
+        does not cover: the same checks at the same cost per change, so a row damaged on disk
+        since it was written is caught here too (the replica then reloads and reports it as
+        `damage`). The pending area is read again from the store when next needed (another
+        process may have parked or taken in changes), the quarantine is always read from the
+        store, and a creator another process pinned is followed. A damaged or closed replica
+        keeps the view it has."""
+        if self._closed or self.damage is not None:
+            return
+        version = self.store.data_version()
+        if version == self._version:
+            return
+        self._version = version
+        now = self._clock()
+        with self.store.read_transaction():
+            rows = list(self.store.accepted(self._pos))
+            info = self.store.info()
+        self.log.forget_pending()  # restored again from the store when next needed
+        check = self._restore_pending()
+        if rows or check:
+            receipts = self.log.receive_all([d for _, d in rows], seen_ms=now)
+            for _, data in check:
+                self.log.receive(data, seen_ms=now)
+            self.log.take_quarantined()
+            self._pos = rows[-1][0] if rows else self._pos
+            if any(
+                r.status is Status.QUARANTINED
+                or (r.status is Status.PENDING and r.change_id not in self.log)
+                for r in receipts
+            ):
+                self._load()  # a stored change that does not verify: damage, found by a load
+                return
+            accepted = [c for r in receipts if r.status is Status.ACCEPTED for c in r.admitted]
+            # the forks, clock jumps and registry change these reveal were reported to whoever
+            # received them: what this process's next report lists is what its own call brings
+            forks, jumps = set(self._new_forks), dict(self._new_jumps)
+            registry_change = self._registry_change
+            new_ops = self._admitted(accepted)
+            self._new_forks, self._new_jumps = forks, jumps
+            self._registry_change = registry_change
+            self._notify(new_ops, Origin.STORE, None if self.path is None else str(self.path))
+        if (
+            info is not None
+            and info.creator is not None
+            and self.creator is None
+            and self.mode is TrustMode.OPEN
+        ):
+            self.creator = info.creator
+            self._creator_unknown = False
+            self._refresh_registry()
+
+    def _may_write(self) -> bool:
+        return not self._closed and self.damage is None and self._readonly is None
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The store's write transaction around a write (joined when one runs already): it
+        waits for other processes' writes (up to the store's ``wait``), catches up with them,
+        and commits what the block wrote when it ends. Own changes signed inside are taken
+        into memory (and shown to observers) only once they are committed; a block that
+        raises after writing leaves memory rebuilt from the store. On a replica that may not
+        write it only catches up (the write inside raises as it always did)."""
+        if self._in_write:
+            yield
+            return
+        if not self._may_write():
+            self._catch_up()
+            yield
+            return
+        self._in_write = True
+        self._wrote = False
+        try:
+            with self.store.write_transaction():
+                self._catch_up()
+                yield
+        except BaseException:
+            self._signed = []
+            if self._wrote:
+                self._reload()
+            raise
+        finally:
+            self._in_write = False
+        signed, self._signed = self._signed, []
+        if signed:
+            self._apply_own(signed)
+
+    def _apply_own(self, changes: list[VerifiedChange]) -> None:
+        """Take this replica's own committed changes into the log and state, and tell the
+        observers."""
+        now = self._clock()
+        admitted: list[VerifiedChange] = []
+        for c in changes:
+            admitted.extend(self.log.receive_verified(c, seen_ms=now).admitted)
+        self._notify(self._admitted(admitted, own=True), Origin.LOCAL)
 
     def _observe(self, changes: Iterable[VerifiedChange]) -> None:
         """Advance both writers' lamport clocks past every op of ``changes`` and let the writer
@@ -1247,6 +1411,7 @@ class Replica:
         if found is None:
             return None
         upto, blob = found
+        self._snap_unusable = upto
         try:
             assert self.key is not None  # snapshots are authenticated with the key
             snap = open_snapshot(blob, key=self.key, identity=self._identity(), upto=upto)
@@ -1255,7 +1420,9 @@ class Replica:
                 if pos > upto:
                     break
                 datas.append(data)
-            return snap.restore(self.space, datas), upto
+            restored = snap.restore(self.space, datas), upto
+            self._snap_unusable = -1
+            return restored
         except SnapshotError as exc:
             rule, why = exc.rule, exc.message
         except Exception as exc:  # a cache must never stop a store from opening
@@ -1450,13 +1617,13 @@ class Replica:
     @_locked
     def pending_count(self) -> int:
         """How many changes wait for a predecessor (verifies none of them)."""
-        self._pending_ready()
+        self._pending_read()
         return self.log.pending_count()
 
     @_locked
     def pending(self) -> list[VerifiedChange]:
         """Changes parked until their predecessor arrives."""
-        self._pending_ready()
+        self._pending_read()
         return self.log.pending()
 
     @_locked
@@ -1522,7 +1689,7 @@ class Replica:
             self._commit([pair])
         return op
 
-    @_locked
+    @_writes
     def add_evidence(self, source: str, content: Value = None) -> EvidenceAdded:
         """Record evidence; cite it from claims by its ``evidence_id``."""
         self._check_open()
@@ -1535,7 +1702,7 @@ class Replica:
     def add_claim(
         self, namespace: str, subject: str, predicate: str, value: Value, /, **meta: Any
     ) -> ClaimAdded: ...
-    @_locked
+    @_writes
     def add_claim(self, /, *key_and_value: Any, **meta: Any) -> ClaimAdded:
         """Assert a value at a key given as three parts (``namespace, subject, predicate,
         value``) or as one ``"namespace/subject/predicate"`` string (``key, value``; parts
@@ -1548,7 +1715,7 @@ class Replica:
         op: ClaimAdded = self._emit(self.writer.claim(namespace, subject, predicate, value, **meta))
         return op
 
-    @_locked
+    @_writes
     def add_identity(
         self, /, subject: str, predicate: str, value: Value, **meta: Any
     ) -> ClaimAdded:
@@ -1561,14 +1728,14 @@ class Replica:
     def add_constraint(
         self, namespace: str, subject: str, predicate: str, value: Value, /, **meta: Any
     ) -> ClaimAdded: ...
-    @_locked
+    @_writes
     def add_constraint(self, /, *key_and_value: Any, **meta: Any) -> ClaimAdded:
         """A constraint (budget, deadline, policy, capacity…): `Writer.constraint`. The key is
         three parts or one ``"namespace/subject/predicate"`` string, as `add_claim` takes it."""
         namespace, subject, predicate, value = _key_and_value(key_and_value, meta)
         return self._layered(self.writer.constraint(namespace, subject, predicate, value, **meta))
 
-    @_locked
+    @_writes
     def add_turn(
         self,
         /,
@@ -1637,7 +1804,7 @@ class Replica:
                 )
         return turn
 
-    @_locked
+    @_writes
     def add_signal(
         self, /, subject: str, predicate: str, value: Value, *, expires: int | None, **meta: Any
     ) -> ClaimAdded:
@@ -1650,7 +1817,7 @@ class Replica:
     def add_question(
         self, namespace: str, subject: str, predicate: str, text: str, /, **meta: Any
     ) -> ClaimAdded: ...
-    @_locked
+    @_writes
     def add_question(self, /, *key_and_text: Any, **meta: Any) -> ClaimAdded:
         """An open question about a key (a known unknown until answered): `Writer.question`.
         The key is three parts or one ``"namespace/subject/predicate"`` string."""
@@ -1662,7 +1829,7 @@ class Replica:
         emitted: ClaimAdded = self._emit(op)
         return emitted
 
-    @_locked
+    @_writes
     def retract(
         self,
         claim: bytes | str | ClaimAdded | None = None,
@@ -1692,7 +1859,7 @@ class Replica:
     def update(
         self, namespace: str, subject: str, predicate: str, value: Value, /, **meta: Any
     ) -> ClaimAdded: ...
-    @_locked
+    @_writes
     def update(self, /, *key_and_value: Any, **meta: Any) -> ClaimAdded:
         """Make ``value`` this replica's current value at a key (three parts or one string,
         as `add_claim` takes it) and scope: one change holding
@@ -1718,7 +1885,7 @@ class Replica:
                 self.retract(old, reason="updated", superseded_by=new.claim_id)
         return new
 
-    @_locked
+    @_writes
     def supersede(
         self, old: bytes | str | ClaimAdded, new_value: Value, reason: str = ""
     ) -> tuple[ClaimAdded, ClaimRetracted]:
@@ -1749,7 +1916,7 @@ class Replica:
             retraction = self.retract(old, reason=reason, superseded_by=new.claim_id)
         return new, retraction
 
-    @_locked
+    @_writes
     def decide(
         self,
         conflict: ConflictSet | SurfacedConflict,
@@ -1826,14 +1993,15 @@ class Replica:
             if self._batch is not None:
                 yield self
                 return
-            self._batch = []
-            try:
-                yield self
-                ops, self._batch = self._batch, None
-                if ops:
-                    self._commit(ops)
-            finally:
-                self._batch = None
+            with self._writing():
+                self._batch = []
+                try:
+                    yield self
+                    ops, self._batch = self._batch, None
+                    if ops:
+                        self._commit(ops)
+                finally:
+                    self._batch = None
 
     # --- trust (root key only) --------------------------------------------------------------------
 
@@ -1844,12 +2012,12 @@ class Replica:
         self.writer.advance(emitted.lamport)  # the memory writer's clock follows the trust writer's
         return emitted
 
-    @_locked
+    @_writes
     def admit(self, author: bytes, roles: Iterable[str] = ()) -> TrustOp:
         """Admit an author (closed mode), with roles."""
         return self._trust_op(self.trust_writer.admit(author, roles))
 
-    @_locked
+    @_writes
     def revoke(
         self,
         author: bytes,
@@ -1894,11 +2062,11 @@ class Replica:
         change, or one per branch of a forked feed (highest seq first)."""
         return [c.change_id for c in self.log.heads(author)]
 
-    @_locked
+    @_writes
     def grant(self, author: bytes, roles: Iterable[str]) -> TrustOp:
         return self._trust_op(self.trust_writer.grant(author, roles))
 
-    @_locked
+    @_writes
     def withdraw(self, author: bytes, roles: Iterable[str]) -> TrustOp:
         return self._trust_op(self.trust_writer.withdraw(author, roles))
 
@@ -1910,6 +2078,14 @@ class Replica:
         return (heads[0].seq, heads[0].change_id) if heads else (0, None)
 
     def _commit(self, written: list[tuple[Op, bytes]]) -> None:
+        """Sign ``written`` after this author's highest stored change and store it, inside the
+        store's write transaction (`_writing`), after catching up with every change other
+        processes of this store committed: two of them can never sign the same seq."""
+        if not self._in_write:
+            self._check_writable()
+            with self._writing():
+                self._commit(written)
+            return
         seq, prev = self._head
         changes = []
         for ops, datas in _chunks(written):
@@ -1917,17 +2093,11 @@ class Replica:
             c = self._sign(seq, prev, ops, datas)
             changes.append(c)
             prev = c.change_id
-        try:
-            self.store.write(StoreWrite(accepted=tuple((c.change_id, c.data) for c in changes)))
-        except BaseException:
-            self._reload()
-            raise
+        self._wrote = True
+        self.store.write(StoreWrite(accepted=tuple((c.change_id, c.data) for c in changes)))
         self._head = (seq, prev)
-        now = self._clock()
-        admitted: list[VerifiedChange] = []
-        for c in changes:
-            admitted.extend(self.log.receive_verified(c, seen_ms=now).admitted)
-        self._notify(self._admitted(admitted, own=True), Origin.LOCAL)
+        self._pos = max(self._pos, self.store.last_position())
+        self._signed.extend(changes)
 
     def _sign(
         self, seq: int, prev: bytes | None, ops: Sequence[Op], datas: Sequence[bytes]
@@ -1987,7 +2157,19 @@ class Replica:
         *,
         source: str | None = None,
     ) -> MergeReport:
-        self._pending_ready()
+        with self._writing():  # verified and stored after every write of the other processes
+            self._pending_ready()
+            if self._due:
+                items = _unverified(self._due) + items
+                self._due = []
+            taken = self._take_in(items, progress)
+        return self._report(taken, source)
+
+    def _take_in(
+        self, items: list[UnverifiedChange], progress: Callable[[int, int], object] | None
+    ) -> _Taken:
+        """Verify ``items`` into the log and store what they bring (one store write, inside
+        the write transaction); the log is as before if this raises."""
         now = self._clock()
         accepted: list[VerifiedChange] = []
         pending: list[VerifiedChange] = []
@@ -2007,7 +2189,7 @@ class Replica:
                 if progress is not None:
                     progress(min(start + _RECEIVE_STEP, len(items)), len(items))
             quarantined = [_record(e, now) for e in self.log.take_quarantined()]
-            declares, names = _governs(accepted)
+            declares, _ = _governs(accepted)
             if declares:
                 # a declaration naming a normalizer this process lacks: refuse the whole call
                 # (nothing stored) rather than hold memory it cannot compute
@@ -2028,7 +2210,19 @@ class Replica:
                 quarantine_bounds=(b.quarantine_entries, b.quarantine_bytes),
             )
             trimmed = self.store.write(batch) or 0
+            self._wrote = True
+            if batch.accepted:  # caught up inside this transaction: every row up to it is known
+                self._pos = max(self._pos, self.store.last_position())
             self.log.unload_pending(waiting)  # stored: memory keeps their index only
+        return _Taken(
+            accepted, counts, len(quarantined), len(batch.parked), len(evicted) + trimmed, known
+        )
+
+    def _report(self, taken: _Taken, source: str | None) -> MergeReport:
+        """Count what `_take_in` stored (committed by now, unless an outer write transaction
+        still runs) and tell the observers."""
+        accepted, counts, known = taken.accepted, taken.counts, taken.known
+        declares, names = _governs(accepted)
         # Stored: from here on, memory follows the store (rebuilt from it if this fails).
         try:
             new_ops = self._admitted(accepted, declares=declares, names=names)
@@ -2055,15 +2249,15 @@ class Replica:
         return MergeReport(
             accepted=len(accepted),
             duplicate=counts[Status.DUPLICATE],
-            pending=len(batch.parked),
-            quarantined=len(quarantined),
+            pending=taken.parked,
+            quarantined=taken.quarantined,
             new_ops=len(new_ops),
             forks=self._take_forks(),
             own_from_elsewhere=own,
             registry_changed=self._take_registry_change(),
             clock_jumps=self._take_jumps(),
             refused_declarations=refused,
-            evicted=len(evicted) + trimmed,
+            evicted=taken.evicted,
         )
 
     def _take_registry_change(self) -> tuple[bytes, bytes] | None:
@@ -2330,7 +2524,8 @@ class Replica:
         (one that failed verification on reload), and what the store raises on a failed write.
         """
         self._check_open()
-        rows = list(self.store.accepted_ids())
+        # what this replica has taken in: rows another process commits meanwhile come after
+        rows = list(itertools.takewhile(lambda r: r[0] <= self._pos, self.store.accepted_ids()))
         changes = [self.log.get(cid) for _, cid in rows]
         covered = [c for c in changes if c is not None]
         if len(covered) != len(rows):
@@ -2349,8 +2544,14 @@ class Replica:
         return len(covered)
 
     def _snapshot_due(self) -> bool:
-        new = len(self.log) - self._snap_count
-        return new > 0 and new * CLOSE_SNAPSHOT_SHARE >= self._snap_count
+        """Whether the stored changes past the store's snapshot (whoever saved it: every
+        process of the store shares one) are enough to save a new one (by position, which
+        counts the stored changes without reading them)."""
+        at = self.store.snapshot_position() or 0
+        if at == self._snap_unusable:
+            at = 0  # the one this replica could not use: replaced whatever it covers
+        new = self._pos - at
+        return new > 0 and new * CLOSE_SNAPSHOT_SHARE >= at
 
     def close(self) -> None:
         """Stop this replica's followers (`follow`), then close the store (saving a snapshot
@@ -2387,15 +2588,29 @@ class Replica:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @_locked
     def __repr__(self) -> str:
         where = str(self.path) if self.path else "memory"
         who = self.author.hex()[:12]
-        return f"Replica({self.space!r}, author={who}…, {where}, {len(self)} changes)"
+        with self._lock:  # what this replica holds, without looking at the store again
+            count = len(self.log)
+        return f"Replica({self.space!r}, author={who}…, {where}, {count} changes)"
 
 
 #: How many received changes are verified together (progress is reported per step).
 _RECEIVE_STEP = 256
+
+
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    """What one receive stored (`Replica._take_in`), to count once it is committed."""
+
+    accepted: list[VerifiedChange]
+    counts: dict[Status, int]
+    quarantined: int
+    parked: int
+    evicted: int
+    #: The highest seq of this replica's own author the log held before (`OwnFeedWarning`).
+    known: int
 
 
 def _governs(changes: Iterable[VerifiedChange]) -> tuple[bool, bool]:

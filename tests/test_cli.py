@@ -775,16 +775,20 @@ def test_a_store_without_its_key_file_reads_but_refuses_writes_saying_why(store,
     )
 
 
-def test_a_store_another_process_holds_is_readable_and_a_writer_is_refused_naming_it(store, cli):
-    with opened(store):
-        assert cli("show").code == 0  # readers take no lock (SQLite WAL)
-        assert cli("claim", "a/b/c", "1") == Run(
-            1,
-            "",
-            f"Error: {store} is locked by process {os.getpid()}; close that replica first"
-            " (or pass --wait SECONDS)\n",
-        )
-    assert cli("claim", "a/b/c", "1").code == 0
+def test_a_writer_writes_beside_an_open_replica_and_past_its_wait_names_the_holder(store, cli):
+    with opened(store) as other:
+        assert cli("claim", "a/b/c", "1").code == 0  # beside a replica open for writing
+        with other.batch():  # holds the store's write lock until the block ends
+            other.add_claim("a/b/d", 2)
+            assert cli("show").code == 0  # readers take no lock (SQLite WAL)
+            assert cli("--wait", "0", "claim", "a/b/e", "3") == Run(
+                1,
+                "",
+                f"Error: {store} is busy: process {os.getpid()} held its write lock past the"
+                " 0 s wait (pass --wait SECONDS to wait longer)\n",
+            )
+        assert sorted(c.value for c in other.state().active_claims()) == [1, 2]
+    assert cli("claim", "a/b/e", "3").code == 0
 
 
 def test_the_store_defaults_to_statefuse_db_in_the_working_directory(tmp_path, monkeypatch, cli):

@@ -78,11 +78,15 @@ def test_a_store_written_under_another_registry_is_refused(tmp_path):
     assert err.value.rule == "registry-mismatch"
 
 
-def test_a_second_open_of_a_live_store_is_refused(tmp_path):
-    with Replica.open(tmp_path / "a.db", create=True, space="team"):
-        with pytest.raises(StoreError) as err:
-            Replica.open(tmp_path / "a.db")
-        assert err.value.rule == "single-writer"
+def test_a_second_open_of_a_live_store_writes_beside_it_and_each_sees_the_other(tmp_path):
+    Replica.open(tmp_path / "a.db", create=True, space="team").close()
+    with Replica.open(tmp_path / "a.db") as first, Replica.open(tmp_path / "a.db") as second:
+        first.add_claim("ns", "s", "one", 1)
+        second.add_claim("ns", "s", "two", 2)
+        first.add_claim("ns", "s", "three", 3)
+        for r in (first, second):
+            assert sorted(c.value for c in r.state().active_claims()) == [1, 2, 3]
+            assert r.forks() == [] and r.last_change(r.author)[0] == 3
 
 
 def test_a_batch_is_one_signed_change_and_nothing_is_stored_if_it_raises(tmp_path):
@@ -419,12 +423,13 @@ def test_unverified_change_copies_are_accepted_as_input():
 
 
 def _hold(path: str, ready, release) -> None:  # runs in a child process
-    with Replica.open(path):
+    with Replica.open(path) as r, r.batch():  # a batch holds the store's write transaction
+        r.add_claim("ns", "held", "p", 0)
         ready.set()
         release.wait(10)
 
 
-def test_two_processes_never_write_one_store_at_once_and_the_second_may_wait(tmp_path):
+def test_two_processes_never_write_one_store_at_once_and_the_second_waits_its_bound(tmp_path):
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork")
@@ -434,13 +439,17 @@ def test_two_processes_never_write_one_store_at_once_and_the_second_may_wait(tmp
     holder = ctx.Process(target=_hold, args=(path, ready, release), daemon=True)
     holder.start()
     assert ready.wait(10)
-    with pytest.raises(StoreError) as err:
-        Replica.open(path)
-    assert err.value.rule == "single-writer"
-    assert str(holder.pid) in str(err.value)
+    with Replica.open(path, wait=0.2) as r:  # opening needs no lock: only writing does
+        with pytest.raises(StoreError) as err:
+            r.add_claim("ns", "s", "p", 1)
+        assert err.value.rule == "busy"
+        assert str(holder.pid) in str(err.value) and "0.2 s" in str(err.value)
+        assert len(r) == 0
     release.set()
-    with Replica.open(path, wait=10.0) as r:  # waits for the holder to close, then opens
+    with Replica.open(path) as r:  # the default wait outlasts the holder's write
         r.add_claim("ns", "s", "p", 1)
+        assert sorted(c.value for c in r.state().active_claims()) == [0, 1]
+        assert r.last_change(r.author)[0] == 2
     holder.join(10)
 
 

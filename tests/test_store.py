@@ -195,18 +195,23 @@ def test_a_write_that_fails_midway_leaves_nothing_behind(tmp_path):
     reopened.close()
 
 
-def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path):
+def test_a_second_writer_waits_its_bound_for_the_write_lock_then_names_the_holder(tmp_path):
     import os
 
     first = SQLiteStore(tmp_path / "s.db")
+    second = SQLiteStore(tmp_path / "s.db", wait=0.1)  # opening takes no lock for long
     try:
-        with pytest.raises(StoreError) as err:
-            SQLiteStore(tmp_path / "s.db")
-        assert err.value.rule == "single-writer"
-        assert str(os.getpid()) in str(err.value)
+        with first.write_transaction():
+            first.write(StoreWrite(accepted=((b"1" * 32, b"c1"),)))
+            with pytest.raises(StoreError) as err:
+                second.write(StoreWrite(accepted=((b"2" * 32, b"c2"),)))
+            assert err.value.rule == "busy"
+            assert str(os.getpid()) in str(err.value)
+        second.write(StoreWrite(accepted=((b"2" * 32, b"c2"),)))  # free again
+        assert [d for _, d in first.accepted()] == [b"c1", b"c2"]
     finally:
         first.close()
-    SQLiteStore(tmp_path / "s.db").close()  # free again once the first one closed
+        second.close()
 
 
 def test_a_file_that_is_not_a_store_is_refused_clearly(tmp_path):
@@ -295,6 +300,54 @@ def test_reads_inside_a_read_transaction_see_the_store_and_it_nests(factory):
         assert [d for _, d in store.accepted()] == [b"c1"]
     store.write(StoreWrite(accepted=((_cid(2), b"c2"),)))  # writable again afterwards
     assert store.count() == 2 and not store.readonly
+
+
+def test_a_write_transaction_keeps_its_writes_together_or_none_and_nests(factory):
+    store, reopen = factory()
+    store.initialize(INFO)
+    assert store.last_position() == 0
+    with store.write_transaction():
+        store.write(StoreWrite(accepted=((_cid(1), b"c1"),)))
+        with store.write_transaction():  # joins the outer one
+            store.write(StoreWrite(accepted=((_cid(2), b"c2"),)))
+        assert [d for _, d in store.accepted()] == [b"c1", b"c2"]  # seen inside
+    last = store.last_position()
+    assert last == max(p for p, _ in store.accepted())
+    if isinstance(store, SQLiteStore):  # memory has no transactions to roll back
+        with pytest.raises(RuntimeError), store.write_transaction():
+            store.write(StoreWrite(accepted=((_cid(3), b"c3"),)))
+            raise RuntimeError("the block fails")
+    store = reopen(store)
+    assert [d for _, d in store.accepted()] == [b"c1", b"c2"]
+    assert store.last_position() == last
+
+
+def test_data_version_moves_for_another_writers_commit_and_not_for_its_own(tmp_path):
+    path = tmp_path / "s.db"
+    first, second = SQLiteStore(path), SQLiteStore(path)
+    try:
+        first.initialize(INFO)
+        seen = second.data_version()
+        own = first.data_version()
+        first.write(StoreWrite(accepted=((_cid(1), b"c1"),)))
+        assert first.data_version() == own  # its own write: nothing new to take in
+        assert second.data_version() != seen  # another's commit: look again
+        assert [d for _, d in second.accepted()] == [b"c1"]
+        seen = second.data_version()
+        assert second.data_version() == seen  # nothing committed since
+    finally:
+        first.close()
+        second.close()
+    assert MemoryStore().data_version() == MemoryStore().data_version()
+
+
+def test_snapshot_position_names_what_the_snapshot_covers_without_loading_it(factory):
+    store, reopen = factory()
+    store.initialize(INFO)
+    assert store.snapshot_position() is None
+    store.save_snapshot(7, b"blob")
+    store = reopen(store)
+    assert store.snapshot_position() == 7
 
 
 def test_a_sound_store_has_no_integrity_problems(factory):
