@@ -9,8 +9,10 @@ others write, duplicates and reordering published straight to the stream, forged
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from natsserver import IN_CI, NatsServer, free_port, running
@@ -22,6 +24,7 @@ if not IN_CI:
 
 import nats
 
+import statefuse.sync.jetstream as jetstream
 from statefuse.sync.http import serve
 from statefuse.sync.jetstream import (
     BrokerUnavailableError,
@@ -33,10 +36,20 @@ from statefuse.sync.jetstream import (
     subject_of,
 )
 
+#: A round's time on `_SteppingClock` (120 s: 30 readings of 4 s, the half taken in 15), which
+#: is also the real seconds a wait in it may last: a hang guard.
+ROUND_SECONDS = 120.0
+STEP_SECONDS = 4.0
+
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[NatsServer]:
     yield from running(tmp_path)
+
+
+#: How long a link waits for the broker to connect or answer one request: a hang guard (a
+#: broker that is down is refused at once, or runs out the round's own time).
+CONNECT_GUARD = 30.0
 
 
 @pytest.fixture
@@ -48,7 +61,7 @@ def links() -> Iterator[list[JetStreamLink]]:
 
 
 def _link(made: list[JetStreamLink], replica: Replica, url: str, **kw: object) -> JetStreamLink:
-    link = JetStreamLink(replica, url, connect_timeout=0.5, **kw)  # type: ignore[arg-type]
+    link = JetStreamLink(replica, url, connect_timeout=CONNECT_GUARD, **kw)  # type: ignore[arg-type]
     made.append(link)
     return link.start()
 
@@ -152,25 +165,45 @@ def test_a_server_killed_mid_publish_loses_no_acknowledged_change_and_the_outbox
     server.start()  # same port, same store folder
     la = _link(links, a, server.url)
     assert la.status().outbox == left
-    assert la.sync_once(timeout=10).published == left
+    assert la.sync_once(timeout=60).published == left
     assert la.status().outbox == 0
-    lb.sync_once(timeout=10)  # b's link reconnected by itself
+    lb.sync_once(timeout=60)  # b's link reconnected by itself
     assert b.change_ids() == a.change_ids() and len(b) == total + 5
 
 
-def test_a_backlog_longer_than_a_round_is_taken_in_over_rounds_that_each_end_well(server, links):
+class _SteppingClock:
+    """A monotonic clock that moves `STEP_SECONDS` each time the link reads it (about three
+    readings a fetch of 256): a round's time is counted in the link's own steps, not in the
+    machine's speed. What is left of a round is also handed to a wait as real seconds, so a
+    wait in a round is a hang guard of a minute or more, never a budget."""
+
+    def __init__(self) -> None:
+        self._now = 0.0
+        self._lock = threading.Lock()
+        self.reads = 0
+
+    def monotonic(self) -> float:
+        with self._lock:  # read from the caller's thread and from the link's loop thread
+            self._now += STEP_SECONDS
+            self.reads += 1
+            return self._now
+
+
+def test_a_backlog_longer_than_a_round_is_taken_in_over_rounds_that_each_end_well(
+    server, links, monkeypatch
+):
     a, b = Replica.memory(space="team"), Replica.memory(space="team")
-    n = 3000  # verifying them takes longer than half of the 0.6 s round on any machine
+    n = 3000  # a dozen fetches of 256: more than one whole round's readings
     for i in range(n):
         a.add_claim(f"user/u{i}/city", i)
     la, lb = _link(links, a, server.url), _link(links, b, server.url)
     assert la.sync_once(timeout=60).published == n
+    clock = _SteppingClock()
+    monkeypatch.setattr(jetstream, "time", SimpleNamespace(monotonic=clock.monotonic))
     lags = []
-    for _ in range(50):
-        lb.sync_once(timeout=0.6)  # raises if a round ran out of time
+    while len(b) < n and len(lags) < 1000:  # a hang guard: each round takes in some
+        lb.sync_once(timeout=ROUND_SECONDS)  # raises if a round ran out of time
         lags.append(lb.status().lag)
-        if len(b) == n:
-            break
     assert len(b) == n and lags[-1] == 0
     assert any(lag for lag in lags[:-1])  # an early round stopped with work left, and said so
 

@@ -49,6 +49,11 @@ def small(tmp_path: Path) -> Iterator[NatsServer]:
         server.kill()
 
 
+#: How long a link waits for the broker to connect or answer one request: a hang guard (a
+#: broker that is down is refused at once, or runs out the round's own time).
+CONNECT_GUARD = 30.0
+
+
 @pytest.fixture
 def links() -> Iterator[list[JetStreamLink]]:
     made: list[JetStreamLink] = []
@@ -58,7 +63,7 @@ def links() -> Iterator[list[JetStreamLink]]:
 
 
 def _link(made: list[JetStreamLink], replica: Replica, url: str, **kw: object) -> JetStreamLink:
-    link = JetStreamLink(replica, url, connect_timeout=0.5, **kw)  # type: ignore[arg-type]
+    link = JetStreamLink(replica, url, connect_timeout=CONNECT_GUARD, **kw)  # type: ignore[arg-type]
     made.append(link)
     return link.start()
 
