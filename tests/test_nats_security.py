@@ -148,9 +148,9 @@ def test_an_author_publishes_on_its_own_subject_and_an_unauthenticated_client_is
     scout.add_claim("vendor", "acme", "price", 1150)
     url = broker.url("scout", broker.scout_password)
     with JetStreamLink(scout, url, connect_timeout=HANG) as link:
-        assert link.sync_once().published == 1
+        assert link.sync_once(timeout=HANG).published == 1
     with JetStreamLink(admin, broker.url("admin", broker.admin_password)) as link:
-        assert link.sync_once().merge.accepted == 1
+        assert link.sync_once(timeout=HANG).merge.accepted == 1
     with pytest.raises(BrokerRefusedError) as refused:
         JetStreamLink(Replica.memory(space=SPACE), broker.url(), connect_timeout=HANG).start()
     assert refused.value.rule == "broker-auth"
@@ -216,12 +216,12 @@ def test_a_link_logs_in_with_an_nkey_seed_file_publishes_and_another_receives(
     path = seed_file(tmp_path, seed)
     scout.add_claim("vendor", "acme", "price", 1150)
     with JetStreamLink(scout, nkey_broker.url(), nkey_seed=path, connect_timeout=HANG) as link:
-        assert link.sync_once().published == 1
+        assert link.sync_once(timeout=HANG).published == 1
     reader = Replica.memory(space=SPACE)
     with JetStreamLink(
         reader, nkey_broker.url(), nkey_seed=str(path), connect_timeout=HANG
     ) as link:
-        assert link.sync_once().merge.accepted == 1
+        assert link.sync_once(timeout=HANG).merge.accepted == 1
         assert seed not in repr(link.status())
     looked = probe(reader, nkey_broker.url(), timeout=HANG, nkey_seed=path)
     assert (looked.connected, looked.lag, looked.last_error) == (True, 0, None)
@@ -386,7 +386,7 @@ resolver_preload: {{
         path, _, _ = creds_file(tmp_path / "scout.creds", account)
         scout.add_claim("vendor", "acme", "price", 1150)
         with JetStreamLink(scout, url, credentials=path, connect_timeout=HANG) as link:
-            assert link.sync_once().published == 1
+            assert link.sync_once(timeout=HANG).published == 1
         strange, jwt, seed = creds_file(
             tmp_path / "stranger.creds", Signer(nkeys.PREFIX_BYTE_ACCOUNT)
         )
