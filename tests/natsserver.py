@@ -59,7 +59,7 @@ class NatsServer:
         self.proc = subprocess.Popen(
             self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # a hang guard: a loaded machine starts it late
         while time.monotonic() < deadline:
             try:
                 socket.create_connection(("127.0.0.1", self.port), 0.2).close()

@@ -854,7 +854,7 @@ def test_wait_gives_a_store_another_replica_holds_time_to_free_up(store, cli):
     timer = threading.Timer(0.3, holder.close)
     timer.start()
     try:
-        assert cli("--wait", "20", "show") == Run(0, "No active claims.\n", "")
+        assert cli("--wait", "120", "show") == Run(0, "No active claims.\n", "")
     finally:
         timer.join()
 

@@ -121,7 +121,7 @@ def _damage(path: Path, home: Path, kind: str, a: float, b: int) -> None:
     max_examples=CAMPAIGN,
     deadline=None,
     database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(corruption=corruptions)
 def test_random_damage_never_ends_in_a_traceback_a_write_or_a_loss(

@@ -1,6 +1,7 @@
 """Following peers (`sync.follower`): a background loop over real HTTP servers on loopback.
 
-Waits are deadlines on a condition, never sleeps of a fixed length; intervals are 50 ms.
+Waits are for a condition, never sleeps of a fixed length, and their deadlines are hang guards
+that only a thing that never happens reaches, never budgets; intervals are 50 ms.
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from statefuse.sync.http import SyncError, SyncServer, serve
 
 SPACE = "team"
 INTERVAL = 0.05
+#: Seconds after which a wait for an event fails: a hang guard, however slow the machine.
+HANG = 60.0
 
 
-def eventually(check: Callable[[], object], seconds: float = 5.0) -> None:
+def eventually(check: Callable[[], object], seconds: float = HANG) -> None:
     deadline = time.monotonic() + seconds
     while not check():
         assert time.monotonic() < deadline, "the condition did not hold in time"
@@ -107,11 +110,12 @@ def test_a_follower_receives_a_peers_new_claims_and_the_observers_hear_of_them()
 def test_stop_returns_at_once_from_the_wait_between_rounds_and_is_idempotent():
     hub, agent = Replica.memory(space=SPACE), Replica.memory(space=SPACE)
     with served(hub) as server:
-        follower = agent.follow(server.url, interval=60)
-        eventually(lambda: follower.status.rounds == 1)  # now waiting a minute
-        started = time.monotonic()
-        follower.stop()
-        assert time.monotonic() - started < 1.0
+        follower = agent.follow(server.url, interval=3600)
+        eventually(lambda: follower.status.rounds == 1)  # now waiting an hour
+        stopper = threading.Thread(target=follower.stop, daemon=True)
+        stopper.start()
+        stopper.join(HANG)
+        assert not stopper.is_alive()  # the wait was ended, not sat out
         follower.stop()
     assert not follower.running and _followers_alive() == []
     with pytest.raises(FollowError) as err:
@@ -124,7 +128,7 @@ def test_sync_now_runs_a_round_at_once_and_returns_the_status_after_it():
     with served(hub) as server, agent.follow(server.url, interval=60) as follower:
         eventually(lambda: follower.status.rounds == 1)
         claim = hub.add_claim("vendor/acme/price", 1150)
-        status = follower.sync_now(timeout=5)
+        status = follower.sync_now(timeout=HANG)
         assert claim.claim_id in agent.state().claims
         assert status.rounds >= 2 and status.peer(server.url).ok
 
@@ -310,7 +314,7 @@ def test_closing_the_replica_while_holding_its_lock_does_not_wait_for_a_blocked_
     replica = Replica.memory(space=SPACE)
     with replica.lock:
         follower = replica.follow("fake://peer", interval=INTERVAL)
-        assert entered.wait(5)
+        assert entered.wait(HANG)
         replica.close()  # returns: it does not join a thread that waits for this lock
     eventually(lambda: not follower.running and _followers_alive() == [])
 
@@ -380,7 +384,7 @@ def test_a_local_write_wakes_a_waiting_link_and_a_write_during_a_sync_is_not_lef
     def step(replica: Replica) -> Exchange:
         if len(link.calls) == 2:  # the sync the first write asked for: hold it
             in_sync.set()
-            assert release.wait(10)
+            assert release.wait(HANG)
         return Exchange()
 
     link = waiting(WaitingLink(step))
@@ -388,7 +392,7 @@ def test_a_local_write_wakes_a_waiting_link_and_a_write_during_a_sync_is_not_lef
     with agent.follow("fake://peer", interval=60) as follower:
         eventually(lambda: follower.status.rounds == 1)
         agent.add_claim("project/launch/owner", "dana")  # wakes the wait: sync 2
-        assert in_sync.wait(5)
+        assert in_sync.wait(HANG)
         agent.add_claim("project/launch/date", "May")  # written while sync 2 runs
         release.set()
         eventually(lambda: len(link.calls) == 3)  # synced again for it, not in 60 s
@@ -404,7 +408,6 @@ def test_a_received_change_does_not_wake_a_waiting_link_and_stop_ends_a_wait_at_
     agent.receive(other.change_bytes(other.change_ids()))  # RECEIVED: nothing to publish
     eventually(lambda: follower._waiting is not None)
     assert len(link.calls) == 1
-    start = time.monotonic()
     follower.stop()
-    assert time.monotonic() - start < 5 and not follower.running
-    assert link.waits[-1] == "woken"
+    assert not follower.running
+    assert link.waits[-1] == "woken"  # ended by the stop, not by its 60 s running out

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -353,10 +352,9 @@ def test_a_server_answers_big_fetches_in_several_pages_by_bytes():
 
 def test_an_unreachable_peer_is_a_typed_error_without_waiting_for_the_timeout():
     url = f"http://127.0.0.1:{_free_port()}"
-    start = time.monotonic()
+    # A client that waited the timeout out would raise PeerTimeoutError, after two minutes.
     with pytest.raises(PeerUnreachableError) as err:
-        sync_with(_replica(), url, timeout=30)
-    assert time.monotonic() - start < 10
+        sync_with(_replica(), url, timeout=120)
     assert (err.value.field, err.value.rule) == ("url", "unreachable")
     assert url in str(err.value)
 
@@ -628,11 +626,11 @@ def test_a_replica_held_busy_past_the_timeout_gets_503_not_a_hang(given):
         def hold() -> None:
             with held_lock:
                 held.set()
-                release.wait(10)
+                release.wait(120)  # a hang guard: the test sets it
 
         holder = threading.Thread(target=hold)
         holder.start()
-        held.wait(10)
+        assert held.wait(60)
         try:
             with pytest.raises(PeerRejectedError) as err:
                 sync_with(peer, server.url)
@@ -692,7 +690,7 @@ def test_a_served_replica_written_by_its_own_process_while_a_peer_syncs_loses_no
             write("main")
             done.set()
             for t in threads:
-                t.join(30)
+                t.join(120)  # a hang guard
             assert not any(t.is_alive() for t in threads) and not failures, failures
             sync_with(peer, server.url)
     finally:
@@ -745,7 +743,7 @@ def test_serve_forever_returns_when_closed_from_another_thread_after_answering()
             server.start()  # already running
     finally:
         server.close()
-        loop.join(10)
+        loop.join(60)
     assert not loop.is_alive()
 
 

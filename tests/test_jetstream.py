@@ -9,8 +9,10 @@ others write, duplicates and reordering published straight to the stream, forged
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from natsserver import IN_CI, NatsServer, free_port, running
@@ -22,6 +24,7 @@ if not IN_CI:
 
 import nats
 
+import statefuse.sync.jetstream as jetstream
 from statefuse.sync.http import serve
 from statefuse.sync.jetstream import (
     BrokerUnavailableError,
@@ -33,10 +36,21 @@ from statefuse.sync.jetstream import (
     subject_of,
 )
 
+#: A round's time on `_SteppingClock` (120 s: 30 readings of 4 s, the half taken in 15), which
+#: is also the real seconds a wait in it may last: a hang guard.
+ROUND_SECONDS = 120.0
+STEP_SECONDS = 4.0
+
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[NatsServer]:
     yield from running(tmp_path)
+
+
+#: How long a link waits for the broker to connect or answer one request, and a round to end:
+#: a hang guard, never a budget (a broker that is down refuses at once; a round meant to fail
+#: is given a short time of its own).
+GUARD = 30.0
 
 
 @pytest.fixture
@@ -48,7 +62,7 @@ def links() -> Iterator[list[JetStreamLink]]:
 
 
 def _link(made: list[JetStreamLink], replica: Replica, url: str, **kw: object) -> JetStreamLink:
-    link = JetStreamLink(replica, url, connect_timeout=0.5, **kw)  # type: ignore[arg-type]
+    link = JetStreamLink(replica, url, connect_timeout=GUARD, **kw)  # type: ignore[arg-type]
     made.append(link)
     return link.start()
 
@@ -113,8 +127,9 @@ def test_two_replicas_converge_through_the_stream(server, links):
     la, lb = _link(links, a, server.url), _link(links, b, server.url)
     a.add_claim("user/ada/city", "Paris")
     b.add_claim("user/ada/city", "Lyon")
-    assert la.sync_once().published == 1 and lb.sync_once().published == 1
-    la.sync_once()
+    assert la.sync_once(timeout=GUARD).published == 1
+    assert lb.sync_once(timeout=GUARD).published == 1
+    la.sync_once(timeout=GUARD)
     assert a.change_ids() == b.change_ids() and len(a) == 2
     assert len(a.state().conflicts) == len(b.state().conflicts) == 1
     status = la.status()
@@ -152,25 +167,45 @@ def test_a_server_killed_mid_publish_loses_no_acknowledged_change_and_the_outbox
     server.start()  # same port, same store folder
     la = _link(links, a, server.url)
     assert la.status().outbox == left
-    assert la.sync_once(timeout=10).published == left
+    assert la.sync_once(timeout=60).published == left
     assert la.status().outbox == 0
-    lb.sync_once(timeout=10)  # b's link reconnected by itself
+    lb.sync_once(timeout=60)  # b's link reconnected by itself
     assert b.change_ids() == a.change_ids() and len(b) == total + 5
 
 
-def test_a_backlog_longer_than_a_round_is_taken_in_over_rounds_that_each_end_well(server, links):
+class _SteppingClock:
+    """A monotonic clock that moves `STEP_SECONDS` each time the link reads it (about three
+    readings a fetch of 256): a round's time is counted in the link's own steps, not in the
+    machine's speed. What is left of a round is also handed to a wait as real seconds, so a
+    wait in a round is a hang guard of a minute or more, never a budget."""
+
+    def __init__(self) -> None:
+        self._now = 0.0
+        self._lock = threading.Lock()
+        self.reads = 0
+
+    def monotonic(self) -> float:
+        with self._lock:  # read from the caller's thread and from the link's loop thread
+            self._now += STEP_SECONDS
+            self.reads += 1
+            return self._now
+
+
+def test_a_backlog_longer_than_a_round_is_taken_in_over_rounds_that_each_end_well(
+    server, links, monkeypatch
+):
     a, b = Replica.memory(space="team"), Replica.memory(space="team")
-    n = 3000  # verifying them takes longer than half of the 0.6 s round on any machine
+    n = 3000  # a dozen fetches of 256: more than one whole round's readings
     for i in range(n):
         a.add_claim(f"user/u{i}/city", i)
     la, lb = _link(links, a, server.url), _link(links, b, server.url)
     assert la.sync_once(timeout=60).published == n
+    clock = _SteppingClock()
+    monkeypatch.setattr(jetstream, "time", SimpleNamespace(monotonic=clock.monotonic))
     lags = []
-    for _ in range(50):
-        lb.sync_once(timeout=0.6)  # raises if a round ran out of time
+    while len(b) < n and len(lags) < 1000:  # a hang guard: each round takes in some
+        lb.sync_once(timeout=ROUND_SECONDS)  # raises if a round ran out of time
         lags.append(lb.status().lag)
-        if len(b) == n:
-            break
     assert len(b) == n and lags[-1] == 0
     assert any(lag for lag in lags[:-1])  # an early round stopped with work left, and said so
 
@@ -179,14 +214,14 @@ def test_a_replica_offline_while_others_write_catches_up_from_its_consumer(serve
     a, b = Replica.memory(space="team"), Replica.memory(space="team")
     la, lb = _link(links, a, server.url), _link(links, b, server.url)
     a.add_claim("user/ada/city", "Paris")
-    la.sync_once()
-    lb.sync_once()
+    la.sync_once(timeout=GUARD)
+    lb.sync_once(timeout=GUARD)
     lb.stop()  # b goes away; its durable consumer stays in the broker
     for i in range(20):
         a.add_claim(f"user/ada/k{i}", i)
-    la.sync_once()
+    la.sync_once(timeout=GUARD)
     lb = _link(links, b, server.url)
-    round_ = lb.sync_once()
+    round_ = lb.sync_once(timeout=GUARD)
     assert round_.fetched == 20 and round_.merge.accepted == 20  # only what it missed
     assert b.change_ids() == a.change_ids()
 
@@ -205,13 +240,13 @@ def test_duplicates_and_reordering_from_the_broker_change_nothing(server, links)
     # distinct message ids pass the broker's dedupe: the replica sees every copy, out of order
     order = [third, first, third, second, first, second]
     _publish_raw(server.url, subject, [(c, {"Nats-Msg-Id": f"x{i}"}) for i, c in enumerate(order)])
-    round_ = lb.sync_once()
+    round_ = lb.sync_once(timeout=GUARD)
     assert round_.fetched == 6 and b.change_ids() == writer.change_ids()
     assert round_.merge.accepted == 3 and round_.merge.quarantined == 0
     # the same message id twice within the window: the broker keeps one
     acks = _publish_raw(server.url, subject, [(first, {"Nats-Msg-Id": "x0"})])
     assert acks[0].duplicate
-    assert lb.sync_once().fetched == 0
+    assert lb.sync_once(timeout=GUARD).fetched == 0
 
 
 def test_forged_changes_published_to_the_stream_are_quarantined_everywhere_never_counted(
@@ -220,7 +255,7 @@ def test_forged_changes_published_to_the_stream_are_quarantined_everywhere_never
     a, b = Replica.memory(space="team"), Replica.memory(space="team")
     la, lb = _link(links, a, server.url), _link(links, b, server.url)
     a.add_claim("user/ada/city", "Paris")
-    la.sync_once()
+    la.sync_once(timeout=GUARD)
     (real,) = a.all_change_bytes()
     forged_sig = real[:-4] + bytes([real[-4] ^ 1]) + real[-3:]
     elsewhere = Replica.memory(space="other")
@@ -238,7 +273,7 @@ def test_forged_changes_published_to_the_stream_are_quarantined_everywhere_never
         ],
     )
     for replica, link in ((a, la), (b, lb)):
-        link.sync_once()
+        link.sync_once(timeout=GUARD)
         assert replica.change_ids() == a.change_ids() and len(replica) == 1
         assert len(replica.quarantine()) == 3
         assert link.status().rejected == 1 and link.status().lag == 0
@@ -256,8 +291,8 @@ def test_a_change_over_the_servers_max_payload_travels_in_chunks(tmp_path, links
         la, lb = _link(links, a, small.url), _link(links, b, small.url)
         a.add_claim("doc/spec/text", "x" * 20_000)
         a.add_claim("doc/spec/title", "Spec")
-        assert la.sync_once().published == 2
-        round_ = lb.sync_once()
+        assert la.sync_once(timeout=GUARD).published == 2
+        round_ = lb.sync_once(timeout=GUARD)
         assert round_.fetched == 2 and round_.merge.accepted == 2
         assert b.change_ids() == a.change_ids() and lb.status().lag == 0
     finally:
@@ -269,14 +304,14 @@ def test_what_retention_dropped_is_reported_as_a_gap_and_filled_from_a_peer(serv
     la = _link(links, a, server.url, max_msgs=3)
     for i in range(8):
         a.add_claim(f"user/ada/k{i}", i)
-    la.sync_once()
+    la.sync_once(timeout=GUARD)
     alone = Replica.memory(space="team")
     lone = _link(links, alone, server.url)
-    lone.sync_once()
+    lone.sync_once(timeout=GUARD)
     assert lone.status().gap == (1, 6) and len(alone) == 0 and len(alone.pending()) == 3
     b = Replica.memory(space="team")
     with serve(a) as peer:
         lb = _link(links, b, server.url, peers=[peer.url])
-        round_ = lb.sync_once()
+        round_ = lb.sync_once(timeout=GUARD)
     assert len(round_.reconciled) == 1 and round_.reconciled[0].fetched == 8
     assert b.change_ids() == a.change_ids() and lb.status().gap is None

@@ -49,6 +49,12 @@ def small(tmp_path: Path) -> Iterator[NatsServer]:
         server.kill()
 
 
+#: How long a link waits for the broker to connect or answer one request, and a round to end:
+#: a hang guard, never a budget (a broker that is down refuses at once; a round meant to fail
+#: is given a short time of its own).
+GUARD = 30.0
+
+
 @pytest.fixture
 def links() -> Iterator[list[JetStreamLink]]:
     made: list[JetStreamLink] = []
@@ -58,7 +64,7 @@ def links() -> Iterator[list[JetStreamLink]]:
 
 
 def _link(made: list[JetStreamLink], replica: Replica, url: str, **kw: object) -> JetStreamLink:
-    link = JetStreamLink(replica, url, connect_timeout=0.5, **kw)  # type: ignore[arg-type]
+    link = JetStreamLink(replica, url, connect_timeout=GUARD, **kw)  # type: ignore[arg-type]
     made.append(link)
     return link.start()
 
@@ -102,7 +108,7 @@ def stranger() -> bytes:
 
 def make_stream(url: str, links: list[JetStreamLink]) -> None:
     """The space's stream, made by a link (its consumer reads nothing here)."""
-    _link(links, Replica.memory(space="team"), url).sync_once()
+    _link(links, Replica.memory(space="team"), url).sync_once(timeout=GUARD)
 
 
 def test_a_chunk_flood_before_an_honest_change_costs_a_follower_neither_it_nor_its_successor(
@@ -117,10 +123,10 @@ def test_a_chunk_flood_before_an_honest_change_costs_a_follower_neither_it_nor_i
     a = Replica.memory(space="team")
     la = _link(links, a, small.url)
     big = a.add_claim("doc/spec/text", "x" * 10_000)  # three chunks under max_payload 4096
-    assert la.sync_once().published == 1
+    assert la.sync_once(timeout=GUARD).published == 1
     publish(small.url, bogus(subject_of("team", stranger()), 64))  # and more, between the two
     after = a.add_claim("doc/spec/title", "Spec")
-    assert la.sync_once().published == 1
+    assert la.sync_once(timeout=GUARD).published == 1
 
     b = Replica.memory(space="team")
     with b.follow(small.url, interval=0.05) as fb:
@@ -141,11 +147,11 @@ def test_an_honest_chunked_change_reaches_a_follower_while_a_flood_goes_on(small
     for round_ in range(3):
         publish(small.url, [m for s in subjects for m in bogus(s, 40)])
         claim = a.add_claim(f"doc/spec/part{round_}", "y" * 10_000)
-        assert la.sync_once().published == 1
+        assert la.sync_once(timeout=GUARD).published == 1
         publish(small.url, [m for s in subjects for m in bogus(s, 40)])
 
         def arrived(claim_id: str = claim.claim_id) -> bool:
-            lb.sync_once()
+            lb.sync_once(timeout=GUARD)
             return claim_id in b.state().claims
 
         eventually(arrived)
@@ -161,11 +167,11 @@ def test_assemblies_are_bounded_per_author_and_overall(small, links):
     lb = _link(links, b, small.url, chunk_bounds=bounds)
     one, two, three = (subject_of("team", stranger()) for _ in range(3))
     publish(small.url, bogus(one, 10))
-    lb.sync_once()
+    lb.sync_once(timeout=GUARD)
     status = lb.status()
     assert status.assemblies == 3 and status.evicted == 7  # one author holds at most 3
     publish(small.url, bogus(two, 2) + bogus(three, 2))
-    lb.sync_once()
+    lb.sync_once(timeout=GUARD)
     status = lb.status()
     assert status.assemblies == 5  # and all of them at most 5
     assert status.rejected == 0  # nothing terminated: what was evicted is delivered again
@@ -178,18 +184,18 @@ def test_stale_assemblies_expire_and_what_never_completes_is_given_up(small, lin
     b = Replica.memory(space="team")
     lb = _link(links, b, small.url, chunk_bounds=bounds, clock=lambda: now[0])
     publish(small.url, bogus(subject_of("team", stranger()), 4))
-    lb.sync_once()
+    lb.sync_once(timeout=GUARD)
     assert lb.status().assemblies == 4 and lb.status().expired == 0
     now[0] += 29.0
-    lb.sync_once()
+    lb.sync_once(timeout=GUARD)
     assert lb.status().assemblies == 4 and lb.status().expired == 0
     now[0] += 2.0  # past the expiry: dropped and handed back (their halves might still come)
-    lb.sync_once()
+    lb.sync_once(timeout=GUARD)
     status = lb.status()
     assert status.expired == 4 and status.abandoned == 0 and status.rejected == 0
 
     def given_up() -> bool:  # delivered again, expired again: given up
-        lb.sync_once()
+        lb.sync_once(timeout=GUARD)
         now[0] += 31.0
         return lb.status().abandoned == 4
 
@@ -244,23 +250,24 @@ def test_a_dropped_change_is_read_again_from_the_stream_and_a_missing_one_is_rep
     b = Replica.memory(space="team")
     lb = _link(links, b, small.url, chunk_bounds=bounds, clock=lambda: now[0])
     publish(small.url, chunks[:1])  # the first chunk, then the author is away a long while
-    lb.sync_once()
+    lb.sync_once(timeout=GUARD)
     now[0] += 31.0
-    lb.sync_once()
+    lb.sync_once(timeout=GUARD)
     status = lb.status()
     assert status.abandoned == 1 and status.abandoned_ids == (first.hex(),)
     assert status.lag == 0  # acknowledged: the broker will not deliver it again
     subject = subject_of("team", a.author)
     publish(small.url, [(subject, a.change_bytes([second])[0], {"Nats-Msg-Id": second.hex()})])
     with caplog.at_level("WARNING", logger="statefuse.sync.jetstream"):
-        lb.sync_once()  # the next change waits for it, and its rest is not in the stream yet
+        # the next change waits for it, and its rest is not in the stream yet
+        lb.sync_once(timeout=GUARD)
     assert len(b.pending()) == 1 and lb.status().unreadable == 1
     assert any(first.hex()[:12] in r.getMessage() for r in caplog.records)
     publish(small.url, chunks[1:])  # the rest arrives: the change is read from the stream
 
     def both() -> bool:
         now[0] += 31.0  # the search starts again after the expiry
-        lb.sync_once()
+        lb.sync_once(timeout=GUARD)
         return {big.claim_id, after.claim_id} <= set(b.state().claims)
 
     eventually(both)
@@ -280,7 +287,7 @@ def test_a_change_evicted_by_a_flood_on_its_own_subject_is_completed_from_the_st
     lb = _link(links, b, small.url, chunk_bounds=bounds)
     # the author's first chunk, then a flood on the author's own subject pushes it out
     publish(small.url, chunks[:1] + bogus(subject, 6) + chunks[1:])
-    round_ = lb.sync_once()
+    round_ = lb.sync_once(timeout=GUARD)
     assert round_.merge.accepted == 1 and big.claim_id in b.state().claims
     status = lb.status()
     assert status.evicted >= 1 and status.reread == 1 and status.rejected == 0
@@ -301,7 +308,7 @@ def test_a_chunk_published_under_an_honest_change_id_before_the_authors_costs_no
     lb = _link(links, b, small.url)
     # someone who read the first chunk races the author with its own second chunk
     publish(small.url, [chunks[0], forged(chunks[1]), chunks[1], chunks[2]])
-    lb.sync_once()
+    lb.sync_once(timeout=GUARD)
     assert big.claim_id in b.state().claims and not b.quarantine()
     # and with its own last chunk, which completes the change before the author's comes
     bigger = a.add_claim("doc/spec/text", "u" * 10_000)
@@ -310,7 +317,7 @@ def test_a_chunk_published_under_an_honest_change_id_before_the_authors_costs_no
     publish(small.url, [more[0], more[1], forged(more[2]), more[2]])
     c = Replica.memory(space="team")
     lc = _link(links, c, small.url)
-    lc.sync_once()
+    lc.sync_once(timeout=GUARD)
     assert {big.claim_id, bigger.claim_id} <= set(c.state().claims) and not c.pending()
     assert len(c.quarantine()) == 1  # the forged join: refused with its reason, reported
     assert lc.status().reread == 1
@@ -330,14 +337,14 @@ def test_a_follower_restarted_after_dropping_a_change_finds_it_in_the_stream(sma
     bounds = ChunkBounds(per_author=1, total=1, give_up_after=1)  # nothing delivered twice
     b = Replica.memory(space="team")
     lb = _link(links, b, small.url, chunk_bounds=bounds)
-    lb.sync_once()
+    lb.sync_once(timeout=GUARD)
     assert big.claim_id not in b.state().claims and lb.status().abandoned >= 1
     lb.stop()  # what the link remembered of the dropped change is gone with it
     publish(small.url, [(subject, a.change_bytes([second])[0], {"Nats-Msg-Id": second.hex()})])
     again = _link(links, b, small.url, chunk_bounds=bounds)
 
     def both() -> bool:
-        again.sync_once()
+        again.sync_once(timeout=GUARD)
         return {big.claim_id, after.claim_id} <= set(b.state().claims)
 
     eventually(both)

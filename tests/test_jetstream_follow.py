@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,7 +39,11 @@ def server(tmp_path: Path) -> Iterator[NatsServer]:
     yield from running(tmp_path)
 
 
-def eventually(check: Callable[[], object], seconds: float = 10.0) -> None:
+#: Seconds after which a wait for an event fails: a hang guard, however slow the machine.
+HANG = 60.0
+
+
+def eventually(check: Callable[[], object], seconds: float = HANG) -> None:
     deadline = time.monotonic() + seconds
     while not check():
         assert time.monotonic() < deadline, "the condition did not hold in time"
@@ -70,19 +75,21 @@ def test_a_broker_that_is_down_shows_the_outbox_and_the_error_and_it_drains_afte
     server,
 ):
     a = Replica.memory(space="team")
+    # a round's 1 s is for the rounds while the broker is down (each is meant to fail); one that
+    # ran out of time while it is up is retried: the test waits for a round that ended well
     with a.follow(server.url, interval=0.05, timeout=1) as follower:
-        assert follower.sync_now(timeout=10).peer(server.url).outbox == 0
+        assert follower.sync_now(timeout=HANG).peer(server.url).outbox == 0
         server.kill()
         a.add_claim("user/ada/city", "Paris")
         a.add_claim("user/bob/city", "Rome")
-        down = follower.sync_now(timeout=10).peer(server.url)
+        down = follower.sync_now(timeout=HANG).peer(server.url)
         assert not down.ok and down.outbox == 2 and down.last_error
         server.start()  # same port, same store folder
         eventually(lambda: follower.status.peer(server.url).outbox == 0)
-        assert follower.status.peer(server.url).ok
+        eventually(lambda: follower.status.peer(server.url).ok)
     b = Replica.memory(space="team")
     with JetStreamLink(b, server.url) as link:
-        link.sync_once()
+        link.sync_once(timeout=HANG)
     assert b.change_ids() == a.change_ids()
 
 
@@ -96,48 +103,50 @@ def test_http_and_nats_peers_mix_and_a_broker_link_fills_gaps_from_the_http_ones
         eventually(lambda: len(a) == 1)
         link = follower._peers[0].link
         assert link._peers == (web.url,)  # the HTTP peers of the same call
-        status = follower.sync_now(timeout=10)
+        status = follower.sync_now(timeout=HANG)
         assert status.peer(web.url).outbox is None and status.peer(server.url).outbox == 0
 
 
 def test_followers_long_poll_a_broker_so_a_burst_of_writes_arrives_long_before_the_interval(
     server,
 ):
-    """With a 60 s interval, only the long-poll (news) and the local-write wake can move the
+    """With an hour's interval, only the long-poll (news) and the local-write wake can move the
     changes: every claim of a burst (written while the writer's follower is mid-publish) must
-    arrive within seconds, and an idle follower runs no rounds."""
+    arrive long before it, an idle follower runs no rounds, and a stop ends both waits."""
     a, b = Replica.memory(space="team"), Replica.memory(space="team")
-    with a.follow(server.url, interval=60) as fa, b.follow(server.url, interval=60) as fb:
-        fa.sync_now(timeout=10)
-        fb.sync_now(timeout=10)
+    with a.follow(server.url, interval=3600) as fa, b.follow(server.url, interval=3600) as fb:
+        fa.sync_now(timeout=HANG)
+        fb.sync_now(timeout=HANG)
         idle = fb.status.rounds
         time.sleep(0.3)  # a window in which a polling follower would have run rounds
         assert fb.status.rounds == idle
         claims = [a.add_claim(f"user/u{k}/city", f"town-{k}") for k in range(40)]
-        eventually(lambda: all(c.claim_id in b.state().claims for c in claims), 10)
-        eventually(lambda: fa.status.peer(server.url).outbox == 0, 10)
-        start = time.monotonic()
-    assert time.monotonic() - start < 5  # stop ended both waits at once
+        eventually(lambda: all(c.claim_id in b.state().claims for c in claims))
+        eventually(lambda: fa.status.peer(server.url).outbox == 0)
+        stopper = threading.Thread(target=lambda: (fa.stop(), fb.stop()), daemon=True)
+        stopper.start()
+        stopper.join(HANG)
+        assert not stopper.is_alive()  # the stop ended both waits, not the hour running out
     assert not fa.running and not fb.running
 
 
 def test_a_poll_cut_by_a_broker_restart_resumes_and_loses_nothing(server):
     a, b = Replica.memory(space="team"), Replica.memory(space="team")
     with a.follow(server.url, interval=0.5) as fa, b.follow(server.url, interval=0.5):
-        fa.sync_now(timeout=10)
+        fa.sync_now(timeout=HANG)
         first = a.add_claim("user/ada/city", "Paris")
         eventually(lambda: first.claim_id in b.state().claims)
         server.kill()
         server.start()  # same port, same store: the stream and the consumers survive
         second = a.add_claim("user/bob/city", "Rome")
-        eventually(lambda: second.claim_id in b.state().claims, 20)
+        eventually(lambda: second.claim_id in b.state().claims)
 
 
 def test_a_password_in_a_broker_url_is_never_shown():
     url = f"nats://scout:s3cret-pw@127.0.0.1:{free_port()}"
     a = Replica.memory(space="team")
     with a.follow(url, interval=0.05, timeout=1) as follower:
-        status = follower.sync_now(timeout=10).peer(url)
+        status = follower.sync_now(timeout=HANG).peer(url)
     assert status.last_error and "s3cret-pw" not in status.last_error
     assert "s3cret-pw" not in repr(follower._peers[0].link)
 
@@ -213,7 +222,7 @@ def test_serve_nats_follows_until_sigint_and_exits_zero(tmp_path, server):
 
         eventually(arrived)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
+        out, err = proc.communicate(timeout=HANG)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -259,7 +268,7 @@ def test_replicas_linked_through_a_broker_converge_whatever_the_writes_disconnec
     replicas = [Replica.memory(space=space) for _ in range(N)]
 
     def link(r: Replica) -> JetStreamLink:
-        return JetStreamLink(r, broker.url, connect_timeout=0.3)
+        return JetStreamLink(r, broker.url, connect_timeout=HANG)
 
     links = [link(r) for r in replicas]
     written: set[bytes] = set()
@@ -272,7 +281,8 @@ def test_replicas_linked_through_a_broker_converge_whatever_the_writes_disconnec
             elif step == "sync":
                 up = broker.proc is not None and broker.proc.poll() is None
                 try:
-                    links[who].sync_once(timeout=5 if up else 0.3)
+                    # up: a hang guard; down: the round is meant to fail, and soon
+                    links[who].sync_once(timeout=HANG if up else 0.3)
                 except BrokerUnavailableError:
                     assert not up
             elif step == "disconnect":
@@ -288,7 +298,7 @@ def test_replicas_linked_through_a_broker_converge_whatever_the_writes_disconnec
             broker.start()
         for _ in range(2):  # everyone publishes, then everyone takes in the rest
             for each in links:
-                each.sync_once(timeout=10)
+                each.sync_once(timeout=HANG)
         expected = sorted(written)
         for r, each in zip(replicas, links, strict=True):
             assert sorted(r.change_ids()) == expected

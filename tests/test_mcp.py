@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,8 +41,9 @@ from statefuse.testing import full_key_lines
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = "team"
 TOOLS = {"remember", "recall", "search", "retract", "conflicts", "decide", "history", "sync"}
-#: Seconds a server process gets to start, answer or stop before the test fails.
-PROCESS_TIMEOUT = 30.0
+#: Seconds a server process gets to start, answer or stop before the test fails: a hang guard,
+#: never a budget (a loaded machine may be slow; only one that never answers fails).
+PROCESS_TIMEOUT = 120.0
 #: Two claims whose ids share 9 hex digits when written first by the key of SEED under the clock
 #: WALL (pinned in tests/test_cli.py, where they were found).
 SEED, WALL, TWINS = bytes(range(32)), 1_767_225_600_000, ("a15755", "b20195")
@@ -502,7 +502,7 @@ def test_two_servers_on_two_stores_sync_through_a_peer_and_see_each_others_confl
         Replica.open(tmp_path / "a.db", space=SPACE, create=True) as a,
         Replica.open(tmp_path / "b.db", space=SPACE, create=True) as b,
         connected(build_server(a, peers=[peer.url])) as sa,
-        connected(build_server(b, peers=[peer.url, _dead_url()], timeout=2.0)) as sb,
+        connected(build_server(b, peers=[peer.url, _dead_url()], timeout=PROCESS_TIMEOUT)) as sb,
     ):
         sa.ok("remember", key="vendor/acme/price", value=1150, provenance="quote")
         sb.ok("remember", key="vendor/acme/price", value=1200, provenance="vendor email")
@@ -611,7 +611,6 @@ def test_the_sdk_is_needed_only_by_the_mcp_command_which_says_how_to_install_it(
         "sys.modules['mcp'] = None  # as if the extra were not installed\n"
         "sys.exit(statefuse.cli.main(sys.argv[1:]))\n"
     )
-    start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", script, "mcp", "--store", str(tmp_path / "none.db")],
         capture_output=True,
@@ -619,7 +618,6 @@ def test_the_sdk_is_needed_only_by_the_mcp_command_which_says_how_to_install_it(
         timeout=PROCESS_TIMEOUT,
         cwd=ROOT,
     )
-    assert time.monotonic() - start < PROCESS_TIMEOUT
     assert (proc.returncode, proc.stdout) == (1, "")
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("Error: "), proc.stderr
     assert 'pip install "statefuse[mcp]"' in proc.stderr

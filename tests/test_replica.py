@@ -280,7 +280,7 @@ def _run_together(*targets) -> None:
     for t in threads:
         t.start()
     for t in threads:
-        t.join(30)
+        t.join(60)
     assert not any(t.is_alive() for t in threads), "a thread is stuck (deadlock?)"
     assert not failures, failures
 
@@ -306,7 +306,7 @@ def test_a_batch_holds_the_lock_so_another_threads_write_never_lands_in_it():
         other.start()
         assert not wrote.wait(0.05)  # it waits for the batch
         r.add_claim("ns", "second", "p", 2)
-    other.join(10)
+    other.join(60)  # a hang guard
     assert wrote.is_set()
     changes = sorted(r.log.changes(), key=lambda c: c.seq)
     assert [len(c.ops) for c in changes] == [2, 1]
@@ -426,7 +426,7 @@ def _hold(path: str, ready, release) -> None:  # runs in a child process
     with Replica.open(path) as r, r.batch():  # a batch holds the store's write transaction
         r.add_claim("ns", "held", "p", 0)
         ready.set()
-        release.wait(10)
+        release.wait(120)  # a hang guard: the test sets it
 
 
 def test_two_processes_never_write_one_store_at_once_and_the_second_waits_its_bound(tmp_path):
@@ -438,7 +438,7 @@ def test_two_processes_never_write_one_store_at_once_and_the_second_waits_its_bo
     ready, release = ctx.Event(), ctx.Event()
     holder = ctx.Process(target=_hold, args=(path, ready, release), daemon=True)
     holder.start()
-    assert ready.wait(10)
+    assert ready.wait(60)
     with Replica.open(path, wait=0.2) as r:  # opening needs no lock: only writing does
         with pytest.raises(StoreError) as err:
             r.add_claim("ns", "s", "p", 1)
@@ -450,7 +450,7 @@ def test_two_processes_never_write_one_store_at_once_and_the_second_waits_its_bo
         r.add_claim("ns", "s", "p", 1)
         assert sorted(c.value for c in r.state().active_claims()) == [0, 1]
         assert r.last_change(r.author)[0] == 2
-    holder.join(10)
+    holder.join(60)
 
 
 def test_an_op_too_big_for_any_change_is_refused_before_anything_is_stored():

@@ -531,12 +531,14 @@ def test_a_read_only_open_works_in_a_read_only_directory(tmp_path):
 
 _WRITER = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from statefuse.sqlitestore import SQLiteStore
     from statefuse.store import StoreWrite
     store = SQLiteStore(sys.argv[1])
     print("ready", flush=True)
-    for b in range(int(sys.argv[2])):
+    for b in range(int(sys.argv[2])):  # until told to stop (the file sys.argv[3] exists)
+        if os.path.exists(sys.argv[3]):
+            break
         ids = [(1000 + 10 * b + j).to_bytes(32, "big") for j in range(10)]
         store.write(StoreWrite(accepted=tuple((c, b"x" * 200) for c in ids)))
         time.sleep(0.001)
@@ -551,10 +553,14 @@ def test_read_only_opens_beside_a_live_writer_process_see_whole_committed_batche
     store.initialize(INFO)
     store.write(StoreWrite(accepted=((_cid(1), b"c1"),)))
     store.close()
-    batches = 300
-    expected = [_cid(1)] + [_cid(1000 + i) for i in range(10 * batches)]
+    batches = 100_000  # a cap: the writer goes on until the readers saw it at work
+    stop = tmp_path / "stop"
+
+    def expected(n: int) -> list[bytes]:
+        return [_cid(1)] + [_cid(1000 + i) for i in range(n - 1)]
+
     writer = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(path), str(batches)],
+        [sys.executable, "-c", _WRITER, str(path), str(batches), str(stop)],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
@@ -571,9 +577,11 @@ def test_read_only_opens_beside_a_live_writer_process_see_whole_committed_batche
                     ids = [c for _, c in reader.accepted_ids()]
             finally:
                 reader.close()
-            assert ids == expected[:n]  # a prefix in append order: whole batches, no gaps
+            assert ids == expected(n)  # a prefix in append order: whole batches, no gaps
             assert n % 10 == 1
             seen.append(n)
+            if len(set(seen)) >= 3:  # the readers really ran while the writer wrote
+                stop.touch()
     finally:
         if writer.poll() is None:
             writer.kill()
@@ -581,7 +589,8 @@ def test_read_only_opens_beside_a_live_writer_process_see_whole_committed_batche
     assert seen == sorted(seen)
     assert len(set(seen)) >= 3, seen  # the readers really ran while the writer wrote
     reader = SQLiteStore(path, readonly=True)
-    assert reader.count() == len(expected)
+    n = reader.count()
+    assert n % 10 == 1 and [c for _, c in reader.accepted_ids()] == expected(n)
     reader.close()
 
 
