@@ -379,9 +379,9 @@ def run(path: Path, args: argparse.Namespace, built: Loaded | None) -> tuple[lis
     machine = machine_info()
     what = f"{claims:,}-claim store"
     if built is not None:
-        what += f" ({built.ops:,} ops, {built.retractions:,} of them retractions)"
+        what += f", {built.ops:,} ops ({built.retractions:,} retractions)"
     title = (
-        f"StateFuse, the store as index: {what} ({path.stat().st_size / MB:,.0f} MB on disk);"
+        f"StateFuse, the store as index: {what}, {path.stat().st_size / MB:,.0f} MB on disk;"
         f" Python {machine['python']}, {machine['cpu_count']} CPUs, load {load_average()}"
     )
     return rows, title
