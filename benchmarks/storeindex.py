@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(rows, title))
     out: Path = args.json or RESULTS / f"storeindex-{utc_stamp()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    document = {
+    document: dict[str, object] = {
         "machine": machine_info(),
         "benchmark": "storeindex",
         "options": {
