@@ -797,9 +797,29 @@ def _cmd_conflicts(s: Session) -> int:
     rep = s.replica(readonly=True)
     state, names = rep.state(), rep.author_names()
     conflicts = sorted(state.conflicts, key=lambda c: (c.key, c.scope))
-    text = "\n\n".join(_conflict_text(c, state, names) for c in conflicts) or "No conflicts."
-    s.emit({"conflicts": [_conflict_json(c, state, names) for c in conflicts]}, text)
+    limit = _conflict_limit(s.args.limit)
+    shown = conflicts if limit is None else conflicts[:limit]
+    more = len(conflicts) - len(shown)
+    text = "\n\n".join(_conflict_text(c, state, names) for c in shown) or "No conflicts."
+    if more:
+        text += f"\n\n{plural(more, 'more conflict')} not shown ({len(conflicts)} in all)."
+    data = {"conflicts": [_conflict_json(c, state, names) for c in shown], "more": more}
+    s.emit(data, text)
     return EXIT_OK
+
+
+def _conflict_limit(text: str | None) -> int | None:
+    """``--limit N`` -> N (a positive whole number), or None (every conflict) when not given."""
+    if text is None:
+        return None
+    try:
+        limit = int(text)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        message = f"--limit takes a positive whole number, not {text!r}"
+        raise CliError("--limit", "positive", message)
+    return limit
 
 
 def _event_json(e: HistoryEvent, names: AuthorNames) -> dict[str, Any]:
@@ -2049,6 +2069,10 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scope", help="only claims in this scope")
 
 
+def _conflicts_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--limit", metavar="N", help="show at most N conflicts (default: all)")
+
+
 def _history_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("key", metavar="KEY", help="namespace/subject/predicate")
     p.add_argument("--scope", help="only this scope")
@@ -2295,7 +2319,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("retract", "retract a claim", _retract_arguments, _cmd_retract),
     Command("supersede", "replace a claim with a new value", _supersede_arguments, _cmd_supersede),
     Command("show", "list active claims", _show_arguments, _cmd_show),
-    Command("conflicts", "list conflicts with their candidates", _no_arguments, _cmd_conflicts),
+    Command(
+        "conflicts", "list conflicts with their candidates", _conflicts_arguments, _cmd_conflicts
+    ),
     Command("history", "every assertion and retraction of a key", _history_arguments, _cmd_history),
     Command("decide", "decide a conflict for one candidate", _decide_arguments, _cmd_decide),
     Command("export", "write every change to a signed bundle file", _file_argument, _cmd_export),

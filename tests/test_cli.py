@@ -344,6 +344,46 @@ def test_conflicts_on_a_memory_without_any_says_so(store, cli):
     assert cli("conflicts") == Run(0, "No conflicts.\n", "")
 
 
+def _seed_conflicts(store: Path, n: int) -> None:
+    """``n`` conflicts, on keys ``project/p<i>/owner``, two candidates each."""
+    with opened(store) as r:
+        for i in range(n):
+            r.add_claim("project", f"p{i}", "owner", "ana")
+            r.add_claim("project", f"p{i}", "owner", "bo")
+
+
+def test_conflicts_limit_shows_the_first_n_in_key_order_and_says_how_many_more(store, cli):
+    _seed_conflicts(store, 5)
+    every = cli("conflicts").out.rstrip("\n").split("\n\n")
+    assert [block.split(" ", 1)[0] for block in every] == [f"project/p{i}/owner" for i in range(5)]
+    assert cli("conflicts", "--limit", "2") == Run(
+        0, "\n\n".join(every[:2]) + "\n\n3 more conflicts not shown (5 in all).\n", ""
+    )
+    assert cli("conflicts", "--limit", "4").out.endswith(
+        every[3] + "\n\n1 more conflict not shown (5 in all).\n"
+    )
+    # a limit at or above the count shows them all, with no line about more
+    assert cli("conflicts", "--limit", "5") == cli("conflicts") == cli("conflicts", "--limit", "9")
+    full = json.loads(cli("--json", "conflicts").out)
+    assert full["more"] == 0 and len(full["conflicts"]) == 5
+    part = json.loads(cli("--json", "conflicts", "--limit", "2").out)
+    assert part == {"conflicts": full["conflicts"][:2], "more": 3}
+
+
+def test_conflicts_limit_on_a_memory_without_any_says_so(store, cli):
+    assert cli("conflicts", "--limit", "3") == Run(0, "No conflicts.\n", "")
+    empty = json.loads(cli("--json", "conflicts", "--limit", "3").out)
+    assert empty == {"conflicts": [], "more": 0}
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "two", "1.5", ""])
+def test_a_bad_conflicts_limit_is_one_error_line_naming_the_option(store, cli, bad):
+    _seed_conflicts(store, 1)
+    assert cli("conflicts", "--limit", bad) == Run(
+        1, "", f"Error: --limit takes a positive whole number, not {bad!r}\n"
+    )
+
+
 def test_deciding_for_a_claim_that_is_in_no_conflict_is_a_user_error(store, cli):
     *_, p, _ = _seed_launch(store)
     assert cli("decide", p.claim_id.hex()) == Run(
