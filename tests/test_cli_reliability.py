@@ -13,10 +13,6 @@ import json
 import re
 import shutil
 import sqlite3
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -24,6 +20,7 @@ import pytest
 
 from statefuse.cli import main
 from statefuse.sync.replica import key_path
+from tests.serving import served
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,26 +52,6 @@ def _init(cli, path: Path, *claims: str) -> None:
     assert cli("--store", str(path), "init", "--space", "team").code == 0
     for i, value in enumerate(claims):
         assert cli("--store", str(path), "claim", f"p/s{value}/v{i}", value).code == 0
-
-
-@contextmanager
-def served(path: Path) -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "statefuse", "--store", str(path), "serve"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        match = re.search(r"at (http://127\.0\.0\.1:\d+)", first)
-        assert match, (first, proc.stderr.read() if proc.poll() is not None else "")
-        yield match.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_a_restored_backup_that_writes_then_syncs_keeps_everything_and_reports_the_fork(

@@ -12,10 +12,10 @@ import http.client
 import itertools
 import json
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import given, settings
@@ -32,6 +32,7 @@ from statefuse.sync.clock import LAMPORT_JUMP, ClockJump, LamportGaps, clock_jum
 from statefuse.sync.key import SigningKey
 from statefuse.sync.protocol import encode_frames
 from statefuse.sync.replica import MergeReport, Replica
+from tests.serving import served
 
 ROOT = Path(__file__).resolve().parents[1]
 #: 2026-01-01 00:00:00 UTC: the wall clock of every op written here.
@@ -96,19 +97,10 @@ def test_an_anonymous_push_of_the_highest_lamport_stops_no_writer_and_is_reporte
     assert done.returncode == 0, done.stderr
     stranger = SigningKey.generate()
     hostile = _change(stranger, [_at(stranger, MAX_LAMPORT, value=9)])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "statefuse", "--store", str(store), "serve", "--auth", "open"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        match = re.search(r"at http://(127\.0\.0\.1):(\d+)", first)
-        assert match, (first, proc.stderr.read() if proc.poll() is not None else "")
-        conn = http.client.HTTPConnection(match.group(1), int(match.group(2)), timeout=60)
+    with served(store, "--auth", "open") as url:
+        where = urlsplit(url)
+        assert where.hostname is not None and where.port is not None
+        conn = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
         try:  # no signature: anyone may push to an open space
             conn.request("POST", "/v1/push", encode_frames([b"team", hostile.data]))
             response = conn.getresponse()
@@ -128,15 +120,11 @@ def test_an_anonymous_push_of_the_highest_lamport_stops_no_writer_and_is_reporte
         # a peer that syncs with the store takes the jump in and names its author too
         peer = tmp_path / "peer.db"
         assert _statefuse("--store", str(peer), "init", "--space", "team").returncode == 0
-        url = f"http://{match.group(1)}:{match.group(2)}"
         synced = _statefuse("--store", str(peer), "sync", url)
         assert synced.returncode == 0, synced.stderr
         assert f"clock jump by author {stranger.author.hex()[:12]}…" in synced.stdout
         done = _statefuse("--store", str(peer), "claim", "vendor/acme/price", "1300")
         assert done.returncode == 0, done.stderr
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
     for value in ("1200", "1250"):  # saturated: each write takes MAX_LAMPORT and succeeds
         done = _statefuse("--store", str(store), "claim", "vendor/acme/price", value)
         assert done.returncode == 0, done.stderr

@@ -13,11 +13,9 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
-import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ from statefuse.sync.auth import (
 from statefuse.sync.http import ServerIdentityError, SyncApp, SyncServer, serve, sync_with
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import Replica
+from tests.serving import served
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "s3cret-after-the-revocation"
@@ -58,27 +57,6 @@ def run(path: Path, *argv: str, check: bool = True) -> subprocess.CompletedProce
 
 def author(path: Path) -> str:
     return SigningKey.load(f"{path}.key").author.hex()
-
-
-@contextmanager
-def served(path: Path, *options: str) -> Iterator[str]:
-    """``statefuse serve`` on ``path`` in a real process until the block ends; yields its URL."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "statefuse", "--store", str(path), "serve", *options],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        match = re.search(r" at (https?://127\.0\.0\.1:\d+), auth ", first)
-        assert match, (first, proc.stderr.read() if proc.poll() is not None else "")
-        yield match.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def change_ids(path: Path) -> list[bytes]:

@@ -19,8 +19,6 @@ import re
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
@@ -45,6 +43,7 @@ from statefuse.sync.key import SigningKey
 from statefuse.sync.protocol import CONTENT_TYPE, encode_frames
 from statefuse.sync.replica import Replica, ReplicaError, TwoSpacesError, key_path
 from statefuse.writer import Writer
+from tests.serving import served
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = "deals"
@@ -80,28 +79,6 @@ def doc(*argv: object) -> Any:
     run = cli("--json", *argv)
     assert run.code == 0, run
     return json.loads(run.out)
-
-
-@contextmanager
-def served(path: Path) -> Iterator[str]:
-    """``statefuse serve`` on ``path`` in a real process; yields its URL."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "statefuse", "--store", str(path), "serve"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        match = re.search(r"at (http://127\.0\.0\.1:\d+), auth", first)
-        assert match, (first, proc.stderr.read() if proc.poll() is not None else "")
-        yield match.group(1)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
 
 
 def push_anonymously(url: str, changes: list[bytes]) -> tuple[int, dict[str, Any]]:

@@ -24,6 +24,7 @@ import pytest
 
 from statefuse.sqlitestore import SQLiteStore, lock_path
 from statefuse.sync.replica import Replica, key_path
+from tests.serving import served_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,22 +56,10 @@ def linked(tmp_path: Path) -> tuple[Path, Path]:
 
 @contextmanager
 def _serving(path: Path) -> Iterator[subprocess.Popen[str]]:
-    """`statefuse serve` on ``path``: a CLI process that holds the store's write lock."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "statefuse", "--store", str(path), "serve", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()  # printed once the store is open (and locked)
-        assert "Serving space 'team'" in first, (first, proc.poll())
+    """`statefuse serve` on ``path``: a CLI process that holds the store open (its first line
+    is printed once the store is open)."""
+    with served_process(path, "--port", "0") as (_, proc):
         yield proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 def _values(path: Path) -> list[str]:

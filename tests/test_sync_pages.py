@@ -7,7 +7,6 @@ what each page parked. Driven against a real `statefuse serve` process on 127.0.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import pytest
 from statefuse.sync import DEFAULT_BOUNDS
 from statefuse.sync.client import sync_with
 from statefuse.sync.replica import Replica
+from tests.serving import served_process
 
 ROOT = Path(__file__).resolve().parents[1]
 CHANGES = 1500
@@ -32,22 +32,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         for i in range(CHANGES):
             rep.add_claim(f"p/s{i}/v", f"{i:05}" + "x" * 8000)
         assert len(rep.log) == CHANGES
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "statefuse", "--store", str(path), "serve", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        match = re.search(r"at (http://127\.0\.0\.1:\d+)", first)
-        assert match, (first, proc.poll())
-        yield match.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+    with served_process(path, "--port", "0") as (url, _):
+        yield url
 
 
 def test_a_paged_sync_reports_nothing_pending_once_every_predecessor_arrived(served, tmp_path):
