@@ -5,7 +5,8 @@ PATH``: one sub-dataset a line, ``{"source", "facts": [{"n", "subject", "relatio
 "questions": [{"question", "subject", "relation", "answers"}]}``) and measures the
 conflict-bearing questions (their (subject, relation) has facts with two different objects).
 
-How the facts become memory: one `Replica.memory` per sub-dataset, one author, one claim per
+How the facts become memory: one `Replica.memory` per sub-dataset, one author (a key seeded by
+the sub-dataset's name and a fixed clock, so every run writes the same claims), one claim per
 fact at key ``fact/<subject>/<relation>`` (the three-part form, so no part needs escaping), value
 the object, written in order of ``n`` in one `Replica.batch` so the lamport order follows ``n``
 (a newer fact has a larger lamport). No confidence, authority or evidence is set.
@@ -29,6 +30,7 @@ PATH`` or ``benchmarks/results/mab-<UTC>.json``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import string
@@ -45,14 +47,19 @@ from statefuse.context import DEFAULT_BUDGET
 from statefuse.lens import Lens
 from statefuse.projection import project
 from statefuse.resolver import Conservative, LatestWins, Resolver
+from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import Replica
 from statefuse.view import How
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DATA = ROOT.parent / "shared" / "mab" / "dev.jsonl"
 NAMESPACE = "fact"
+#: The replica's clock (ms since the epoch): fixed, with a key seeded by the sub-dataset's name,
+#: so a run writes the very same claims every time and its numbers repeat exactly.
+NOW_MS = 1_767_225_600_000
 MEMORY = (
-    "one Replica.memory per sub-dataset, one author; one claim per fact at key"
+    "one Replica.memory per sub-dataset, one author (key seeded by the sub-dataset's name,"
+    " fixed clock); one claim per fact at key"
     " fact/<subject>/<relation>, value = object; written in order of n in one batch"
     " (lamport order follows n)"
 )
@@ -97,8 +104,9 @@ def load(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def build(facts: list[dict[str, Any]]) -> Replica:
-    replica = Replica.memory(space="mab")
+def build(facts: list[dict[str, Any]], source: str = "mab") -> Replica:
+    key = SigningKey.from_seed(hashlib.sha256(f"mab/{source}".encode()).digest())
+    replica = Replica.memory(space="mab", key=key, clock=lambda: NOW_MS)
     with replica.batch():
         for fact in sorted(facts, key=lambda f: f["n"]):
             replica.add_claim(NAMESPACE, fact["subject"], fact["relation"], fact["object"])
@@ -125,9 +133,9 @@ def measure(dataset: dict[str, Any], budget: int) -> list[Outcome]:
         seen = values.setdefault((fact["subject"], fact["relation"]), [])
         if fact["object"] not in seen:
             seen.append(fact["object"])
-    replica = build(dataset["facts"])
+    replica = build(dataset["facts"], dataset["source"])
     state = replica.state()
-    lens = Lens(now=int(time.time() * 1000))
+    lens = Lens(now=NOW_MS)
     views = {
         name: project(state, lens, resolver=make()) for name, make in SELECTION_RESOLVERS.items()
     }
