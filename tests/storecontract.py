@@ -14,7 +14,6 @@ the weaker one where it does not: it never skips.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,7 +199,3 @@ class _Ticks:
 def feeds() -> Feeds:
     """The same changes for every test of a run (signing is the slow part)."""
     return Feeds(alice=_feed(1, "alice", 8), bob=_feed(2, "bob", 4))
-
-
-def file_bytes(path: str | os.PathLike[str]) -> bytes:
-    return Path(path).read_bytes()
