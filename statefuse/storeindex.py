@@ -71,7 +71,7 @@ TABLES: tuple[str, ...] = (
     "CREATE INDEX ix_claim_locus ON ix_claim (locus, active)",
     "CREATE INDEX ix_claim_ref ON ix_claim (ref)",
     "CREATE INDEX ix_claim_key ON ix_claim (namespace, subject, predicate, scope)",
-    "CREATE INDEX ix_claim_recent ON ix_claim (active, lamport, claim_id)",
+    "CREATE INDEX ix_claim_recent ON ix_claim (lamport, claim_id) WHERE active = 1",
     # the claims a context shows whatever the query (`_PINNED` must repeat this condition)
     "CREATE INDEX ix_claim_pinned ON ix_claim (namespace, subject, predicate, scope)"
     " WHERE active = 1 AND (layer = 'identity' OR kind = 'constraint' OR constraint_kind <> '')",
@@ -159,14 +159,16 @@ _PINNED = (
     " WHERE active = 1 AND (layer = 'identity' OR kind = 'constraint' OR constraint_kind <> '')"
     " ORDER BY namespace, subject, predicate, scope"
 )
+# the best-ranked matches, at most ? of them (their order among equal scores is settled by
+# claim id in Python, `StoreIndex._ranked`)
 _MATCHES = (
-    "SELECT c.locus FROM ix_text JOIN ix_claim c ON c.n = ix_text.rowid"
-    " WHERE ix_text MATCH ? ORDER BY bm25(ix_text), c.claim_id"
+    "SELECT rowid, bm25(ix_text) AS score FROM ix_text WHERE ix_text MATCH ? ORDER BY score LIMIT ?"
 )
-_CONFLICT_MATCHES = (
-    "SELECT c.locus FROM ix_text JOIN ix_claim c ON c.n = ix_text.rowid"
-    " JOIN ix_conflict k ON k.locus = c.locus"
-    " WHERE ix_text MATCH ? ORDER BY bm25(ix_text), c.claim_id"
+# the first ? matches scoring exactly ? by claim id (the ties at the cut of `_MATCHES`)
+_TIES = (
+    "SELECT t.rowid, t.score FROM (SELECT rowid, bm25(ix_text) AS score FROM ix_text"
+    " WHERE ix_text MATCH ?) t JOIN ix_claim c ON c.n = t.rowid WHERE t.score = ?"
+    " ORDER BY c.claim_id LIMIT ?"
 )
 _RECENT = "SELECT locus FROM ix_claim WHERE active = 1 ORDER BY lamport DESC, claim_id DESC"
 
@@ -652,30 +654,70 @@ class StoreIndex:
 
     def search(self, query: str, *, limit: int) -> list[bytes]:
         """The loci of the active claims that best match any word of ``query`` (BM25 over the
-        words `statefuse.ranker` sees in a claim), best first, each once, at most ``limit``."""
+        words `statefuse.ranker` sees in a claim), best first (equal scores by claim id), each
+        once, at most ``limit``."""
         self._check_present()
         expr = _match_expression(query)
         if expr is None or limit <= 0:
             return []
-        return _distinct(self._db.execute(_MATCHES, (expr,)), limit)
+        return self._ranked(expr, limit)
+
+    def _ranked(self, expr: str, limit: int) -> list[bytes]:
+        """The first ``limit`` distinct loci of the matches of ``expr`` in (score, claim id)
+        order. FTS5 sorts only the best few (never every match) by score; the matches tied
+        with the last one kept are cut by claim id, so the cut never depends on the order rows
+        were written in."""
+        db = self._db
+        want = limit * 2 + 16
+        while True:
+            rows = db.execute(_MATCHES, (expr, want + 1)).fetchall()
+            cut = len(rows) > want
+            if cut:
+                edge = rows[want - 1][1]
+                rows = [r for r in rows if r[1] < edge]
+                rows.extend(db.execute(_TIES, (expr, edge, want - len(rows))))
+            score = dict(rows)
+            found: list[tuple[float, bytes, bytes]] = []
+            ns = list(score)
+            for part in _chunks(ns):
+                for n, claim_id, locus in db.execute(
+                    f"SELECT n, claim_id, locus FROM ix_claim WHERE n IN ({_marks(len(part))})",
+                    part,
+                ):
+                    found.append((score[n], claim_id, locus))
+            found.sort()
+            out = _distinct(((f[2],) for f in found), limit)
+            if len(out) >= limit or not cut:
+                return out
+            want *= 4
 
     def context_loci(self, query: str, *, budget: int) -> list[bytes]:
         """The loci a context for ``query`` within ``budget`` tokens draws on, each once, in
         this order: every locus with an active identity or constraint claim (a context shows
         them whatever the query), the best matches for the query, the conflicts among the
-        query's matches (with no query words: the first conflicts by key), then the loci of the
-        most recent active claims (by lamport); each list after the first holds at most
-        ``budget // TOKENS_PER_LOCUS`` loci."""
+        query's next best matches (with no query words: the first conflicts by key), then the
+        loci of the most recent active claims (by lamport); each list after the first holds at
+        most ``budget // TOKENS_PER_LOCUS`` loci."""
         self._check_present()
         db = self._db
         k = max(1, budget // TOKENS_PER_LOCUS)
         out = dict.fromkeys(r[0] for r in db.execute(_PINNED))
-        out.update(dict.fromkeys(self.search(query, limit=k)))
         expr = _match_expression(query)
         if expr is None:
             out.update(dict.fromkeys(self.conflict_loci(limit=k)))
         else:
-            out.update(dict.fromkeys(_distinct(db.execute(_CONFLICT_MATCHES, (expr,)), k)))
+            ranked = self._ranked(expr, 4 * k)
+            out.update(dict.fromkeys(ranked[:k]))
+            conflicted: set[bytes] = set()
+            for part in _chunks(ranked):
+                conflicted.update(
+                    r[0]
+                    for r in db.execute(
+                        f"SELECT locus FROM ix_conflict WHERE locus IN ({_marks(len(part))})",
+                        part,
+                    )
+                )
+            out.update(dict.fromkeys([x for x in ranked if x in conflicted][:k]))
         out.update(dict.fromkeys(_distinct(db.execute(_RECENT), k)))
         return list(out)
 

@@ -200,6 +200,14 @@ def test_applying_ops_in_any_batches_orders_and_with_duplicates_equals_materiali
         at += size
     assert ix.upto == max(at, head)
     _check_equal_to_materialize(ix, ops, data)
+    # rows written in another order rank alike: equal scores are cut by claim id
+    queries = ("price owner", "1000 dana", "a b c", "alpha", "1")
+    answers = [ix.search(q, limit=n) for q in queries for n in (1, 2, 3)]
+    contexts = [ix.context_loci(q, budget=b) for q in queries for b in (8, 16, 40)]
+    with store.write_transaction():
+        ix.rebuild(reversed(stream), upto=0, registry=REG)
+    assert [ix.search(q, limit=n) for q in queries for n in (1, 2, 3)] == answers
+    assert [ix.context_loci(q, budget=b) for q in queries for b in (8, 16, 40)] == contexts
 
 
 @given(st.text(max_size=40))
