@@ -70,11 +70,18 @@ TABLES: tuple[str, ...] = (
     " data BLOB NOT NULL)",
     "CREATE INDEX ix_claim_locus ON ix_claim (locus, active)",
     "CREATE INDEX ix_claim_ref ON ix_claim (ref)",
-    "CREATE INDEX ix_claim_key ON ix_claim (namespace, subject, predicate, scope)",
     "CREATE INDEX ix_claim_recent ON ix_claim (lamport, claim_id) WHERE active = 1",
     # the claims a context shows whatever the query (`_PINNED` must repeat this condition)
     "CREATE INDEX ix_claim_pinned ON ix_claim (namespace, subject, predicate, scope)"
     " WHERE active = 1 AND (layer = 'identity' OR kind = 'constraint' OR constraint_kind <> '')",
+    # one row per locus ever claimed: the key order of loci without a key index on every claim
+    "CREATE TABLE ix_locus ("
+    " locus BLOB PRIMARY KEY,"
+    " namespace TEXT NOT NULL,"
+    " subject TEXT NOT NULL,"
+    " predicate TEXT NOT NULL,"
+    " scope TEXT NOT NULL)",
+    "CREATE INDEX ix_locus_key ON ix_locus (namespace, subject, predicate, scope)",
     # the ref retractions a claim re-asserts past (most claims have none)
     "CREATE TABLE ix_reassert ("
     " claim_id BLOB NOT NULL,"
@@ -109,12 +116,23 @@ TABLES: tuple[str, ...] = (
     "CREATE TABLE ix_meta (key TEXT PRIMARY KEY, value)",
 )
 
-_DATA_TABLES = ("ix_claim", "ix_reassert", "ix_retraction", "ix_decision", "ix_evidence")
+_DATA_TABLES = (
+    "ix_claim",
+    "ix_locus",
+    "ix_reassert",
+    "ix_retraction",
+    "ix_decision",
+    "ix_evidence",
+)
 
 _INSERT_CLAIM = (
     "INSERT INTO ix_claim (n, claim_id, locus, ref, grp, namespace, subject, predicate, scope,"
     " layer, constraint_kind, kind, lamport, active, words, data)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+_INSERT_LOCUS = (
+    "INSERT INTO ix_locus (locus, namespace, subject, predicate, scope)"
+    " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 _INSERT_REASSERT = (
     "INSERT INTO ix_reassert (claim_id, retraction_id) VALUES (?, ?) ON CONFLICT DO NOTHING"
@@ -316,8 +334,7 @@ class StoreIndex:
             delta -= self._retract(batch.retractions, touched)
         db.executemany(_INSERT_DECISION, map(_decision_row, batch.decisions.values()))
         db.executemany(_INSERT_EVIDENCE, ((e.op_id, e.encode()) for e in batch.evidence.values()))
-        for locus, lk in touched.items():
-            self._judge_conflict(locus, lk, grouping)
+        self._judge_conflicts(touched, grouping)
         if batch.lamport > self.lamport():
             self._set_meta("lamport", batch.lamport)
         if delta:
@@ -388,6 +405,7 @@ class StoreIndex:
                 text.append((i, ws))
                 touched[locus] = lk
         db.executemany(_INSERT_CLAIM, rows)
+        db.executemany(_INSERT_LOCUS, _locus_rows(rows))
         db.executemany(_INSERT_REASSERT, reasserts)
         db.executemany(_TEXT_ADD, text)
         return active_n
@@ -420,19 +438,28 @@ class StoreIndex:
             touched[row[1]] = (row[2], row[3], row[4], row[5])
         return len(changed)
 
-    def _judge_conflict(self, locus: bytes, lk: tuple[str, str, str, str], grouping: Index) -> None:
-        """Make the conflict row of one locus say what its active claims say: more than one
-        value group under a functional predicate (SEMANTICS §5)."""
+    def _judge_conflicts(
+        self, touched: dict[bytes, tuple[str, str, str, str]], grouping: Index
+    ) -> None:
+        """Make the conflict rows of the touched loci say what their active claims say: more
+        than one value group under a functional predicate (SEMANTICS §5)."""
         db = self._db
-        if grouping.functional(lk[0], lk[2]):
-            (groups,) = db.execute(
-                "SELECT count(DISTINCT grp) FROM ix_claim WHERE locus = ? AND active = 1",
-                (locus,),
-            ).fetchone()
-            if groups > 1:
-                db.execute(_INSERT_CONFLICT, (locus, *lk))
-                return
-        db.execute("DELETE FROM ix_conflict WHERE locus = ?", (locus,))
+        functional = [lc for lc, lk in touched.items() if grouping.functional(lk[0], lk[2])]
+        split: set[bytes] = set()
+        for part in _chunks(functional):
+            split.update(
+                r[0]
+                for r in db.execute(
+                    "SELECT locus FROM ix_claim"
+                    f" WHERE locus IN ({_marks(len(part))}) AND active = 1"
+                    " GROUP BY locus HAVING count(DISTINCT grp) > 1",
+                    part,
+                )
+            )
+        db.executemany(_INSERT_CONFLICT, ((lc, *touched[lc]) for lc in split))
+        db.executemany(
+            "DELETE FROM ix_conflict WHERE locus = ?", ((lc,) for lc in touched if lc not in split)
+        )
 
     def rebuild(
         self,
@@ -474,6 +501,7 @@ class StoreIndex:
                 )
                 reasserts.extend((c.op_id, r) for r in c.reasserts)
             db.executemany(_INSERT_CLAIM, rows)
+            db.executemany(_INSERT_LOCUS, _locus_rows(rows))
             db.executemany(_INSERT_REASSERT, reasserts)
             db.executemany(_INSERT_RETRACTION, map(_retraction_row, batch.retractions.values()))
             db.executemany(_INSERT_DECISION, map(_decision_row, batch.decisions.values()))
@@ -620,17 +648,19 @@ class StoreIndex:
             raise StoreError(
                 "prefix", "key-prefix", "a key prefix names at most namespace, subject, predicate"
             )
-        where = [f"{name} = ?" for name in ("namespace", "subject", "predicate")[: len(prefix)]]
+        where = [f"l.{name} = ?" for name in ("namespace", "subject", "predicate")[: len(prefix)]]
         params: list[object] = list(prefix)
         if scope is not None:
-            where.append("scope = ?")
+            where.append("l.scope = ?")
             params.append(scope)
         if active:
-            where.append("active = 1")
-        sql = "SELECT DISTINCT locus, namespace, subject, predicate, scope FROM ix_claim"
+            where.append(
+                "EXISTS (SELECT 1 FROM ix_claim c WHERE c.locus = l.locus AND c.active = 1)"
+            )
+        sql = "SELECT l.locus FROM ix_locus l"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY namespace, subject, predicate, scope"
+        sql += " ORDER BY l.namespace, l.subject, l.predicate, l.scope"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(max(0, limit))
@@ -760,6 +790,11 @@ def _claim_row(
         ws,
         c.encode(),
     )
+
+
+def _locus_rows(claim_rows: list[tuple[Any, ...]]) -> Iterable[tuple[Any, ...]]:
+    """The `ix_locus` rows of `_claim_row` rows, one per locus."""
+    return {r[2]: (r[2], r[5], r[6], r[7], r[8]) for r in claim_rows}.values()
 
 
 def _retraction_row(r: ClaimRetracted) -> tuple[Any, ...]:
