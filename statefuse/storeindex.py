@@ -188,6 +188,8 @@ _TIES = (
     " WHERE ix_text MATCH ?) t JOIN ix_claim c ON c.n = t.rowid WHERE t.score = ?"
     " ORDER BY c.claim_id LIMIT ?"
 )
+# what `StoreIndex.state_of` reads of a claim
+_SLICE = "claim_id, active, data, locus"
 _RECENT = "SELECT locus FROM ix_claim WHERE active = 1 ORDER BY lamport DESC, claim_id DESC"
 
 
@@ -548,89 +550,85 @@ class StoreIndex:
 
     # --- reads -----------------------------------------------------------------------------------
 
-    def state_of(self, loci: Iterable[bytes], *, registry: Registry) -> State:
+    def state_of(
+        self, loci: Iterable[bytes], *, registry: Registry, retracted: bool = True
+    ) -> State:
         """The State of the ops on ``loci`` and on every locus their claims' ``depends_on``
         names (by claim id or ref), transitively: on ``loci`` it answers what the State of the
-        whole op-set answers (active claims, conflicts, decisions, stale marks)."""
+        whole op-set answers (active claims, conflicts, decisions, stale marks, and with
+        ``retracted`` the retracted claims and their retractions too).
+
+        ``retracted`` False leaves out the retracted history of the loci (a key updated
+        thousands of times costs what its active claims cost), keeping only the retracted
+        claims a dependency names: active claims, conflicts, decisions and stale marks on
+        ``loci`` are still exact; `State.retracted`, `State.all_claims` and the digest cover
+        only what was read."""
         self._check_present()
-        db = self._db
         claims: dict[bytes, ClaimAdded] = {}
+        gone: set[bytes] = set()  # the retracted claims read
         seen_loci: set[bytes] = set()
         seen_deps: set[bytes] = set()
+        only_active = "" if retracted else " AND active = 1"
         frontier = list(dict.fromkeys(loci))
-        while frontier:
+        deps: set[bytes] = set()
+        while frontier or deps:
             seen_loci.update(frontier)
-            datas: list[bytes] = []
-            for part in _chunks(frontier):
-                datas.extend(
-                    r[0]
-                    for r in db.execute(
-                        f"SELECT data FROM ix_claim WHERE locus IN ({_marks(len(part))})", part
-                    )
-                )
-            deps: set[bytes] = set()
-            for c in _decode(datas):
-                claims[c.op_id] = c  # type: ignore[assignment]
-                deps.update(c.depends_on)  # type: ignore[union-attr]
+            rows = self._rows("ix_claim", _SLICE, "locus", frontier, only_active)
+            deps |= self._take_claims(rows, claims, gone)
             deps -= seen_deps
             seen_deps |= deps
-            found: set[bytes] = set()
-            dep_list = list(deps)
-            for column in ("claim_id", "ref"):
-                for part in _chunks(dep_list):
-                    found.update(
-                        r[0]
-                        for r in db.execute(
-                            f"SELECT locus FROM ix_claim WHERE {column} IN ({_marks(len(part))})",
-                            part,
-                        )
-                    )
-            frontier = sorted(found - seen_loci)
+            # the claims the dependencies name, by id or ref, retracted ones included
+            named = self._rows("ix_claim", _SLICE, "claim_id", list(deps))
+            named += self._rows("ix_claim", _SLICE, "ref", list(deps))
+            deps = self._take_claims(named, claims, gone) - seen_deps
+            frontier = sorted({r[3] for r in named} - seen_loci)
+        ids = (gone if not retracted else claims.keys()) | seen_deps
+        refs = {claims[c].claim_ref for c in (gone if not retracted else claims)} | seen_deps
         retractions: dict[bytes, ClaimRetracted] = {}
-        wanted = (
-            ("target_id", list(claims.keys() | seen_deps)),
-            ("target_ref", list({c.claim_ref for c in claims.values()} | seen_deps)),
-        )
-        datas = []
-        held: set[bytes] = set()
-        for column, keys in wanted:
-            for part in _chunks(keys):
-                for oid, data in db.execute(
-                    f"SELECT op_id, data FROM ix_retraction"
-                    f" WHERE {column} IN ({_marks(len(part))})",
-                    part,
-                ):
-                    if oid not in held:
-                        held.add(oid)
-                        datas.append(data)
-        for r in _decode(datas):
+        rows = self._rows("ix_retraction", "op_id, data", "target_id", list(ids))
+        rows += self._rows("ix_retraction", "op_id, data", "target_ref", list(refs))
+        for r in _decode(list({oid: data for oid, data in rows}.values())):
             retractions[r.op_id] = r  # type: ignore[assignment]
         decisions: dict[bytes, DecisionAdded] = {}
-        datas = []
-        for part in _chunks(list(seen_loci)):
-            datas.extend(
-                r[0]
-                for r in db.execute(
-                    f"SELECT data FROM ix_decision WHERE locus IN ({_marks(len(part))})", part
-                )
-            )
-        for d in _decode(datas):
+        rows = self._rows("ix_decision", "data", "locus", list(seen_loci))
+        for d in _decode([r[0] for r in rows]):
             decisions[d.op_id] = d  # type: ignore[assignment]
         evidence: dict[bytes, EvidenceAdded] = {}
         cited = list({e for c in claims.values() for e in c.evidence})
-        datas = []
-        for part in _chunks(cited):
-            datas.extend(
-                r[0]
-                for r in db.execute(
-                    f"SELECT data FROM ix_evidence WHERE op_id IN ({_marks(len(part))})", part
-                )
-            )
-        for e in _decode(datas):
+        for e in _decode([r[0] for r in self._rows("ix_evidence", "data", "op_id", cited)]):
             evidence[e.op_id] = e  # type: ignore[assignment]
         return Materializer.from_checked(
             claims, retractions, evidence, decisions, registry=registry
         ).state()
+
+    def _rows(
+        self, table: str, columns: str, key: str, values: Sequence[bytes], extra: str = ""
+    ) -> list[tuple[Any, ...]]:
+        """``columns`` of the rows of ``table`` whose ``key`` is one of ``values``."""
+        out: list[tuple[Any, ...]] = []
+        for part in _chunks(values):
+            out.extend(
+                self._db.execute(
+                    f"SELECT {columns} FROM {table} WHERE {key} IN ({_marks(len(part))}){extra}",
+                    part,
+                )
+            )
+        return out
+
+    @staticmethod
+    def _take_claims(
+        rows: list[tuple[Any, ...]], claims: dict[bytes, ClaimAdded], gone: set[bytes]
+    ) -> set[bytes]:
+        """Decode `_SLICE` rows of claims not in ``claims`` yet into it, noting the retracted
+        ones in ``gone``; returns what the new claims depend on."""
+        fresh = list({r[0]: r for r in rows if r[0] not in claims}.values())
+        deps: set[bytes] = set()
+        for (_, active, _, _), c in zip(fresh, _decode([r[2] for r in fresh]), strict=True):
+            claims[c.op_id] = c  # type: ignore[assignment]
+            if not active:
+                gone.add(c.op_id)
+            deps.update(c.depends_on)  # type: ignore[union-attr]
+        return deps
 
     def loci(
         self,

@@ -137,20 +137,27 @@ def _check_equal_to_materialize(ix: StoreIndex, ops, data) -> None:
     # some loci: what the whole state says there
     loci = ix.loci(active=False)
     some = data.draw(st.lists(st.sampled_from(loci), max_size=4, unique=True)) if loci else []
-    part = ix.state_of(some, registry=REG)
-    for c in full.all_claims():
-        if _locus(c) not in some:
-            continue
-        key = _key_order(c)
-        assert [x.claim_id for x in part.active_at(*key)] == [
-            x.claim_id for x in full.active_at(*key)
-        ]
-        assert part.is_active(c.claim_id) == full.is_active(c.claim_id)
-        assert part.conflict_of(*key) == full.conflict_of(*key)
-        assert part.stale.get(c.claim_id) == full.stale.get(c.claim_id)
-    for d in full.decisions:
-        if d.locus in some:
-            assert part.why_stale(d) == full.why_stale(d)
+    # ... with their retracted history, or without it (retracted=False)
+    for part in (
+        ix.state_of(some, registry=REG),
+        ix.state_of(some, registry=REG, retracted=False),
+    ):
+        for c in full.all_claims():
+            if _locus(c) not in some:
+                continue
+            key = _key_order(c)
+            assert [x.claim_id for x in part.active_at(*key)] == [
+                x.claim_id for x in full.active_at(*key)
+            ]
+            assert part.is_active(c.claim_id) == full.is_active(c.claim_id)
+            assert part.conflict_of(*key) == full.conflict_of(*key)
+            assert part.stale.get(c.claim_id) == full.stale.get(c.claim_id)
+        for d in full.decisions:
+            if d.locus in some:
+                assert part.why_stale(d) == full.why_stale(d)
+    slim = ix.state_of(loci, registry=REG, retracted=False)
+    assert [c.claim_id for c in slim.active_claims()] == [c.claim_id for c in active]
+    assert state_summary(slim)["stale"] == state_summary(full)["stale"]
     # search: an active claim is found by a word of its value; a locus without an active
     # claim is never returned
     live = {_locus(c) for c in active}
@@ -179,6 +186,14 @@ def test_a_rebuild_of_all_ops_equals_materialize(store, ops, data):
         ix.rebuild(ops, upto=7, registry=REG)
     assert ix.upto == 7 and ix.registry_fingerprint() == REG.fingerprint
     _check_equal_to_materialize(ix, ops, data)
+    # under another registry (exact everywhere) the same ops group, and conflict, otherwise
+    with store.write_transaction():
+        ix.rebuild(ops, upto=8, registry=DEFAULT_REGISTRY)
+    exact = materialize(ops, registry=DEFAULT_REGISTRY)
+    conflicts = sorted(exact.conflicts, key=lambda k: (k.key, k.scope))
+    assert ix.conflict_loci() == [k.locus for k in conflicts]
+    every = ix.state_of(ix.loci(active=False), registry=DEFAULT_REGISTRY)
+    assert state_summary(every)["conflicts"] == state_summary(exact)["conflicts"]
 
 
 @given(memories(), st.data())
