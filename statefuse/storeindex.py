@@ -492,8 +492,8 @@ class StoreIndex:
                 break
             batch = _Split(chunk)
             lamport = max(lamport, batch.lamport)
+            grouping = Index(registry)  # a fresh memo of group keys per chunk: bounded memory
             grouping.claims = batch.claims
-            grouping.gkeys = {}
             rows = []
             reasserts: list[tuple[bytes, bytes]] = []
             for c in batch.claims.values():
