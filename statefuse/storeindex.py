@@ -693,17 +693,21 @@ class StoreIndex:
     def _ranked(self, expr: str, limit: int) -> list[bytes]:
         """The first ``limit`` distinct loci of the matches of ``expr`` in (score, claim id)
         order. FTS5 sorts only the best few (never every match) by score; the matches tied
-        with the last one kept are cut by claim id, so the cut never depends on the order rows
-        were written in."""
+        with the last one kept are cut by claim id (fetched again only when they run past
+        what was fetched), so the cut never depends on the order rows were written in."""
         db = self._db
         want = limit * 2 + 16
         while True:
-            rows = db.execute(_MATCHES, (expr, want + 1)).fetchall()
+            fetch = 2 * want + 1
+            rows = db.execute(_MATCHES, (expr, fetch)).fetchall()
             cut = len(rows) > want
             if cut:
                 edge = rows[want - 1][1]
-                rows = [r for r in rows if r[1] < edge]
-                rows.extend(db.execute(_TIES, (expr, edge, want - len(rows))))
+                if len(rows) == fetch and rows[-1][1] == edge:  # ties past what was fetched
+                    rows = [r for r in rows if r[1] < edge]
+                    rows.extend(db.execute(_TIES, (expr, edge, want - len(rows))))
+                else:  # every match tied with the edge is here
+                    rows = [r for r in rows if r[1] <= edge]
             score = dict(rows)
             found: list[tuple[float, bytes, bytes]] = []
             ns = list(score)

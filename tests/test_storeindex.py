@@ -377,3 +377,21 @@ def test_rebuild_reports_progress_and_ends_with_every_op(tmp_path):
     assert seen[:3] == [(chunk, n), (2 * chunk, n), (n, n)] and seen[-1] == (n, n)
     assert store.index().active_count() == n
     store.close()
+
+
+def test_equal_scores_are_cut_by_claim_id_whatever_the_order_rows_were_written_in(tmp_path):
+    store = SQLiteStore(tmp_path / "s.db")
+    store.initialize(INFO)
+    w = Writer("w1", registry=REG, clock=lambda: 0)
+    # every claim scores alike for "same": one word of it, documents of one length
+    ops = [w.claim("proj", f"s{i:03}", "note", "same word") for i in range(150)]
+    by_id = [_locus(c) for c in sorted(ops, key=lambda c: c.claim_id)]
+    ix = store.index()
+    for order in (ops, ops[::-1]):
+        with store.write_transaction():
+            ix.rebuild([], upto=0, registry=REG)
+            for i in range(0, len(order), 7):
+                ix.apply(order[i : i + 7], upto=i, registry=REG)
+        for limit in (1, 5, 40, 149, 150, 151):
+            assert ix.search("same", limit=limit) == by_id[:limit]
+    store.close()
