@@ -1381,7 +1381,8 @@ class SQLiteStore:
     def index(self) -> StoreIndex:
         """The derived state of this store (`statefuse.storeindex`) on its connection: the
         caller's transactions (`write_transaction`, `read_transaction`) hold its writes and
-        reads. On a read-only open of a store older than schema 6 it says it was never built."""
+        reads. On a read-only open of a store older than schema 6 it says it was never built.
+        Bound to the connection of the moment: ask again after `rebuild`, which reopens."""
         with self._sqlite("while opening the derived state") as db:
             return StoreIndex(db, present=self._schema(db) >= 6)
 
