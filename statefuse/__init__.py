@@ -105,6 +105,7 @@ from statefuse.state import (
     group_id_of,
     locus_of,
 )
+from statefuse.storeindex import StoreIndex
 from statefuse.tokenizer import (
     BpeTokenizer,
     ByteEstimate,
@@ -218,6 +219,7 @@ __all__ = [
     "StateFuseError",
     "StoreDamagedError",
     "StoreError",
+    "StoreIndex",
     "StoreInfo",
     "StoreWarning",
     "SurfacedConflict",

@@ -82,6 +82,8 @@ from statefuse.store import (
     repair_plan_error,
     tallied,
 )
+from statefuse.storeindex import StoreIndex
+from statefuse.storeindex import create_tables as create_index_tables
 
 try:  # POSIX; elsewhere the lock degrades to SQLite's own busy handling
     import fcntl
@@ -215,6 +217,12 @@ def _pending_index(db: sqlite3.Connection) -> None:
     )
 
 
+def _derived_state(db: sqlite3.Connection) -> None:
+    """Schema 5 → 6: the tables of the derived state (`statefuse.storeindex`), empty: their
+    watermark is absent, which says "never built", so the first writer builds them."""
+    create_index_tables(db)
+
+
 #: Schema steps: ``_MIGRATIONS[v]`` turns a version-``v`` store into version ``v + 1``; the caller
 #: runs each inside a transaction and sets ``user_version`` in the same one.
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
@@ -223,6 +231,7 @@ _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     2: _rowid_areas,
     3: _publish_marks,
     4: _pending_index,
+    5: _derived_state,
 }
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -1368,6 +1377,14 @@ class SQLiteStore:
             if not self._readonly
             else int(db.execute("PRAGMA user_version").fetchone()[0])
         )
+
+    def index(self) -> StoreIndex:
+        """The derived state of this store (`statefuse.storeindex`) on its connection: the
+        caller's transactions (`write_transaction`, `read_transaction`) hold its writes and
+        reads. On a read-only open of a store older than schema 6 it says it was never built.
+        Bound to the connection of the moment: ask again after `rebuild`, which reopens."""
+        with self._sqlite("while opening the derived state") as db:
+            return StoreIndex(db, present=self._schema(db) >= 6)
 
     def evictions(self) -> list[EvictionTally]:
         with self._sqlite("while reading the evictions") as db:

@@ -31,7 +31,9 @@ from statefuse.registry.error import InputError
 #: publish marks (`Store.published`) of the transports that publish a replica's own changes.
 #: Version 5 stores each pending change's index (author, seq, prev) beside its bytes, so a replica
 #: restores its pending area without verifying it again, and tallies evictions (`Store.evictions`).
-SCHEMA_VERSION = 5
+#: Version 6 adds the derived state (`statefuse.storeindex`): tables created empty, built by the
+#: first writer.
+SCHEMA_VERSION = 6
 
 #: Most authors the eviction tally names one by one per area; the rest are added up under the
 #: empty author (the totals always count every eviction).

@@ -1,0 +1,826 @@
+"""The derived state kept in the store: the materialized index as SQL tables (`StoreIndex`).
+
+Why: a process that opens a large store should not replay its whole history to answer one
+question. The tables below hold, for the *counted* ops of a space, what `statefuse.index.Index`
+holds in RAM (which claims are active, retractions by target, conflict loci, decisions, the
+evidence claims cite) plus a full-text index of the active claims, kept current by whoever
+writes, inside the writer's own transaction.
+
+Invariant: after `StoreIndex.rebuild` of an op-set, or `StoreIndex.apply` of the same ops in any
+batches, orders and with duplicates, the tables are one function of the set of ops and the
+registry, and `StoreIndex.state_of` of any loci equals `materialize` of every op on those loci
+(SEMANTICS §4–§6): that is the definition, and the tests check it.
+
+Why a slice is exact: a claim's ref hashes its locus (namespace, subject, predicate, scope), so
+every retraction belongs to the locus of its target (by id or ref), a decision names its locus,
+and staleness follows ``depends_on`` across loci, which `state_of` closes over transitively.
+
+Activity only ever goes from active to retracted as ops are added (a retraction never revives a
+claim), so `apply` touches only the new rows and the claims a new retraction names; each changed
+locus has its conflict row worked out again from its active claims' value groups.
+
+Layout (prefix ``ix_``): every op row keeps the op's canonical bytes (``data``), decoded only when
+a slice is read, with no signature work (ops were verified on ingest). The SQL lives in this
+module only, written portably where it can be (``ON CONFLICT``, no ``WITHOUT ROWID``); the
+full-text part is SQLite's FTS5 (BM25 in C), an external-content table over ``ix_claim.words``
+holding rows of active claims only. Nothing here commits: callers own transactions.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
+from typing import Any
+
+from statefuse.index import Index
+from statefuse.materializer import Materializer
+from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Layer, Op
+from statefuse.op import decode_ops as _decode_ops
+from statefuse.ranker import _doc_words, words
+from statefuse.registry import Registry
+from statefuse.state import State, _locus_of_key, group_id_of
+from statefuse.store import StoreError
+
+#: Ops read from the caller's iterable per step of `StoreIndex.rebuild` (and per progress call).
+REBUILD_CHUNK = 5_000
+#: Most parameters one statement binds (well under every SQLite build's limit, and PostgreSQL's).
+_CHUNK = 500
+#: Context tokens per locus `StoreIndex.context_loci` reckons with when it sizes its lists.
+TOKENS_PER_LOCUS = 8
+
+#: The tables, each statement on its own (schema 6 of the SQLite store creates them empty).
+TABLES: tuple[str, ...] = (
+    "CREATE TABLE ix_claim ("
+    " n INTEGER PRIMARY KEY,"
+    " claim_id BLOB NOT NULL UNIQUE,"
+    " locus BLOB NOT NULL,"
+    " ref BLOB NOT NULL,"
+    " grp BLOB NOT NULL,"
+    " namespace TEXT NOT NULL,"
+    " subject TEXT NOT NULL,"
+    " predicate TEXT NOT NULL,"
+    " scope TEXT NOT NULL,"
+    " layer TEXT NOT NULL,"
+    " constraint_kind TEXT NOT NULL,"
+    " kind TEXT NOT NULL,"
+    " lamport INTEGER NOT NULL,"
+    " active INTEGER NOT NULL,"
+    " words TEXT NOT NULL,"
+    " data BLOB NOT NULL)",
+    "CREATE INDEX ix_claim_locus ON ix_claim (locus, active)",
+    "CREATE INDEX ix_claim_ref ON ix_claim (ref)",
+    "CREATE INDEX ix_claim_recent ON ix_claim (lamport, claim_id) WHERE active = 1",
+    # the claims a context shows whatever the query (`_PINNED` must repeat this condition)
+    "CREATE INDEX ix_claim_pinned ON ix_claim (namespace, subject, predicate, scope)"
+    " WHERE active = 1 AND (layer = 'identity' OR kind = 'constraint' OR constraint_kind <> '')",
+    # one row per locus ever claimed: the key order of loci without a key index on every claim
+    "CREATE TABLE ix_locus ("
+    " locus BLOB PRIMARY KEY,"
+    " namespace TEXT NOT NULL,"
+    " subject TEXT NOT NULL,"
+    " predicate TEXT NOT NULL,"
+    " scope TEXT NOT NULL)",
+    "CREATE INDEX ix_locus_key ON ix_locus (namespace, subject, predicate, scope)",
+    # the ref retractions a claim re-asserts past (most claims have none)
+    "CREATE TABLE ix_reassert ("
+    " claim_id BLOB NOT NULL,"
+    " retraction_id BLOB NOT NULL,"
+    " PRIMARY KEY (claim_id, retraction_id))",
+    "CREATE TABLE ix_retraction ("
+    " n INTEGER PRIMARY KEY,"
+    " op_id BLOB NOT NULL UNIQUE,"
+    " target_id BLOB,"
+    " target_ref BLOB,"
+    " lamport INTEGER NOT NULL,"
+    " data BLOB NOT NULL)",
+    "CREATE INDEX ix_retraction_id ON ix_retraction (target_id)",
+    "CREATE INDEX ix_retraction_ref ON ix_retraction (target_ref)",
+    "CREATE TABLE ix_decision ("
+    " n INTEGER PRIMARY KEY,"
+    " op_id BLOB NOT NULL UNIQUE,"
+    " locus BLOB NOT NULL,"
+    " data BLOB NOT NULL)",
+    "CREATE INDEX ix_decision_locus ON ix_decision (locus)",
+    "CREATE TABLE ix_evidence (op_id BLOB PRIMARY KEY, data BLOB NOT NULL)",
+    "CREATE TABLE ix_conflict ("
+    " locus BLOB PRIMARY KEY,"
+    " namespace TEXT NOT NULL,"
+    " subject TEXT NOT NULL,"
+    " predicate TEXT NOT NULL,"
+    " scope TEXT NOT NULL)",
+    "CREATE INDEX ix_conflict_key ON ix_conflict (namespace, subject, predicate, scope)",
+    # SQLite only: BM25 over the words of active claims, rowid = ix_claim.n
+    "CREATE VIRTUAL TABLE ix_text USING fts5("
+    "words, content='ix_claim', content_rowid='n', tokenize='unicode61 remove_diacritics 0')",
+    "CREATE TABLE ix_meta (key TEXT PRIMARY KEY, value)",
+)
+
+_DATA_TABLES = (
+    "ix_claim",
+    "ix_locus",
+    "ix_reassert",
+    "ix_retraction",
+    "ix_decision",
+    "ix_evidence",
+)
+
+_INSERT_CLAIM = (
+    "INSERT INTO ix_claim (n, claim_id, locus, ref, grp, namespace, subject, predicate, scope,"
+    " layer, constraint_kind, kind, lamport, active, words, data)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+_INSERT_LOCUS = (
+    "INSERT INTO ix_locus (locus, namespace, subject, predicate, scope)"
+    " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+_INSERT_REASSERT = (
+    "INSERT INTO ix_reassert (claim_id, retraction_id) VALUES (?, ?) ON CONFLICT DO NOTHING"
+)
+_INSERT_RETRACTION = (
+    "INSERT INTO ix_retraction (op_id, target_id, target_ref, lamport, data)"
+    " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+_INSERT_DECISION = (
+    "INSERT INTO ix_decision (op_id, locus, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
+)
+_INSERT_EVIDENCE = "INSERT INTO ix_evidence (op_id, data) VALUES (?, ?) ON CONFLICT DO NOTHING"
+_INSERT_CONFLICT = (
+    "INSERT INTO ix_conflict (locus, namespace, subject, predicate, scope)"
+    " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+_SET_META = (
+    "INSERT INTO ix_meta (key, value) VALUES (?, ?)"
+    " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+_TEXT_ADD = "INSERT INTO ix_text (rowid, words) VALUES (?, ?)"
+_TEXT_REMOVE = "INSERT INTO ix_text (ix_text, rowid, words) VALUES ('delete', ?, ?)"
+_CHANGED_COLUMNS = "n, locus, namespace, subject, predicate, scope, words"
+# the claims a new ref retraction retracts: active, with its ref, not re-asserting past it
+_KILLED_BY_REF = (
+    f"SELECT {_CHANGED_COLUMNS} FROM ix_claim c WHERE c.ref = ? AND c.active = 1"
+    " AND NOT EXISTS (SELECT 1 FROM ix_reassert x"
+    " WHERE x.claim_id = c.claim_id AND x.retraction_id = ?)"
+)
+# every claim a stored ref retraction retracts (set-based, for `rebuild`)
+_DEACTIVATE_BY_ID = (
+    "UPDATE ix_claim SET active = 0 WHERE active = 1 AND claim_id IN"
+    " (SELECT target_id FROM ix_retraction WHERE target_id IS NOT NULL)"
+)
+_DEACTIVATE_BY_REF = (
+    "UPDATE ix_claim SET active = 0 WHERE active = 1 AND EXISTS (SELECT 1 FROM ix_retraction r"
+    " WHERE r.target_ref = ix_claim.ref AND NOT EXISTS (SELECT 1 FROM ix_reassert x"
+    " WHERE x.claim_id = ix_claim.claim_id AND x.retraction_id = r.op_id))"
+)
+_PINNED = (
+    "SELECT DISTINCT locus, namespace, subject, predicate, scope FROM ix_claim"
+    " WHERE active = 1 AND (layer = 'identity' OR kind = 'constraint' OR constraint_kind <> '')"
+    " ORDER BY namespace, subject, predicate, scope"
+)
+# the best-ranked matches, at most ? of them (their order among equal scores is settled by
+# claim id in Python, `StoreIndex._ranked`)
+_MATCHES = (
+    "SELECT rowid, bm25(ix_text) AS score FROM ix_text WHERE ix_text MATCH ? ORDER BY score LIMIT ?"
+)
+# the first ? matches scoring exactly ? by claim id (the ties at the cut of `_MATCHES`)
+_TIES = (
+    "SELECT t.rowid, t.score FROM (SELECT rowid, bm25(ix_text) AS score FROM ix_text"
+    " WHERE ix_text MATCH ?) t JOIN ix_claim c ON c.n = t.rowid WHERE t.score = ?"
+    " ORDER BY c.claim_id LIMIT ?"
+)
+# what `StoreIndex.state_of` reads of a claim
+_SLICE = "claim_id, active, data, locus"
+_RECENT = "SELECT locus FROM ix_claim WHERE active = 1 ORDER BY lamport DESC, claim_id DESC"
+
+
+def create_tables(db: sqlite3.Connection) -> None:
+    """Create the (empty) tables of the derived state, inside the caller's transaction."""
+    for statement in TABLES:
+        db.execute(statement)
+
+
+def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+def _decode(datas: Sequence[bytes]) -> list[Op]:
+    """Ops from bytes this index stored: they were verified on ingest, so the batch decoder's
+    checks of the canonical form are all that runs (no signature, no trust work)."""
+    return _decode_ops(datas) if datas else []
+
+
+class _Split:
+    """One batch of ops by type, duplicates dropped, and the highest lamport among them."""
+
+    __slots__ = ("claims", "decisions", "evidence", "lamport", "retractions")
+
+    def __init__(self, ops: Iterable[Op]) -> None:
+        self.claims: dict[bytes, ClaimAdded] = {}
+        self.retractions: dict[bytes, ClaimRetracted] = {}
+        self.evidence: dict[bytes, EvidenceAdded] = {}
+        self.decisions: dict[bytes, DecisionAdded] = {}
+        self.lamport = 0
+        lamport = 0
+        for op in ops:
+            t = type(op)
+            if t is ClaimAdded:
+                self.claims[op.op_id] = op  # type: ignore[assignment]
+            elif t is ClaimRetracted:
+                self.retractions[op.op_id] = op  # type: ignore[assignment]
+            elif t is EvidenceAdded:
+                self.evidence[op.op_id] = op  # type: ignore[assignment]
+            elif t is DecisionAdded:
+                self.decisions[op.op_id] = op  # type: ignore[assignment]
+            else:
+                raise TypeError(f"not an op of the materialized memory: {t.__name__}")
+            if op.lamport > lamport:
+                lamport = op.lamport
+        self.lamport = lamport
+
+
+class StoreIndex:
+    """The derived state of one store, on the store's connection (see the module docstring).
+
+    Maintenance (`apply`, `rebuild`, `drop`) runs inside the caller's write transaction; reads
+    inside one read transaction of the caller's if they must agree with each other. ``present``
+    False: the store's schema has no such tables (a read-only open of an older store): the index
+    says it was never built (`upto` None) and refuses every other read.
+    """
+
+    __slots__ = ("_db", "_present")
+
+    def __init__(self, db: sqlite3.Connection, *, present: bool = True) -> None:
+        self._db = db
+        self._present = present
+
+    # --- meta ------------------------------------------------------------------------------------
+
+    def _meta(self, key: str) -> Any:
+        if not self._present:
+            return None
+        row = self._db.execute("SELECT value FROM ix_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def _set_meta(self, key: str, value: object) -> None:
+        self._db.execute(_SET_META, (key, value))
+
+    @property
+    def upto(self) -> int | None:
+        """The last store position whose counted ops the tables hold; None: never built (or
+        dropped), so nothing may be read from them."""
+        v = self._meta("upto")
+        return None if v is None else int(v)
+
+    def registry_fingerprint(self) -> bytes | None:
+        """The fingerprint of the registry the tables were built under (None: not built)."""
+        v = self._meta("registry")
+        return None if v is None else bytes(v)
+
+    def lamport(self) -> int:
+        """The highest lamport among the ops held (0: none)."""
+        v = self._meta("lamport")
+        return 0 if v is None else int(v)
+
+    def active_count(self) -> int:
+        """How many claims are active."""
+        v = self._meta("active")
+        return 0 if v is None else int(v)
+
+    def _check_present(self) -> None:
+        if not self._present:
+            raise StoreError(
+                "index",
+                "index-not-built",
+                "this store's schema predates the derived state; open it writable once to"
+                " migrate it",
+            )
+
+    # --- maintenance -----------------------------------------------------------------------------
+
+    def apply(self, ops: Iterable[Op], *, upto: int, registry: Registry) -> None:
+        """Add counted ops (any order; ops already held are ignored) and move the watermark to
+        ``upto``. Raises StoreError ``index-not-built`` before the first `rebuild`,
+        ``index-registry`` when ``registry`` is not the one the tables were built under (then
+        `rebuild`), ``index-upto`` when ``upto`` goes backwards."""
+        self._check_present()
+        held = self.upto
+        if held is None:
+            raise StoreError(
+                "index", "index-not-built", "the derived state was never built: rebuild it first"
+            )
+        if upto < held:
+            raise StoreError(
+                "upto", "index-upto", f"the derived state covers position {held}, not {upto}"
+            )
+        if self.registry_fingerprint() != registry.fingerprint:
+            raise StoreError(
+                "registry",
+                "index-registry",
+                "the derived state was built under another registry: rebuild it",
+            )
+        db = self._db
+        batch = _Split(ops)
+        self._drop_held(batch)
+        db.executemany(_INSERT_RETRACTION, map(_retraction_row, batch.retractions.values()))
+        grouping = Index(registry)
+        touched: dict[bytes, tuple[str, str, str, str]] = {}
+        delta = 0
+        if batch.claims:
+            delta += self._add_claims(batch.claims, grouping, touched)
+        if batch.retractions:
+            delta -= self._retract(batch.retractions, touched)
+        db.executemany(_INSERT_DECISION, map(_decision_row, batch.decisions.values()))
+        db.executemany(_INSERT_EVIDENCE, ((e.op_id, e.encode()) for e in batch.evidence.values()))
+        self._judge_conflicts(touched, grouping)
+        if batch.lamport > self.lamport():
+            self._set_meta("lamport", batch.lamport)
+        if delta:
+            self._set_meta("active", self.active_count() + delta)
+        self._set_meta("upto", upto)
+
+    def _drop_held(self, batch: _Split) -> None:
+        """Forget the ops of ``batch`` the tables hold already (claims and retractions: what
+        changes activity; evidence and decisions are inserted idempotently)."""
+        db = self._db
+        for table, column, found in (
+            ("ix_claim", "claim_id", batch.claims),
+            ("ix_retraction", "op_id", batch.retractions),
+        ):
+            if not found:
+                continue
+            for part in _chunks(list(found)):
+                for (oid,) in db.execute(
+                    f"SELECT {column} FROM {table} WHERE {column} IN ({_marks(len(part))})", part
+                ):
+                    del found[oid]
+
+    def _add_claims(
+        self,
+        claims: dict[bytes, ClaimAdded],
+        grouping: Index,
+        touched: dict[bytes, tuple[str, str, str, str]],
+    ) -> int:
+        """Insert new claims, each active unless a held retraction (those of this batch
+        included) retracts it; returns how many are active."""
+        db = self._db
+        ids = list(claims)
+        killed: set[bytes] = set()
+        for part in _chunks(ids):
+            killed.update(
+                r[0]
+                for r in db.execute(
+                    f"SELECT target_id FROM ix_retraction WHERE target_id IN ({_marks(len(part))})",
+                    part,
+                )
+            )
+        by_ref: dict[bytes, list[bytes]] = {}
+        refs = list({c.claim_ref for c in claims.values()})
+        for part in _chunks(refs):
+            for ref, rid in db.execute(
+                "SELECT target_ref, op_id FROM ix_retraction"
+                f" WHERE target_ref IN ({_marks(len(part))})",
+                part,
+            ):
+                by_ref.setdefault(ref, []).append(rid)
+        (top,) = db.execute("SELECT coalesce(max(n), 0) FROM ix_claim").fetchone()
+        grouping.claims = claims
+        rows = []
+        text = []
+        reasserts: list[tuple[bytes, bytes]] = []
+        active_n = 0
+        for i, (cid, c) in enumerate(claims.items(), start=int(top) + 1):
+            active = cid not in killed and not any(
+                r not in c.reasserts for r in by_ref.get(c.claim_ref, ())
+            )
+            lk = (c.namespace, c.subject, c.predicate, c.scope)
+            locus = _locus_of_key(lk)
+            ws = " ".join(_doc_words(c))
+            rows.append(_claim_row(i, c, locus, grouping, active, ws))
+            reasserts.extend((cid, r) for r in c.reasserts)
+            if active:
+                active_n += 1
+                text.append((i, ws))
+                touched[locus] = lk
+        db.executemany(_INSERT_CLAIM, rows)
+        db.executemany(_INSERT_LOCUS, _locus_rows(rows))
+        db.executemany(_INSERT_REASSERT, reasserts)
+        db.executemany(_TEXT_ADD, text)
+        return active_n
+
+    def _retract(
+        self,
+        retractions: dict[bytes, ClaimRetracted],
+        touched: dict[bytes, tuple[str, str, str, str]],
+    ) -> int:
+        """Retract the held active claims new retractions name; returns how many."""
+        db = self._db
+        changed: dict[int, tuple[Any, ...]] = {}
+        ids = [r.target_claim_id for r in retractions.values() if r.target_claim_id is not None]
+        for part in _chunks(ids):
+            for row in db.execute(
+                f"SELECT {_CHANGED_COLUMNS} FROM ix_claim"
+                f" WHERE active = 1 AND claim_id IN ({_marks(len(part))})",
+                part,
+            ):
+                changed[row[0]] = row
+        for rid, r in retractions.items():
+            if r.target_claim_ref is not None:
+                for row in db.execute(_KILLED_BY_REF, (r.target_claim_ref, rid)):
+                    changed[row[0]] = row
+        if not changed:
+            return 0
+        db.executemany("UPDATE ix_claim SET active = 0 WHERE n = ?", ((n,) for n in changed))
+        db.executemany(_TEXT_REMOVE, ((row[0], row[6]) for row in changed.values()))
+        for row in changed.values():
+            touched[row[1]] = (row[2], row[3], row[4], row[5])
+        return len(changed)
+
+    def _judge_conflicts(
+        self, touched: dict[bytes, tuple[str, str, str, str]], grouping: Index
+    ) -> None:
+        """Make the conflict rows of the touched loci say what their active claims say: more
+        than one value group under a functional predicate (SEMANTICS §5)."""
+        db = self._db
+        functional = [lc for lc, lk in touched.items() if grouping.functional(lk[0], lk[2])]
+        split: set[bytes] = set()
+        for part in _chunks(functional):
+            split.update(
+                r[0]
+                for r in db.execute(
+                    "SELECT locus FROM ix_claim"
+                    f" WHERE locus IN ({_marks(len(part))}) AND active = 1"
+                    " GROUP BY locus HAVING count(DISTINCT grp) > 1",
+                    part,
+                )
+            )
+        db.executemany(_INSERT_CONFLICT, ((lc, *touched[lc]) for lc in split))
+        db.executemany(
+            "DELETE FROM ix_conflict WHERE locus = ?", ((lc,) for lc in touched if lc not in split)
+        )
+
+    def rebuild(
+        self,
+        ops: Iterable[Op],
+        *,
+        upto: int,
+        registry: Registry,
+        progress: Callable[[int, int], None] | None = None,
+        total: int | None = None,
+    ) -> None:
+        """Forget everything and hold exactly ``ops`` (counted ops, any order, duplicates
+        ignored), built under ``registry``, covering store positions up to ``upto``.
+
+        One pass over ``ops``: rows go in by the thousand with every claim active, then
+        activity, the text index and the conflict rows are worked out by set-based statements.
+        ``progress(done, total)`` is called after each `REBUILD_CHUNK` ops and at the end
+        (``total`` as given, 0 when unknown)."""
+        self._check_present()
+        self._clear()
+        db = self._db
+        grouping = Index(registry)
+        it = iter(ops)
+        done = 0
+        lamport = 0
+        while True:
+            chunk = list(islice(it, REBUILD_CHUNK))
+            if not chunk:
+                break
+            batch = _Split(chunk)
+            lamport = max(lamport, batch.lamport)
+            grouping = Index(registry)  # a fresh memo of group keys per chunk: bounded memory
+            grouping.claims = batch.claims
+            rows = []
+            reasserts: list[tuple[bytes, bytes]] = []
+            for c in batch.claims.values():
+                lk = (c.namespace, c.subject, c.predicate, c.scope)
+                rows.append(
+                    _claim_row(None, c, _locus_of_key(lk), grouping, True, " ".join(_doc_words(c)))
+                )
+                reasserts.extend((c.op_id, r) for r in c.reasserts)
+            db.executemany(_INSERT_CLAIM, rows)
+            db.executemany(_INSERT_LOCUS, _locus_rows(rows))
+            db.executemany(_INSERT_REASSERT, reasserts)
+            db.executemany(_INSERT_RETRACTION, map(_retraction_row, batch.retractions.values()))
+            db.executemany(_INSERT_DECISION, map(_decision_row, batch.decisions.values()))
+            db.executemany(
+                _INSERT_EVIDENCE, ((e.op_id, e.encode()) for e in batch.evidence.values())
+            )
+            done += len(chunk)
+            if progress is not None:
+                progress(done, total or 0)
+        db.execute(_DEACTIVATE_BY_ID)
+        db.execute(_DEACTIVATE_BY_REF)
+        db.execute(
+            "INSERT INTO ix_text (rowid, words) SELECT n, words FROM ix_claim WHERE active = 1"
+        )
+        conflicts = [
+            row
+            for row in db.execute(
+                "SELECT locus, namespace, subject, predicate, scope FROM ix_claim"
+                " WHERE active = 1 GROUP BY locus, namespace, subject, predicate, scope"
+                " HAVING count(DISTINCT grp) > 1"
+            )
+            if grouping.functional(row[1], row[3])
+        ]
+        db.executemany(_INSERT_CONFLICT, conflicts)
+        (active,) = db.execute("SELECT count(*) FROM ix_claim WHERE active = 1").fetchone()
+        self._set_meta("active", active)
+        self._set_meta("lamport", lamport)
+        self._set_meta("registry", registry.fingerprint)
+        self._set_meta("upto", upto)
+        if progress is not None:
+            progress(done, total or 0)
+
+    def _clear(self) -> None:
+        db = self._db
+        db.execute("INSERT INTO ix_text (ix_text) VALUES ('delete-all')")
+        for table in (*_DATA_TABLES, "ix_conflict", "ix_meta"):
+            db.execute(f"DELETE FROM {table}")
+
+    def drop(self) -> None:
+        """Forget everything (`upto` becomes None), e.g. when ops stop counting: the next
+        writer rebuilds."""
+        self._check_present()
+        self._clear()
+
+    # --- reads -----------------------------------------------------------------------------------
+
+    def state_of(
+        self, loci: Iterable[bytes], *, registry: Registry, retracted: bool = True
+    ) -> State:
+        """The State of the ops on ``loci`` and on every locus their claims' ``depends_on``
+        names (by claim id or ref), transitively: on ``loci`` it answers what the State of the
+        whole op-set answers (active claims, conflicts, decisions, stale marks, and with
+        ``retracted`` the retracted claims and their retractions too).
+
+        ``retracted`` False leaves out the retracted history of the loci (a key updated
+        thousands of times costs what its active claims cost), keeping only the retracted
+        claims a dependency names: active claims, conflicts, decisions and stale marks on
+        ``loci`` are still exact; `State.retracted`, `State.all_claims` and the digest cover
+        only what was read."""
+        self._check_present()
+        claims: dict[bytes, ClaimAdded] = {}
+        gone: set[bytes] = set()  # the retracted claims read
+        seen_loci: set[bytes] = set()
+        seen_deps: set[bytes] = set()
+        only_active = "" if retracted else " AND active = 1"
+        frontier = list(dict.fromkeys(loci))
+        deps: set[bytes] = set()
+        while frontier or deps:
+            seen_loci.update(frontier)
+            rows = self._rows("ix_claim", _SLICE, "locus", frontier, only_active)
+            deps |= self._take_claims(rows, claims, gone)
+            deps -= seen_deps
+            seen_deps |= deps
+            # the claims the dependencies name, by id or ref, retracted ones included
+            named = self._rows("ix_claim", _SLICE, "claim_id", list(deps))
+            named += self._rows("ix_claim", _SLICE, "ref", list(deps))
+            deps = self._take_claims(named, claims, gone) - seen_deps
+            frontier = sorted({r[3] for r in named} - seen_loci)
+        ids = (gone if not retracted else claims.keys()) | seen_deps
+        refs = {claims[c].claim_ref for c in (gone if not retracted else claims)} | seen_deps
+        retractions: dict[bytes, ClaimRetracted] = {}
+        rows = self._rows("ix_retraction", "op_id, data", "target_id", list(ids))
+        rows += self._rows("ix_retraction", "op_id, data", "target_ref", list(refs))
+        for r in _decode(list({oid: data for oid, data in rows}.values())):
+            retractions[r.op_id] = r  # type: ignore[assignment]
+        decisions: dict[bytes, DecisionAdded] = {}
+        rows = self._rows("ix_decision", "data", "locus", list(seen_loci))
+        for d in _decode([r[0] for r in rows]):
+            decisions[d.op_id] = d  # type: ignore[assignment]
+        evidence: dict[bytes, EvidenceAdded] = {}
+        cited = list({e for c in claims.values() for e in c.evidence})
+        for e in _decode([r[0] for r in self._rows("ix_evidence", "data", "op_id", cited)]):
+            evidence[e.op_id] = e  # type: ignore[assignment]
+        return Materializer.from_checked(
+            claims, retractions, evidence, decisions, registry=registry
+        ).state()
+
+    def _rows(
+        self, table: str, columns: str, key: str, values: Sequence[bytes], extra: str = ""
+    ) -> list[tuple[Any, ...]]:
+        """``columns`` of the rows of ``table`` whose ``key`` is one of ``values``."""
+        out: list[tuple[Any, ...]] = []
+        for part in _chunks(values):
+            out.extend(
+                self._db.execute(
+                    f"SELECT {columns} FROM {table} WHERE {key} IN ({_marks(len(part))}){extra}",
+                    part,
+                )
+            )
+        return out
+
+    @staticmethod
+    def _take_claims(
+        rows: list[tuple[Any, ...]], claims: dict[bytes, ClaimAdded], gone: set[bytes]
+    ) -> set[bytes]:
+        """Decode `_SLICE` rows of claims not in ``claims`` yet into it, noting the retracted
+        ones in ``gone``; returns what the new claims depend on."""
+        fresh = list({r[0]: r for r in rows if r[0] not in claims}.values())
+        deps: set[bytes] = set()
+        for (_, active, _, _), c in zip(fresh, _decode([r[2] for r in fresh]), strict=True):
+            claims[c.op_id] = c  # type: ignore[assignment]
+            if not active:
+                gone.add(c.op_id)
+            deps.update(c.depends_on)  # type: ignore[union-attr]
+        return deps
+
+    def loci(
+        self,
+        *,
+        prefix: tuple[str, ...] = (),
+        scope: str | None = None,
+        active: bool = True,
+        limit: int | None = None,
+    ) -> list[bytes]:
+        """Loci of claims (only those with an active claim unless ``active`` is False) whose
+        key starts with ``prefix`` (namespace, subject, predicate), in ``scope`` if given,
+        ordered by key and scope, at most ``limit``."""
+        self._check_present()
+        if len(prefix) > 3:
+            raise StoreError(
+                "prefix", "key-prefix", "a key prefix names at most namespace, subject, predicate"
+            )
+        where = [f"l.{name} = ?" for name in ("namespace", "subject", "predicate")[: len(prefix)]]
+        params: list[object] = list(prefix)
+        if scope is not None:
+            where.append("l.scope = ?")
+            params.append(scope)
+        if active:
+            where.append(
+                "EXISTS (SELECT 1 FROM ix_claim c WHERE c.locus = l.locus AND c.active = 1)"
+            )
+        sql = "SELECT l.locus FROM ix_locus l"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY l.namespace, l.subject, l.predicate, l.scope"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(0, limit))
+        return [r[0] for r in self._db.execute(sql, params)]
+
+    def conflict_loci(self, *, limit: int | None = None) -> list[bytes]:
+        """Loci in conflict, ordered by key and scope, at most ``limit``."""
+        self._check_present()
+        sql = "SELECT locus FROM ix_conflict ORDER BY namespace, subject, predicate, scope"
+        params: tuple[object, ...] = ()
+        if limit is not None:
+            sql += " LIMIT ?"
+            params = (max(0, limit),)
+        return [r[0] for r in self._db.execute(sql, params)]
+
+    def conflict_count(self) -> int:
+        """How many loci are in conflict."""
+        self._check_present()
+        (n,) = self._db.execute("SELECT count(*) FROM ix_conflict").fetchone()
+        return int(n)
+
+    def search(self, query: str, *, limit: int) -> list[bytes]:
+        """The loci of the active claims that best match any word of ``query`` (BM25 over the
+        words `statefuse.ranker` sees in a claim), best first (equal scores by claim id), each
+        once, at most ``limit``."""
+        self._check_present()
+        expr = _match_expression(query)
+        if expr is None or limit <= 0:
+            return []
+        return self._ranked(expr, limit)
+
+    def _ranked(self, expr: str, limit: int) -> list[bytes]:
+        """The first ``limit`` distinct loci of the matches of ``expr`` in (score, claim id)
+        order. FTS5 sorts only the best few (never every match) by score; the matches tied
+        with the last one kept are cut by claim id (fetched again only when they run past
+        what was fetched), so the cut never depends on the order rows were written in."""
+        db = self._db
+        want = limit * 2 + 16
+        while True:
+            fetch = 2 * want + 1
+            rows = db.execute(_MATCHES, (expr, fetch)).fetchall()
+            cut = len(rows) > want
+            if cut:
+                edge = rows[want - 1][1]
+                if len(rows) == fetch and rows[-1][1] == edge:  # ties past what was fetched
+                    rows = [r for r in rows if r[1] < edge]
+                    rows.extend(db.execute(_TIES, (expr, edge, want - len(rows))))
+                else:  # every match tied with the edge is here
+                    rows = [r for r in rows if r[1] <= edge]
+            score = dict(rows)
+            found: list[tuple[float, bytes, bytes]] = []
+            ns = list(score)
+            for part in _chunks(ns):
+                for n, claim_id, locus in db.execute(
+                    f"SELECT n, claim_id, locus FROM ix_claim WHERE n IN ({_marks(len(part))})",
+                    part,
+                ):
+                    found.append((score[n], claim_id, locus))
+            found.sort()
+            out = _distinct(((f[2],) for f in found), limit)
+            if len(out) >= limit or not cut:
+                return out
+            want *= 4
+
+    def context_loci(self, query: str, *, budget: int) -> list[bytes]:
+        """The loci a context for ``query`` within ``budget`` tokens draws on, each once, in
+        this order: every locus with an active identity or constraint claim (a context shows
+        them whatever the query), the best matches for the query, the conflicts among the
+        query's next best matches (with no query words: the first conflicts by key), then the
+        loci of the most recent active claims (by lamport); each list after the first holds at
+        most ``budget // TOKENS_PER_LOCUS`` loci."""
+        self._check_present()
+        db = self._db
+        k = max(1, budget // TOKENS_PER_LOCUS)
+        out = dict.fromkeys(r[0] for r in db.execute(_PINNED))
+        expr = _match_expression(query)
+        if expr is None:
+            out.update(dict.fromkeys(self.conflict_loci(limit=k)))
+        else:
+            ranked = self._ranked(expr, 4 * k)
+            out.update(dict.fromkeys(ranked[:k]))
+            conflicted: set[bytes] = set()
+            for part in _chunks(ranked):
+                conflicted.update(
+                    r[0]
+                    for r in db.execute(
+                        f"SELECT locus FROM ix_conflict WHERE locus IN ({_marks(len(part))})",
+                        part,
+                    )
+                )
+            out.update(dict.fromkeys([x for x in ranked if x in conflicted][:k]))
+        out.update(dict.fromkeys(_distinct(db.execute(_RECENT), k)))
+        return list(out)
+
+    def ref_retractions(self, ref: bytes) -> tuple[bytes, ...]:
+        """The ids of the retractions of ``ref``, sorted: what a writer that asserts a value of
+        that ref again lists in ``reasserts``."""
+        self._check_present()
+        return tuple(
+            r[0]
+            for r in self._db.execute(
+                "SELECT op_id FROM ix_retraction WHERE target_ref = ? ORDER BY op_id", (ref,)
+            )
+        )
+
+
+def _claim_row(
+    n: int | None,
+    c: ClaimAdded,
+    locus: bytes,
+    grouping: Index,
+    active: bool,
+    ws: str,
+) -> tuple[Any, ...]:
+    layer = c.layer.value if isinstance(c.layer, Layer) else str(c.layer)
+    return (
+        n,
+        c.op_id,
+        locus,
+        c.claim_ref,
+        group_id_of(grouping.gkey(c.op_id)),
+        c.namespace,
+        c.subject,
+        c.predicate,
+        c.scope,
+        layer,
+        c.constraint,
+        c.kind,
+        c.lamport,
+        1 if active else 0,
+        ws,
+        c.encode(),
+    )
+
+
+def _locus_rows(claim_rows: list[tuple[Any, ...]]) -> Iterable[tuple[Any, ...]]:
+    """The `ix_locus` rows of `_claim_row` rows, one per locus."""
+    return {r[2]: (r[2], r[5], r[6], r[7], r[8]) for r in claim_rows}.values()
+
+
+def _retraction_row(r: ClaimRetracted) -> tuple[Any, ...]:
+    return (r.op_id, r.target_claim_id, r.target_claim_ref, r.lamport, r.encode())
+
+
+def _decision_row(d: DecisionAdded) -> tuple[Any, ...]:
+    return (d.op_id, d.locus, d.encode())
+
+
+def _match_expression(query: str) -> str | None:
+    """An FTS5 query matching any word of ``query`` (each quoted, so no character of the query
+    is read as FTS5 syntax), or None when it has no word."""
+    ws = sorted(set(words(query)))
+    if not ws:
+        return None
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in ws)
+
+
+def _distinct(rows: Iterable[tuple[Any, ...]], limit: int) -> list[bytes]:
+    out: dict[bytes, None] = {}
+    for (locus,) in rows:
+        if locus not in out:
+            out[locus] = None
+            if len(out) >= limit:
+                break
+    return list(out)
