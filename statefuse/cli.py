@@ -255,6 +255,9 @@ class Session:
             )
         options.setdefault("adopt_key", self.args.adopt_key)
         options.setdefault("bounds", self.bounds())
+        # a store of an earlier release builds its derived state on its first writable open
+        bar = None if options.get("readonly") or create else self.progress("indexing the store")
+        options.setdefault("progress", bar)
         try:
             rep = Replica.open(self.path, create=create, wait=self.args.wait, **options)
         except StoreError as exc:
@@ -270,6 +273,9 @@ class Session:
                 " declare FILE",
             )
             raise CliError("--store", exc.rule, hint) from None
+        finally:
+            if bar is not None:
+                bar.finish()
         self._replica = rep
         if options.get("readonly") and not quiet:
             self.warn_damage()
@@ -366,6 +372,12 @@ def _claim_json(c: ClaimAdded, state: State, names: AuthorNames) -> dict[str, An
         "expires": c.expires,
         "active": state.is_active(c.claim_id),
     }
+
+
+def _state_at(rep: Replica, c: ClaimAdded) -> State:
+    """What the memory holds at ``c``'s key and scope (indexed rows only, on a store opened
+    on its derived state: `Replica.state_for`)."""
+    return rep.state_for((c.namespace, c.subject, c.predicate), scope=c.scope)
 
 
 def _key_of(c: ClaimAdded) -> Key:
@@ -537,7 +549,7 @@ def _cmd_name(s: Session) -> int:
 def _cmd_claim(s: Session) -> int:
     rep, c = _assert(s, update=False)
     s.emit(
-        _claim_json(c, rep.state(), rep.author_names()),
+        _claim_json(c, _state_at(rep, c), rep.author_names()),
         f"Added claim {c.claim_id.hex()}: {_where(c)}",
     )
     return EXIT_OK
@@ -545,7 +557,7 @@ def _cmd_claim(s: Session) -> int:
 
 def _cmd_update(s: Session) -> int:
     rep, c = _assert(s, update=True)
-    state = rep.state()
+    state = _state_at(rep, c)
     replaced = sorted(
         cid
         for cid, rets in state.retracted.items()
@@ -568,8 +580,9 @@ def _assert(s: Session, *, update: bool) -> tuple[Replica, ClaimAdded]:
     key = parse_key(a.key)
     value = parse_value(a.value)
     rep = s.replica()
-    state = rep.state()
-    depends = [resolve_claim(state, d).claim_id for d in a.depends_on]
+    # only a dependency named by a hex prefix needs the whole memory to resolve it
+    state = rep.state() if a.depends_on else None
+    depends = [resolve_claim(state, d).claim_id for d in a.depends_on] if state else []
     write = rep.update if update else rep.add_claim
     c = write(
         *key,
@@ -605,17 +618,17 @@ def _retraction_json(r: ClaimRetracted, state: State, names: AuthorNames) -> dic
 def _cmd_retract(s: Session) -> int:
     a = s.args
     rep = s.replica()
-    claim = resolve_claim(rep.state(), a.claim)
+    claim = resolve_claim(rep.claim_state(a.claim), a.claim)
     if a.semantic:
         r = rep.retract(claim_ref=claim.claim_ref, reason=a.reason)
-        data = _retraction_json(r, rep.state(), rep.author_names())
+        data = _retraction_json(r, _state_at(rep, claim), rep.author_names())
         text = (
             f"Retracted every claim like {claim.claim_id.hex()}"
             f" ({plural(len(data['retracted']), 'claim')} now): {_where(claim)}"
         )
     else:
         r = rep.retract(claim, reason=a.reason)
-        data = _retraction_json(r, rep.state(), rep.author_names())
+        data = _retraction_json(r, _state_at(rep, claim), rep.author_names())
         text = f"Retracted claim {claim.claim_id.hex()}: {_where(claim)}"
     s.emit(data, text)
     return EXIT_OK
@@ -638,8 +651,8 @@ def _cmd_supersede(s: Session) -> int:
 def _cmd_decide(s: Session) -> int:
     a = s.args
     rep = s.replica()
-    state = rep.state()
-    claim = resolve_claim(state, a.claim)
+    claim = resolve_claim(rep.claim_state(a.claim), a.claim)
+    state = _state_at(rep, claim)
     conflict = state.conflict_of(*_key_of(claim), claim.scope)
     if conflict is None or claim.claim_id not in conflict.candidates:
         raise CliError(
@@ -703,7 +716,7 @@ def _cmd_show(s: Session) -> int:
     a = s.args
     prefix = parse_key_prefix(a.prefix) if a.prefix is not None else ()
     rep = s.replica(readonly=True)
-    state, names = rep.state(), rep.author_names()
+    state, names = rep.state_for(prefix, scope=a.scope), rep.author_names()
     claims = state.active_claims()
     if prefix or a.scope is not None:
         claims = [
@@ -795,14 +808,13 @@ def _conflict_json(conflict: ConflictSet, state: State, names: AuthorNames) -> d
 
 def _cmd_conflicts(s: Session) -> int:
     rep = s.replica(readonly=True)
-    state, names = rep.state(), rep.author_names()
-    conflicts = sorted(state.conflicts, key=lambda c: (c.key, c.scope))
     limit = _conflict_limit(s.args.limit)
-    shown = conflicts if limit is None else conflicts[:limit]
-    more = len(conflicts) - len(shown)
+    page, names = rep.conflicts(limit=limit), rep.author_names()
+    state, shown = page.state, page.conflicts
+    more = page.total - len(shown)
     text = "\n\n".join(_conflict_text(c, state, names) for c in shown) or "No conflicts."
     if more:
-        text += f"\n\n{plural(more, 'more conflict')} not shown ({len(conflicts)} in all)."
+        text += f"\n\n{plural(more, 'more conflict')} not shown ({page.total} in all)."
     data = {"conflicts": [_conflict_json(c, state, names) for c in shown], "more": more}
     s.emit(data, text)
     return EXIT_OK
@@ -2281,7 +2293,7 @@ _RESOLVERS = ("abstain", "authority", "conservative", "latest")
 
 
 def _cmd_context(s: Session) -> int:
-    from statefuse.context import context_for, default_resolver
+    from statefuse.context import default_resolver
     from statefuse.lens import Lens
     from statefuse.resolver import AbstainAll, AuthorityRank, LatestWins, Resolver
 
@@ -2305,9 +2317,7 @@ def _cmd_context(s: Session) -> int:
     resolver = resolvers[a.resolver]
     if a.budget < 1:
         raise CliError("--budget", "positive", "the budget is a positive number of tokens")
-    context = context_for(
-        replica.state(), lens, budget=a.budget, resolver=resolver, authors=replica.author_names()
-    )
+    context = replica.context(a.query, lens=lens, budget=a.budget, resolver=resolver)
     s.emit(json.loads(context.to_json()) if s.json else None, context.text)
     return EXIT_OK
 

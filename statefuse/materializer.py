@@ -7,7 +7,7 @@ any sequence of the same ops ends in a State equal to it (same digest, same answ
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from operator import attrgetter
 
 from statefuse.error import OpRuleError
@@ -106,6 +106,15 @@ class Materializer:
     @property
     def registry(self) -> Registry:
         return self._ix.registry
+
+    def ops(self) -> Iterator[Op]:
+        """Every op the state is made of (claims, retractions, evidence, decisions): what a
+        store's derived state is rebuilt from (`statefuse.storeindex`)."""
+        ix = self._ix
+        yield from ix.claims.values()
+        yield from ix.retractions.values()
+        yield from ix.evidence.values()
+        yield from ix.decisions.values()
 
     def apply(self, op: Op) -> bool:
         """Apply one op; False if it was already there. Raises OpIdMismatch for a tampered op."""

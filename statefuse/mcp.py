@@ -504,13 +504,16 @@ class _Tools:
             if update:
                 replaced = [
                     c.claim_id
-                    for c in rep.state().active_at(ns, subject, predicate, scope)
+                    for c in rep.state_for((ns, subject, predicate), scope=scope).active_at(
+                        ns, subject, predicate, scope
+                    )
                     if c.author == rep.author
                 ]
                 c = rep.update(ns, subject, predicate, stored, **meta)
             else:
                 c = rep.add_claim(ns, subject, predicate, stored, **meta)
-            state = rep.state()
+            # the key's rows only, on a store opened on its derived state
+            state = rep.state_for((ns, subject, predicate), scope=c.scope)
             rivals: list[ClaimInfo] = []
             conflict = state.conflict_of(ns, subject, predicate, c.scope)
             if conflict is not None:
@@ -659,8 +662,8 @@ class _Tools:
             )
         with self.lock:
             rep = self.replica
-            state = rep.state()
             if claim_id is not None:
+                state = rep.claim_state(claim_id)
                 with _argument("claim_id"):
                     target = state.claims[resolve_id(claim_id, state.claims, what="claim")]
                 if not state.is_active(target.claim_id):
@@ -676,6 +679,7 @@ class _Tools:
                     ns, subject, predicate = parse_key(key)
                 with _argument("value"):
                     stored = value_from_json(value)
+                state = rep.state_for((ns, subject, predicate), scope=scope)
                 ref = claim_ref_for(rep.registry, ns, subject, predicate, scope, stored)
                 if not any(
                     c.claim_ref == ref for c in state.active_at(ns, subject, predicate, scope)
@@ -687,7 +691,12 @@ class _Tools:
                         f" = {value_cell(stored)}",
                     )
                 r = rep.retract(claim_ref=ref, reason=reason)
-            state = rep.state()
+            # what it retracted is at one key and scope (an id's, or the ref's)
+            if claim_id is not None:
+                at = (target.namespace, target.subject, target.predicate)
+                state = rep.state_for(at, scope=target.scope)
+            else:
+                state = rep.state_for((ns, subject, predicate), scope=scope)
             hit = state.retracted_by(r)
             names = rep.author_names()
             infos = [_claim_info(state.claims[cid], state, names) for cid in hit]
@@ -717,11 +726,12 @@ class _Tools:
             with _argument("prefix"):
                 parts = parse_key_prefix(prefix)
         with self.lock:
-            state, names = self.replica.state(), self.replica.author_names()
+            page = self.replica.conflicts()  # reads the conflicts alone on a derived state
+            state, names = page.state, self.replica.author_names()
             found = sorted(
                 (
                     c
-                    for c in state.conflicts
+                    for c in page.conflicts
                     if c.key[: len(parts)] == parts
                     and (include_decided or state.decision_for(c) is None)
                 ),
@@ -748,7 +758,7 @@ class _Tools:
             ns, subject, predicate = parse_key(key)
         with self.lock:
             rep = self.replica
-            state = rep.state()
+            state = rep.state_for((ns, subject, predicate))
             at_key = [c for c in state.conflicts if c.key == (ns, subject, predicate)]
             if not at_key:
                 raise ToolArgumentError(

@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+from statefuse import filemark
 from statefuse.store import (
     DEFAULT_WAIT,
     SCHEMA_VERSION,
@@ -1143,6 +1144,7 @@ class SQLiteStore:
                 try:
                     yield db
                     db.execute("COMMIT")
+                    filemark.mark(self._file)  # still under the lock: what we wrote
                 except BaseException:
                     _rollback(db)
                     raise
@@ -1529,6 +1531,10 @@ class SQLiteStore:
 
     def apply_repair(self, plan: RepairPlan) -> None:
         with self._transaction("applying a repair") as db:
+            if plan and self._schema(db) >= 6:
+                # rows leave the accepted changes: the derived state no longer holds, and is
+                # built again by the replica's next writable load
+                StoreIndex(db).drop()
             for pos, rec in plan.quarantine_accepted:
                 data = _take(db, "changes", "pos", pos, f"no accepted change at position {pos}")
                 if rec.data != data:
@@ -1553,14 +1559,38 @@ class SQLiteStore:
                 _upsert_quarantine(db, (rec,))
             db.execute("DELETE FROM snapshot")
 
+    def clean(self) -> bool:
+        """Whether the file (and its -wal) is exactly as a StateFuse writer left it after its
+        last commit (`statefuse.filemark`): nothing else wrote it since, so what was verified
+        when it was written still holds. False after a crash mid-write, a copy, a restore, a
+        repair or an outside edit, and for a store whose mark could not be written."""
+        return filemark.is_marked(self._file)
+
+    def mark_clean(self) -> None:
+        """Mark the file clean (`clean`) after a load that verified it found it sound: under
+        the write lock, so no other writer's commit slips between. Never raises (a hint)."""
+        if self._readonly or self._lock is None or self._depth:
+            return
+        with contextlib.suppress(Exception):
+            self._lock.acquire(self.wait)
+            try:
+                filemark.mark(self._file)
+            finally:
+                self._lock.release()
+
     def close(self) -> None:
         db, self._db = self._db, None
         try:
             if db is not None:
+                # the last connection to close folds the -wal into the file: a clean file
+                # is marked again after (an unclean one stays so: nothing is blessed here)
+                was_clean = not self._readonly and not self._depth and self.clean()
                 try:
                     db.close()
                 except _FAILURES as exc:
                     raise _store_error(self.path, exc, "while closing") from exc
+                if was_clean:
+                    self.mark_clean()
         finally:
             if self._lock is not None:
                 self._lock.release()  # held only if closed inside a write
@@ -1642,6 +1672,7 @@ class SQLiteStore:
             old.close()
         aside: Path | None = None
         try:
+            filemark.unmark(self._file)  # a new file: loaded and verified at the next open
             aside = _keep_aside(self._file)  # the file, not a symlink to it
             for end in ("-wal", "-shm"):
                 side = Path(f"{self._file}{end}")

@@ -21,9 +21,12 @@ import os
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from statefuse.registry.error import InputError
+
+if TYPE_CHECKING:
+    from statefuse.storeindex import StoreIndex
 
 #: Current layout version of durable stores; older stores are migrated forward on open.
 #: Version 2 marks the file as StateFuse's (SQLite ``application_id``) and gives every store a
@@ -230,6 +233,19 @@ class Store(Protocol):
     def last_position(self) -> int:
         """The highest position of an accepted change (0: none)."""
 
+    def clean(self) -> bool:
+        """Whether nothing but StateFuse has written the store since its last commit (see
+        `statefuse.filemark`): what was verified when it was written still holds, so a replica
+        may open on its derived state without verifying it again."""
+
+    def mark_clean(self) -> None:
+        """Record the store as clean after a load that verified it found it sound."""
+
+    def index(self) -> StoreIndex | None:
+        """The derived state the store keeps beside its changes (`statefuse.storeindex`), or
+        None when it keeps none: a store in memory (the replica's own state is its index), or
+        a store of an earlier schema opened read-only."""
+
     def snapshot_position(self) -> int | None:
         """The position the saved snapshot covers (None: none), without loading it."""
 
@@ -411,6 +427,15 @@ class MemoryStore:
     @property
     def readonly(self) -> bool:
         return False
+
+    def index(self) -> StoreIndex | None:
+        return None
+
+    def clean(self) -> bool:
+        return True  # nothing outside this process can write it
+
+    def mark_clean(self) -> None:
+        return None
 
     def info(self) -> StoreInfo | None:
         return self._info

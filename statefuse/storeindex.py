@@ -47,7 +47,7 @@ REBUILD_CHUNK = 5_000
 #: Most parameters one statement binds (well under every SQLite build's limit, and PostgreSQL's).
 _CHUNK = 500
 #: Context tokens per locus `StoreIndex.context_loci` reckons with when it sizes its lists.
-TOKENS_PER_LOCUS = 8
+TOKENS_PER_LOCUS = 16
 
 #: The tables, each statement on its own (schema 6 of the SQLite store creates them empty).
 TABLES: tuple[str, ...] = (
@@ -269,6 +269,19 @@ class StoreIndex:
     def _set_meta(self, key: str, value: object) -> None:
         self._db.execute(_SET_META, (key, value))
 
+    def meta(self, key: str) -> bytes | None:
+        """A value the replica keeps with the derived state under ``key`` (`set_meta`), or None:
+        what the space says of itself (names, the registry declaration) and what a lean write
+        needs, so that neither needs the history. Namespaced apart from the index's own."""
+        v = self._meta(f"x:{key}")
+        return None if v is None else bytes(v)
+
+    def set_meta(self, key: str, value: bytes) -> None:
+        """Keep ``value`` under ``key`` (in the caller's write transaction; `drop` forgets it
+        with the rest)."""
+        self._check_present()
+        self._set_meta(f"x:{key}", value)
+
     @property
     def upto(self) -> int | None:
         """The last store position whose counted ops the tables hold; None: never built (or
@@ -469,7 +482,7 @@ class StoreIndex:
         *,
         upto: int,
         registry: Registry,
-        progress: Callable[[int, int], None] | None = None,
+        progress: Callable[[int, int], object] | None = None,
         total: int | None = None,
     ) -> None:
         """Forget everything and hold exactly ``ops`` (counted ops, any order, duplicates
@@ -738,7 +751,7 @@ class StoreIndex:
         if expr is None:
             out.update(dict.fromkeys(self.conflict_loci(limit=k)))
         else:
-            ranked = self._ranked(expr, 4 * k)
+            ranked = self._ranked(expr, 2 * k)
             out.update(dict.fromkeys(ranked[:k]))
             conflicted: set[bytes] = set()
             for part in _chunks(ranked):
@@ -752,6 +765,23 @@ class StoreIndex:
             out.update(dict.fromkeys([x for x in ranked if x in conflicted][:k]))
         out.update(dict.fromkeys(_distinct(db.execute(_RECENT), k)))
         return list(out)
+
+    def claim_loci(self, prefix: str, *, limit: int = 64) -> list[bytes]:
+        """The loci of the claims (active or retracted) whose id in hex starts with
+        ``prefix`` (hex digits, any case), at most ``limit`` claims' worth: what resolving a
+        claim named by a hex prefix reads (the caller's State then says which one, or that
+        several share it). An empty list for a prefix that is not hex."""
+        self._check_present()
+        text = prefix.strip().lower()
+        if not text or len(text) > 64 or any(ch not in "0123456789abcdef" for ch in text):
+            return []
+        low = bytes.fromhex(text.ljust(64, "0"))
+        high = bytes.fromhex(text.ljust(64, "f"))
+        rows = self._db.execute(
+            "SELECT locus FROM ix_claim WHERE claim_id BETWEEN ? AND ? LIMIT ?",
+            (low, high, limit),
+        )
+        return list(dict.fromkeys(r[0] for r in rows))
 
     def ref_retractions(self, ref: bytes) -> tuple[bytes, ...]:
         """The ids of the retractions of ``ref``, sorted: what a writer that asserts a value of

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hypothesis import strategies as st
 
@@ -27,6 +27,9 @@ from statefuse.registry import (
 )
 from statefuse.state import State
 from statefuse.writer import Writer
+
+if TYPE_CHECKING:
+    from statefuse.storeindex import StoreIndex
 
 #: A registry with one predicate per interesting contract kind.
 TEST_REGISTRY = Registry(
@@ -223,6 +226,17 @@ def assert_same_state(a: State, b: State) -> None:
     for k in sa:
         assert sa[k] == sb[k], f"states differ in {k}: {sa[k]!r} != {sb[k]!r}"
     assert a.digest() == b.digest(), "summaries agree but digests differ"
+
+
+def assert_index_agrees(index: StoreIndex, state: State) -> None:
+    """Fail with a readable diff unless a store's derived state answers on every key as
+    ``state`` (the State of the whole op-set) does: active claims, retractions, conflicts,
+    stale marks, decisions. Evidence aside: a slice holds the evidence its claims cite."""
+    got = state_summary(index.state_of(index.loci(active=False), registry=state.registry))
+    want = state_summary(state)
+    for k in want:
+        if k != "evidence":
+            assert got[k] == want[k], f"derived state differs in {k}: {got[k]!r} != {want[k]!r}"
 
 
 def full_key_lines(lines: Sequence[str]) -> list[str]:

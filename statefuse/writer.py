@@ -86,7 +86,15 @@ def _wall_ms() -> int:
 class Writer:
     """Creates ops for one author. Not thread-safe; use one writer per thread or lock around it."""
 
-    __slots__ = ("_clock", "_lamport", "_ref_retractions", "_wall", "author", "registry")
+    __slots__ = (
+        "_clock",
+        "_lamport",
+        "_ref_lookup",
+        "_ref_retractions",
+        "_wall",
+        "author",
+        "registry",
+    )
 
     def __init__(
         self,
@@ -104,6 +112,9 @@ class Writer:
         #: The last ``wall_ms`` given to an op made at the ceiling (see `_tick`).
         self._wall = 0
         self._ref_retractions: dict[bytes, set[bytes]] = {}
+        #: Where the ref retractions this writer has not observed are looked up (a store's
+        #: derived state, for a writer that has not read the history: `Replica`'s lazy open).
+        self._ref_lookup: Callable[[bytes], Iterable[bytes]] | None = None
 
     @property
     def lamport(self) -> int:
@@ -294,12 +305,18 @@ class Writer:
                 depends_on,
                 expires,
                 kind,
-                tuple(self._ref_retractions.get(ref, ())),
+                self._reasserts(ref),
             )
         )
         op._seal()
         self._note(op)
         return op
+
+    def _reasserts(self, ref: bytes) -> tuple[bytes, ...]:
+        known = self._ref_retractions.get(ref, ())
+        if self._ref_lookup is not None:
+            return tuple({*known, *self._ref_lookup(ref)})
+        return tuple(known)
 
     def retract(
         self,

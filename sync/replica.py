@@ -46,6 +46,7 @@ import contextlib
 import functools
 import gc
 import itertools
+import json
 import os
 import sys
 import threading
@@ -64,7 +65,7 @@ from statefuse.context import DEFAULT_BUDGET, Context, ContextCache, context_for
 from statefuse.error import ClaimLookupError
 from statefuse.history import HistoryEvent, key_history
 from statefuse.interpret import TurnInterpreter, check_interpretation
-from statefuse.keytext import parse_key
+from statefuse.keytext import key_parts, parse_key
 from statefuse.lens import Lens
 from statefuse.materializer import Materializer
 from statefuse.op import (
@@ -74,15 +75,16 @@ from statefuse.op import (
     DecisionAdded,
     EvidenceAdded,
     Op,
+    decode_op,
     sealed_encoding,
 )
 from statefuse.opset import OpSet
 from statefuse.registry import DEFAULT_REGISTRY, EXACT_CONTRACT, EXACT_REGISTRY, Registry
-from statefuse.registry.error import InputError
+from statefuse.registry.error import InputError, StateFuseError
 from statefuse.registry.normalizer import Normalizer
 from statefuse.registry.value import Value
 from statefuse.resolver import Resolver
-from statefuse.state import ConflictSet, State
+from statefuse.state import ConflictSet, State, locus_of
 from statefuse.store import (
     DEFAULT_WAIT,
     EvictedRow,
@@ -148,6 +150,7 @@ from statefuse.view import SurfacedConflict
 from statefuse.writer import Writer
 
 if TYPE_CHECKING:
+    from statefuse.storeindex import StoreIndex
     from statefuse.sync.follower import Follower
 
 
@@ -518,9 +521,10 @@ class Replica:
         registry: Registry | None = None,
         clock: Callable[[], int] = _wall_ms,
         path: Path | None = None,
-        load: Load | str = Load.SNAPSHOT,
+        load: Load | str = Load.INDEX,
         readonly: bool = False,
         bounds: Bounds | None = None,
+        progress: Callable[[int, int], object] | None = None,
     ) -> None:
         if bounds is not None and not isinstance(bounds, Bounds):
             raise BoundsConfigError("bounds", "bounds-type", f"expected Bounds, got {bounds!r}")
@@ -530,7 +534,7 @@ class Replica:
             load = Load(load)
         except ValueError:
             raise ReplicaError(
-                "load", "load-mode", f"load is 'snapshot' or 'verify', not {load!r}"
+                "load", "load-mode", f"load is 'index', 'snapshot' or 'verify', not {load!r}"
             ) from None
         info = store.info()
         if info is None:
@@ -601,7 +605,7 @@ class Replica:
         self._batch: list[tuple[Op, bytes]] | None = None
         self._closed = False
         self._reconciler: tuple[int, Reconciler] | None = None
-        self._load_mode = load
+        self._load_mode = Load.SNAPSHOT if load is Load.INDEX else load
         #: Inside the store's write transaction (`_writing`); whether this one wrote to the
         #: store, and the own changes it signed, taken into memory once it commits.
         self._in_write = False
@@ -610,10 +614,24 @@ class Replica:
         #: Stored pending changes whose predecessor is accepted already: the next receive
         #: takes them in (`_pending_ready`).
         self._due: list[bytes] = []
+        #: The changes the current write transaction stored (own and received), and the store
+        #: position before it: what the store's derived state is brought up to date with
+        #: before it commits (`_index_block`).
+        self._block: list[VerifiedChange] = []
+        self._block_base = 0
+        #: The store's derived state was dropped inside a write (trust, a declaration or a
+        #: name changed what counts): rebuilt once memory has taken the change in.
+        self._index_due = False
+        #: Reports progress while the store's derived state is built (`open`'s ``progress``).
+        self._index_progress: Callable[[int, int], object] | None = None
         #: How many accepted changes the last open (or reload) restored from a snapshot
         #: instead of verifying them again (0: none).
         self.restored = 0
-        self._load()
+        #: Opened on the store's derived state alone (`_open_lazily`): reads answer from it,
+        #: and the first call that needs the whole history loads it (`__getattr__`).
+        self._lazy = False
+        if not self._open_lazily(load):
+            self._load()
         if self._creator_unknown and not self.readonly:
             store.pin_creator(self.creator)  # decided once, by the old rule (`_load_all`)
             self._creator_unknown = False
@@ -627,6 +645,11 @@ class Replica:
             # a store created with (or, before declarations, written under) another registry:
             # the space declares it, so every replica will use it (SEMANTICS §2)
             self.declare_registry(self.registry)
+        self._index_progress = progress
+        self._index_due = True  # a store of an earlier release has none yet: built now
+        self._index_settle()
+        if not self._lazy and self._may_write():
+            self.store.mark_clean()  # loaded and verified: the next open may trust it
 
     # --- the registry in force ---------------------------------------------------------------
 
@@ -940,10 +963,11 @@ class Replica:
         adopt_key: bool = False,
         wait: float = DEFAULT_WAIT,
         clock: Callable[[], int] = _wall_ms,
-        load: Load | str = Load.SNAPSHOT,
+        load: Load | str = Load.INDEX,
         name: str | None = None,
         creator: bytes | None = None,
         bounds: Bounds | None = None,
+        progress: Callable[[int, int], object] | None = None,
     ) -> Replica:
         """Open the SQLite replica at ``path`` (or, with ``create=True``, create it there).
 
@@ -964,15 +988,27 @@ class Replica:
         the last committed state); a store whose key file is missing opens read-only too. A
         store that fails verification opens read-only with `damage` set (`repair` fixes it).
         ``mode="closed"`` admits only authors the root admits; the root defaults to this
-        replica's own key. ``load="verify"`` ignores the store's snapshot and verifies every
-        stored change again. ``name``: the name this replica's author goes by (`declare_name`,
-        written only when it differs from the one it declared last; OpRuleError field ``name``
-        for a bad one, before anything is opened, and ReadOnlyError when it differs on a
-        replica that may not write). ``creator``: the open space's creator, the one author
+        replica's own key.
+
+        ``load``: by default (``"index"``) a store whose derived state covers every stored
+        change opens on it alone, loading no history (`loaded` is False): opening costs nothing
+        that grows with history, `context`, `state_for`, `conflicts` and lean writes read a few
+        indexed rows, and the first call that needs the history (`state`, a sync, a receive,
+        trust ops) loads it then. Such an open does not verify the stored changes again (they
+        were verified when they were taken in; `statefuse verify` does). ``load="snapshot"``
+        loads the history now, from the store's snapshot and what was stored after it;
+        ``load="verify"`` ignores the snapshot and verifies every stored change again.
+
+        ``name``: the name this replica's author goes by (`declare_name`, written only when
+        it differs from the one it declared last; OpRuleError field ``name`` for a bad one,
+        before anything is opened, and ReadOnlyError when it differs on a replica that may
+        not write). ``creator``: the open space's creator, the one author
         whose registry declarations count (`sync.creator`): a new store is created pinned to
         it, an existing one with none pinned is pinned to it (`pin_creator`; another one
         pinned already raises `TwoSpacesError`). ``bounds``: how much the pending area and the
-        quarantine keep (default `DEFAULT_BOUNDS`; see `sync.pending`).
+        quarantine keep (default `DEFAULT_BOUNDS`; see `sync.pending`). ``progress(done,
+        total)`` is called while a writable open builds the store's derived state (once, for a
+        store of an earlier release: `statefuse.storeindex`).
         """
         from statefuse.sqlitestore import SQLiteStore
 
@@ -987,7 +1023,7 @@ class Replica:
             if space is None:
                 raise StoreError("space", "required", "a new store needs a space name")
             file = os.path.realpath(path)  # where a link to nothing yet gets its store
-            made = [Path(f"{file}{end}") for end in ("", ".lock", "-wal", "-shm", ".key")]
+            made = [Path(f"{file}{end}") for end in ("", ".lock", "-wal", "-shm", ".key", ".clean")]
             made = [p for p in made if not p.exists()]
             store = SQLiteStore(path, create=True, wait=wait)
         try:
@@ -1032,6 +1068,7 @@ class Replica:
                 load=load,
                 readonly=readonly,
                 bounds=bounds,
+                progress=progress,
             )
             if creator is not None:
                 replica.pin_creator(creator)
@@ -1260,6 +1297,9 @@ class Replica:
         keeps the view it has."""
         if self._closed or self.damage is not None:
             return
+        if self._lazy:
+            self._catch_up_lazily()
+            return
         version = self.store.data_version()
         if version == self._version:
             return
@@ -1325,17 +1365,25 @@ class Replica:
         try:
             with self.store.write_transaction():
                 self._catch_up()
+                if self._lazy:
+                    self._lean_begin()
+                self._block, self._block_base = [], self.store.last_position()
                 yield
+                if self._wrote:
+                    self._index_block()
         except BaseException:
-            self._signed = []
+            self._signed, self._block = [], []
             if self._wrote:
                 self._reload()
             raise
         finally:
             self._in_write = False
         signed, self._signed = self._signed, []
-        if signed:
+        if signed and self._lazy:  # nothing in memory to take them into: the store has them
+            self._notify(tuple(_state_ops(signed)), Origin.LOCAL)
+        elif signed:
             self._apply_own(signed)
+            self._index_settle()
 
     def _apply_own(self, changes: list[VerifiedChange]) -> None:
         """Take this replica's own committed changes into the log and state, and tell the
@@ -1470,6 +1518,235 @@ class Replica:
         ]
         marks += others
         self.writer.observe(marks)
+
+    # --- the store's derived state (`statefuse.storeindex`) --------------------------------------
+
+    def _store_index(self) -> StoreIndex | None:
+        """The store's derived state, when the store keeps one and this replica may write it."""
+        if not self._may_write():
+            return None
+        return self.store.index()
+
+    def _index_current(self, ix: StoreIndex, upto: int) -> bool:
+        return ix.upto == upto and ix.registry_fingerprint() == self.registry.fingerprint
+
+    def _index_block(self) -> None:
+        """Bring the store's derived state up to the store's last position, inside the write
+        transaction that stored the block's changes, so it commits (or rolls back) with them.
+
+        The common case costs what the block brought: its counted ops are applied. A block
+        that may change what counts or how it is read (trust ops of the root, a kept author's
+        change, a registry declaration, an author name) drops the derived state here, in the
+        same transaction, and `_index_settle` rebuilds it once memory has counted the block:
+        never stale, at worst absent (a reader then loads the store in full)."""
+        block, self._block = self._block, []
+        ix = self._store_index()
+        if ix is None:
+            return
+        last = self.store.last_position()
+        if self._index_current(ix, last):
+            return
+        if self._lazy:  # a lean write (`_lean_begin`): own claims, retractions, decisions
+            # current when it began (`_catch_up_lazily`), and the write lock held since
+            assert self._index_current(ix, self._block_base)
+            ix.apply(_state_ops(block), upto=last, registry=self.registry)
+            self._lean_end(ix, block)
+            return
+        declares, names = _governs(block)
+        if declares or any(
+            c.author in self._kept
+            or (c.author == self.root and any(isinstance(op, TRUST_OP_TYPES) for op in c.ops))
+            for c in block
+        ):
+            ix.drop()
+            self._index_due = True
+            return
+        counted = [c for c in block if verdict(c, self._trust, self._kept) is None]
+        naming = self._named()
+        if names:  # the names in force after this block, kept with the derived state
+            naming = dict(naming)
+            for op in names_among(op for c in counted for op in c.ops):
+                name_latest(naming, op)
+        if self._index_current(ix, self._block_base):
+            ix.apply(_state_ops(counted), upto=last, registry=self.registry)
+            if names:
+                ix.set_meta(_SPACE_META, _space_meta(self.declaration, naming))
+        else:  # never built (a store of an earlier release), or dropped: built now, whole
+            ops = itertools.chain(self._mat.ops(), _state_ops(counted))
+            self._index_rebuild(ix, ops, upto=last, names=naming)
+        self._writer_meta(ix, block)
+
+    def _index_settle(self) -> None:
+        """Rebuild the store's derived state when a write dropped it (`_index_block`) or the
+        store has none yet, from what memory counts now (one write transaction of its own)."""
+        if not self._index_due or self._in_write:
+            return
+        ix = self._store_index()
+        if ix is None or self._index_current(ix, self.store.last_position()):
+            self._index_due = False
+            return
+        with self.store.write_transaction():
+            self._catch_up()
+            self._index_due = False
+            if not self._index_current(ix, self._pos):
+                self._index_rebuild(ix, self._mat.ops(), upto=self._pos, names=self._named())
+
+    def _index_rebuild(
+        self, ix: StoreIndex, ops: Iterable[Op], *, upto: int, names: dict[bytes, AuthorNamed]
+    ) -> None:
+        every = list(ops)
+        ix.rebuild(
+            every,
+            upto=upto,
+            registry=self.registry,
+            progress=self._index_progress,
+            total=len(every),
+        )
+        ix.set_meta(_SPACE_META, _space_meta(self.declaration, names))
+        self._writer_meta(ix, ())
+
+    def _writer_meta(self, ix: StoreIndex, block: Sequence[VerifiedChange]) -> None:
+        """Keep with the derived state what a lean write needs (`_lean_begin`): the clock (one
+        more than every op that counts, and this author's own), the store author's head, and
+        whether its next change counts without a recount (admitted, not revoked or cut off).
+        Worked out from memory, which holds the whole history here."""
+        info = self.store.info()
+        author = None if info is None else info.author
+        if author is None or author != self.author:
+            ix.set_meta(_WRITER_META, b"")  # another author's key: no lean writes
+            return
+        head = self._head
+        for c in block:
+            if c.author == author and (c.seq, c.change_id) > (head[0], head[1] or b""):
+                head = (c.seq, c.change_id)
+        lamport = max(self.writer.lamport, self.trust_writer._lamport)
+        for c in block:
+            for op in c.ops:
+                lamport = max(lamport, op.lamport)
+        trust = self._trust
+        plain = trust.may_write(author) and author not in trust.cutoffs and author not in self._kept
+        ix.set_meta(_WRITER_META, _writer_doc(author, head, lamport, plain))
+
+    def _lean_begin(self) -> None:
+        """Inside the write transaction of a replica opened on the derived state: set up the
+        writer from what the derived state keeps (`_writer_meta`), or load the history when it
+        cannot write lean (another author's key, one whose changes need a recount, a store
+        that keeps no writer record)."""
+        ix = self.store.index()
+        doc = None if ix is None else _from_writer_doc(ix.meta(_WRITER_META), self.author)
+        if ix is None or doc is None:
+            self._load_history()
+            return
+        head, lamport = doc
+        writer = Writer(self.author, registry=self.registry, clock=self._clock)
+        writer.advance(lamport)
+        writer._ref_lookup = ix.ref_retractions
+        self.writer = writer
+        self._head = head
+
+    def _lean_end(self, ix: StoreIndex, block: Sequence[VerifiedChange]) -> None:
+        lamport = self.writer.lamport
+        head = self._head
+        ix.set_meta(_WRITER_META, _writer_doc(self.author, head, lamport, True))
+
+    # --- opening on the derived state alone ------------------------------------------------------
+
+    def _open_lazily(self, load: Load) -> bool:
+        """Open on the store's derived state, without loading its history, when it covers
+        every stored change: what a read needs is then a few indexed rows (`context`,
+        `state_for`, `conflicts`), and opening costs nothing that grows with history. The
+        first call that needs the history (a write, `state`, a sync) loads it then."""
+        if load is not Load.INDEX or self._creator_unknown:
+            return False
+        ix = self.store.index()
+        if ix is None or not self.store.clean():
+            return False  # written by something else since: loaded and verified instead
+        with self.store.read_transaction():
+            version = self.store.data_version()
+            upto, last = ix.upto, self.store.last_position()
+            meta = ix.meta(_SPACE_META)
+        if upto is None or upto != last or meta is None:
+            return False
+        taken = _from_space_meta(meta)
+        if taken is None:
+            return False
+        declaration, names = taken
+        try:
+            registry = self._registry_of(declaration)
+        except StateFuseError:
+            return False  # a normalizer this process lacks: the full load says which
+        if ix.registry_fingerprint() != registry.fingerprint:
+            return False
+        self.declaration, self.registry = declaration, registry
+        self._labels = AuthorNames(names)
+        self._version, self._pos = version, last
+        self._lazy = True
+        return True
+
+    def _catch_up_lazily(self) -> None:
+        """What another process wrote, for a replica opened on the derived state: the names
+        and registry in force are read again; a derived state that no longer covers the store
+        (dropped by a trust change, or a writer of an earlier release) means a full load."""
+        version = self.store.data_version()
+        if version == self._version:
+            return
+        ix = self.store.index()
+        with self.store.read_transaction():
+            upto, last = (None, 0) if ix is None else (ix.upto, self.store.last_position())
+            meta = None if ix is None else ix.meta(_SPACE_META)
+        taken = None if meta is None else _from_space_meta(meta)
+        if upto is None or upto != last or taken is None:
+            self._load_history()
+            return
+        declaration, names = taken
+        if declaration != self.declaration:
+            self._load_history()
+            return
+        self._labels = AuthorNames(names)
+        self._version, self._pos = version, last
+        info = self.store.info()
+        if (
+            info is not None
+            and info.creator is not None
+            and self.creator is None
+            and self.mode is TrustMode.OPEN
+        ):
+            self.creator = info.creator  # pinned by another process: followed, as a load does
+
+    def _load_history(self) -> None:
+        """Leave the lazy open: load the store's history into memory, as a full open does."""
+        with self._lock:
+            if self._lazy:
+                self._lazy = False
+                self._labels = None
+                self._load()
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for an attribute not set: those a full load sets, on a lazy open.
+        if name.startswith("__") or not self.__dict__.get("_lazy"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self._load_history()
+        return getattr(self, name)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether this replica holds the store's history in memory. False after an open on
+        the store's derived state (a store whose derived state covers every stored change,
+        opened with the default ``load``), until a call needs the history: `state`, a sync, a
+        receive, trust ops, a name or registry declaration. Reads through `context`,
+        `state_for`, `conflicts`, `author_names` and writes of claims, retractions and
+        decisions do not."""
+        return not self._lazy
+
+    @property
+    def index(self) -> StoreIndex | None:
+        """The store's derived state when it covers every stored change (None: a store in
+        memory, a store of an earlier release opened read-only, or one whose derived state is
+        being rebuilt). Read it inside ``with replica.lock:`` for answers that agree."""
+        ix = self.store.index()
+        if ix is None or self._closed:
+            return None
+        return ix if self._index_current(ix, self.store.last_position()) else None
 
     # --- counting (which accepted changes the state includes) -----------------------------------
 
@@ -1607,6 +1884,60 @@ class Replica:
         """The current memory (an immutable snapshot; later writes do not change it)."""
         self._check_open()
         return self._mat.state()
+
+    @_locked
+    def state_for(self, prefix: str | Sequence[str] = (), *, scope: str | None = None) -> State:
+        """The memory at the keys under ``prefix`` (a key text ``ns/subject/predicate`` or a
+        prefix of its parts) and in ``scope``: a State that agrees with `state` on those keys
+        (their claims, retractions, conflicts, decisions and stale marks; it may hold more,
+        such as what their ``depends_on`` reaches).
+
+        On a store whose derived state is current this reads only those keys' rows, however
+        large the memory (`statefuse.storeindex`); otherwise, and for the whole memory (no
+        prefix, no scope), it is `state`."""
+        self._check_open()
+        parts = _prefix_parts(prefix)
+        ix = self.index if self._lazy else None
+        if ix is None or (not parts and scope is None):
+            return self.state()
+        with self.store.read_transaction():
+            loci = ix.loci(prefix=parts, scope=scope, active=False)
+            return ix.state_of(loci, registry=self.registry)
+
+    @_locked
+    def claim_state(self, text: str) -> State:
+        """A State that agrees with `state` on the keys of the claims whose id in hex starts
+        with ``text`` (what the command line and the MCP tools accept for a claim), so that
+        ``claim_state(text).claim(text)`` finds the claim, or says that none or several have
+        it, reading only those keys on a store opened on its derived state."""
+        self._check_open()
+        ix = self.index if self._lazy else None
+        if ix is None:
+            return self.state()
+        with self.store.read_transaction():
+            return ix.state_of(ix.claim_loci(text), registry=self.registry)
+
+    @_locked
+    def conflicts(self, *, limit: int | None = None) -> ConflictPage:
+        """The memory's conflicts in order of key and scope, the first ``limit`` of them (None:
+        all), with a State to read their candidates and decisions from, and how many there are
+        in all. On a store whose derived state is current this reads only the conflicts shown.
+        Raises ReplicaError (field ``limit``) for a limit that is not a positive int."""
+        self._check_open()
+        if limit is not None and (type(limit) is not int or limit < 1):
+            raise ReplicaError("limit", "positive", f"limit is a positive int, not {limit!r}")
+        ix = self.index if self._lazy else None
+        if ix is None:
+            state = self.state()
+            every = sorted(state.conflicts, key=_conflict_order)
+            shown = every if limit is None else every[:limit]
+            return ConflictPage(state, tuple(shown), len(every))
+        with self.store.read_transaction():
+            loci = ix.conflict_loci(limit=limit)
+            total = ix.conflict_count()
+            state = ix.state_of(loci, registry=self.registry)
+        shown = sorted(state.conflicts, key=_conflict_order)
+        return ConflictPage(state, tuple(shown), total)
 
     @_locked
     def quarantine(self) -> list[QuarantineRecord]:
@@ -1876,7 +2207,7 @@ class Replica:
         scope = meta.get("scope", "global")
         mine = [
             c
-            for c in self._mat.active_at(namespace, subject, predicate, scope)
+            for c in self._active_at(namespace, subject, predicate, scope)
             if c.author == self.author
         ]
         with self.batch():
@@ -1935,7 +2266,7 @@ class Replica:
             self.writer.decide_on(
                 conflict,
                 self._claim_id(claim_id, "claim_id"),
-                state=self.state(),
+                state=self._state_at(conflict.locus),
                 scope=scope,
                 reason=reason,
                 payload=payload,
@@ -1975,8 +2306,30 @@ class Replica:
             return ref
         return self._claim(ref, field).claim_id
 
+    def _state_at(self, locus: bytes) -> State:
+        """A State that agrees with `state` at ``locus`` (read from the derived state alone on
+        a lazy open)."""
+        ix = self.index if self._lazy else None
+        if ix is None:
+            return self.state()
+        return ix.state_of([locus], registry=self.registry)
+
+    def _active_at(
+        self, namespace: str, subject: str, predicate: str, scope: str
+    ) -> list[ClaimAdded]:
+        """The active claims at one key and scope (from the derived state on a lazy open)."""
+        ix = self.index if self._lazy else None
+        if ix is None:
+            return list(self._mat.active_at(namespace, subject, predicate, scope))
+        locus = locus_of(namespace, subject, predicate, scope)
+        state = ix.state_of([locus], registry=self.registry)
+        members = state.active_by_key().get((namespace, subject, predicate), ())
+        return [c for c in members if c.scope == scope]
+
     def _claim(self, ref: bytes | str | ClaimAdded, field: str) -> ClaimAdded:
         try:
+            if isinstance(ref, str):
+                return self.claim_state(ref).claim(ref, field=field)
             return self._mat.state().claim(ref, field=field)
         except ClaimLookupError as e:
             raise UnknownClaimError(e.field, e.rule, e.message) from None
@@ -2095,6 +2448,7 @@ class Replica:
             prev = c.change_id
         self._wrote = True
         self.store.write(StoreWrite(accepted=tuple((c.change_id, c.data) for c in changes)))
+        self._block.extend(changes)
         self._head = (seq, prev)
         self._pos = max(self._pos, self.store.last_position())
         self._signed.extend(changes)
@@ -2210,6 +2564,7 @@ class Replica:
                 quarantine_bounds=(b.quarantine_entries, b.quarantine_bytes),
             )
             trimmed = self.store.write(batch) or 0
+            self._block.extend(accepted)
             self._wrote = True
             if batch.accepted:  # caught up inside this transaction: every row up to it is known
                 self._pos = max(self._pos, self.store.last_position())
@@ -2229,6 +2584,7 @@ class Replica:
         except BaseException:
             self._reload()
             raise
+        self._index_settle()
         # Own changes past any seq this store held: written elsewhere (those up to it are its
         # own history coming back, e.g. after `repair`).
         own = sum(1 for c in accepted if c.author == self.author and c.seq > known)
@@ -2368,6 +2724,19 @@ class Replica:
         authors=replica.names())`; raises as it does.
         """
         self._check_open()
+        ix = self.index if self._lazy else None
+        if ix is not None:  # opened on the derived state: read what this context needs
+            with self.store.read_transaction():
+                loci = ix.context_loci(query, budget=budget)
+                state = ix.state_of(loci, registry=self.registry)
+            return context_for(
+                state,
+                lens if lens is not None else Lens(now=self._clock()),
+                budget=budget,
+                query=query,
+                resolver=resolver,
+                authors=self.author_names(),
+            )
         cache = self._context_cache
         if cache is None:
             cache = self._context_cache = ContextCache()
@@ -2437,6 +2806,8 @@ class Replica:
                 callback(observed)
 
     def _reload(self) -> None:
+        if self._lazy:
+            return  # nothing in memory: the store is what a lazy open reads
         with contextlib.suppress(Exception):
             self._load()
 
@@ -2481,8 +2852,10 @@ class Replica:
             failed = self._failed_pending()
         plan = self._scan.plan(self.log, now=self._clock())
         plan = replace(plan, quarantine_pending=plan.quarantine_pending + tuple(failed))
-        self.store.apply_repair(plan)
+        self.store.apply_repair(plan)  # the store drops its derived state with it
         self._load()
+        self._index_due = True
+        self._index_settle()
         if self.damage is not None:  # what is left SQLite reports; the rows all verify
             raise StoreDamagedError("store", "store-damaged", self.damage.describe())
         own_waiting = sum(1 for c in self.pending() if c.author == self.author)
@@ -2569,15 +2942,22 @@ class Replica:
     def _close(self) -> None:
         if not self._closed:
             try:
-                if self.path is not None and not self.readonly and self._snapshot_due():
+                if (
+                    self.path is not None
+                    and not self._lazy
+                    and not self.readonly
+                    and self._snapshot_due()
+                ):
                     self.snapshot()
             except SnapshotError:
                 pass  # a store with changes that fail on reload: `statefuse verify` says which
             except Exception as exc:  # a cache must never stop a close
-                warnings.warn(
-                    SnapshotWarning("snapshot-save", f"snapshot not saved: {_said(exc)}"),
-                    stacklevel=_caller_level(),
-                )
+                # another process writing (busy) saves one, or a later close does: no news
+                if not (isinstance(exc, StoreError) and exc.rule == "busy"):
+                    warnings.warn(
+                        SnapshotWarning("snapshot-save", f"snapshot not saved: {_said(exc)}"),
+                        stacklevel=_caller_level(),
+                    )
             finally:
                 self._closed = True
                 self.store.close()
@@ -2592,7 +2972,7 @@ class Replica:
         where = str(self.path) if self.path else "memory"
         who = self.author.hex()[:12]
         with self._lock:  # what this replica holds, without looking at the store again
-            count = len(self.log)
+            count = self.store.count() if self._lazy else len(self.log)
         return f"Replica({self.space!r}, author={who}…, {where}, {count} changes)"
 
 
@@ -2611,6 +2991,108 @@ class _Taken:
     evicted: int
     #: The highest seq of this replica's own author the log held before (`OwnFeedWarning`).
     known: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictPage:
+    """Conflicts as `Replica.conflicts` returns them: ``conflicts`` in order of key and
+    scope, ``state`` to read their candidates and decisions from, ``total`` in the memory."""
+
+    state: State
+    conflicts: tuple[ConflictSet, ...]
+    total: int
+
+
+def _conflict_order(c: ConflictSet) -> tuple[tuple[str, str, str], str]:
+    return c.key, c.scope
+
+
+def _prefix_parts(prefix: str | Sequence[str]) -> tuple[str, ...]:
+    """A key prefix as its parts: a key text (``ns/subject/predicate``, or fewer parts) or
+    the parts themselves. Raises ReplicaError (field ``prefix``) for anything else."""
+    if isinstance(prefix, str):
+        if not prefix:
+            return ()
+        return key_parts(prefix, range(1, 4), "namespace[/subject[/predicate]]", field="prefix")
+    parts = tuple(prefix)
+    if len(parts) > 3 or not all(isinstance(p, str) and p for p in parts):
+        raise ReplicaError(
+            "prefix", "key-prefix", f"a key prefix is up to 3 strings, got {prefix!r}"
+        )
+    return parts
+
+
+#: The key under which the derived state keeps what the space says of itself (the registry
+#: declaration and author names in force), so a lazy open needs no history for them.
+_SPACE_META = "space"
+
+
+def _space_meta(declaration: RegistryDeclared | None, names: dict[bytes, AuthorNamed]) -> bytes:
+    doc = {
+        "declaration": None if declaration is None else declaration.encode().hex(),
+        "names": {a.hex(): op.encode().hex() for a, op in sorted(names.items())},
+    }
+    return json.dumps(doc, sort_keys=True).encode()
+
+
+def _from_space_meta(raw: bytes) -> tuple[RegistryDeclared | None, dict[bytes, str]] | None:
+    """(declaration, names) from `_space_meta`, or None for anything else (the caller then
+    loads in full: derived data never decides what it cannot read)."""
+    try:
+        doc = json.loads(raw)
+        d = doc["declaration"]
+        declaration = None if d is None else decode_op(bytes.fromhex(d))
+        if declaration is not None and not isinstance(declaration, RegistryDeclared):
+            return None
+        names: dict[bytes, str] = {}
+        for a, op in doc["names"].items():
+            named = decode_op(bytes.fromhex(op))
+            if not isinstance(named, AuthorNamed) or named.author != bytes.fromhex(a):
+                return None
+            names[named.author] = named.name
+        return declaration, names
+    except (StateFuseError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+#: The key under which the derived state keeps what a lean write needs (`_writer_meta`).
+_WRITER_META = "writer"
+
+
+def _writer_doc(author: bytes, head: tuple[int, bytes | None], lamport: int, plain: bool) -> bytes:
+    seq, change = head
+    doc = {
+        "author": author.hex(),
+        "seq": seq,
+        "change": None if change is None else change.hex(),
+        "lamport": lamport,
+        "plain": plain,
+    }
+    return json.dumps(doc, sort_keys=True).encode()
+
+
+def _from_writer_doc(
+    raw: bytes | None, author: bytes
+) -> tuple[tuple[int, bytes | None], int] | None:
+    """(head, lamport) for ``author`` from `_writer_doc`, or None: no record, another
+    author's, or one whose next change would not count plainly."""
+    if not raw:
+        return None
+    try:
+        doc = json.loads(raw)
+        if doc["author"] != author.hex() or doc["plain"] is not True:
+            return None
+        seq, change, lamport = doc["seq"], doc["change"], doc["lamport"]
+        if type(seq) is not int or type(lamport) is not int or seq < 0 or lamport < 0:
+            return None
+        return (seq, None if change is None else bytes.fromhex(change)), lamport
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _state_ops(changes: Iterable[VerifiedChange]) -> Iterator[Op]:
+    """The ops of ``changes`` that the state is made of (the space's own ops are not)."""
+    return (op for c in changes for op in c.ops if not isinstance(op, SPACE_OP_TYPES))
 
 
 def _governs(changes: Iterable[VerifiedChange]) -> tuple[bool, bool]:

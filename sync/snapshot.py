@@ -95,7 +95,12 @@ def _value_fields(t: type[Any]) -> frozenset[str]:
 class Load(Enum):
     """How a replica builds its memory when it opens a store."""
 
-    #: Restore from a valid snapshot and verify only the changes stored after it (the default).
+    #: Open on the store's derived state, loading no history, when it covers every stored
+    #: change (`statefuse.storeindex`); else, and whenever a call needs the history later,
+    #: as `SNAPSHOT` (the default).
+    INDEX = "index"
+    #: Load the history now: restore from a valid snapshot and verify only the changes stored
+    #: after it.
     SNAPSHOT = "snapshot"
     #: Ignore any snapshot and verify every stored change again.
     VERIFY = "verify"

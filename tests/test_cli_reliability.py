@@ -201,6 +201,8 @@ def test_ctrl_c_while_close_saves_its_snapshot_exits_130_and_keeps_the_write(
         raise KeyboardInterrupt
 
     monkeypatch.setattr("statefuse.sync.replica.encode_snapshot", interrupted)
+    # no clean mark: the claim loads the history (a lean write saves no snapshot at close)
+    Path(f"{path}.clean").unlink()
     run = cli("--store", str(path), "claim", "a/b/c", "kept")
     assert run.code == 130 and run.out.startswith("Added claim") and run.err == "Interrupted\n"
     monkeypatch.undo()

@@ -18,6 +18,7 @@ import pytest
 
 from statefuse import materialize
 from statefuse.sync.replica import Replica
+from statefuse.testing import assert_index_agrees
 
 TRIALS = 50
 TRIALS_PER_STORE = 10
@@ -84,6 +85,10 @@ def test_sigkill_at_random_moments_never_loses_an_acknowledged_change(tmp_path):
             assert replica.pending() == []
             assert replica.store.count() == len(stored)
             assert replica.state().digest() == materialize(replica.log.ops()).digest()
+            # kept in each write's own transaction: whole after any kill
+            index = replica.index
+            assert index is not None
+            assert_index_agrees(index, replica.state())
         finally:
             replica.close()
     assert total_acked > TRIALS, (

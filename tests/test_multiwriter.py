@@ -342,7 +342,7 @@ def test_a_snapshot_saved_by_one_writer_serves_the_others_and_never_goes_back(tm
     finally:
         a.close()
         b.close()
-    with Replica.open(path) as again:
+    with Replica.open(path, load="snapshot") as again:
         assert again.restored == 6 and len(again) == 6
         assert sorted(c.value for c in again.state().active_claims()) == list(range(6))
 

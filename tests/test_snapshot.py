@@ -189,6 +189,8 @@ def _fill(path: Path, n: int, **options: object) -> Replica:
 def _open(path: Path, **options: object) -> Replica:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        # what these tests are about: loading the history (a lazy open loads it from here too)
+        options.setdefault("load", "snapshot")
         return Replica.open(path, clock=_clock, **options)  # type: ignore[arg-type]
 
 
@@ -328,7 +330,7 @@ def _payload(blob: bytes) -> dict[str, object]:
 
 def _falls_back(path: Path, rule: str) -> Replica:
     with pytest.warns(SnapshotWarning) as caught:
-        r = Replica.open(path, clock=_clock)
+        r = Replica.open(path, clock=_clock, load="snapshot")
     ours = [w for w in caught.list if isinstance(w.message, SnapshotWarning)]
     assert [w.message.rule for w in ours] == [rule]
     assert [w.filename for w in ours] == [__file__]  # the warning names the caller's open()
@@ -396,7 +398,7 @@ def test_a_snapshot_for_another_space_or_layout_is_ignored(saved):
         payload[field] = value
         _replace_snapshot(saved, upto, _seal(pickle.dumps(payload, protocol=5), key))
         with pytest.warns(SnapshotWarning) as caught:
-            Replica.open(saved, clock=_clock).close()
+            Replica.open(saved, clock=_clock, load="snapshot").close()
         assert [w.message.rule for w in caught.list] == ["snapshot-identity"]
 
 

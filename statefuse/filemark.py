@@ -1,0 +1,71 @@
+"""The clean mark: whether a store's file is as a StateFuse writer last left it.
+
+A replica that opens on the store's derived state reads a few indexed rows and verifies none
+of the stored changes, so it must know that nothing but StateFuse wrote the file since those
+changes were verified: a flipped byte, a copy, a restored backup, a crash in the middle of a
+write, an edit by another tool. Reading every row to find out would cost what the open avoids.
+
+So every writer, after each commit and while it still holds the write lock, records the
+identity of the file and its write-ahead log as they are then (size, modification and change
+times in nanoseconds, inode) in ``<file>.clean``. An open compares: equal means no one has
+written the files since a StateFuse commit (the change time cannot be set back from user
+space); anything else (no mark, another identity) means the replica loads and verifies the
+store as before, and marks it again once it found it sound. The mark is a hint, never data:
+it is written without fsync, and a lost or stale one only costs a full load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+#: What the mark file's name adds to the store's (resolved) path.
+SUFFIX = ".clean"
+
+
+def _identity(path: str, *, empty_is_none: bool = False) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if empty_is_none and st.st_size == 0:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def _seen(file: Path) -> dict[str, list[int] | None]:
+    # A reader opening the store creates an empty -wal when there is none: no content, so
+    # the same as none (a write makes it non-empty, and changes its times).
+    return {"db": _identity(str(file)), "wal": _identity(f"{file}-wal", empty_is_none=True)}
+
+
+def mark(file: Path) -> None:
+    """Record ``file`` (the store's resolved path) and its -wal as they are now. Call it only
+    holding the store's write lock, right after a commit (or a verified load): what it records
+    is then what StateFuse wrote. A mark that cannot be written is left out (the next open
+    loads in full)."""
+    target = Path(f"{file}{SUFFIX}")
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(OSError):
+        tmp.write_text(json.dumps(_seen(file), sort_keys=True))
+        os.replace(tmp, target)
+        return
+    with contextlib.suppress(OSError):
+        tmp.unlink()
+
+
+def unmark(file: Path) -> None:
+    """Forget the mark (a repair, a rebuild: the next open loads and verifies)."""
+    with contextlib.suppress(OSError):
+        Path(f"{file}{SUFFIX}").unlink()
+
+
+def is_marked(file: Path) -> bool:
+    """Whether ``file`` and its -wal are exactly as the last mark recorded them."""
+    try:
+        recorded = json.loads(Path(f"{file}{SUFFIX}").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(recorded, dict) and recorded == _seen(file)

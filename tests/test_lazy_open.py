@@ -1,0 +1,296 @@
+"""The store is the index: a replica opens on the store's derived state without loading its
+history, answers `context`, `state_for` and `conflicts` from indexed rows, and writes claims,
+updates, retractions and decisions lean; the first call that needs the history loads it.
+
+Every answer is checked against a replica that loaded and verified the whole store
+(``load="verify"``), which reads no derived state: the pure `materialize` stays the definition.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from statefuse.lens import Lens
+from statefuse.state import State
+from statefuse.sync.replica import Replica, StoreDamagedError
+from statefuse.testing import assert_index_agrees, state_summary
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures"
+NOW = 1_800_000_000_000
+
+
+def _clock() -> int:
+    return NOW
+
+
+def _full(path: Path) -> Replica:
+    """A replica that verified every stored change and reads no derived state."""
+    rep = Replica.open(path, readonly=True, load="verify")
+    assert rep.loaded
+    return rep
+
+
+def _written(path: Path) -> None:
+    """A small memory: two authors, a conflict, an update, a retraction by ref, a decision."""
+    with Replica.open(path, create=True, space="team", clock=_clock) as a:
+        a.add_constraint("project/launch/budget", 50_000, constraint="budget")
+        a.add_claim("vendor/acme/price", 120, provenance="quote")
+        a.add_claim("vendor/acme/city", "Lyon")
+        a.add_claim("vendor/globex/price", 95)
+        a.update("vendor/globex/price", 99)
+        gone = a.add_claim("vendor/initech/status", "bankrupt")
+        a.retract(claim_ref=gone.claim_ref, reason="wrong company")
+        b = a.fork(name="bob")
+        b.add_claim("vendor/acme/price", 135, provenance="invoice")
+        a.merge(b)
+        b.close()
+        conflict = a.state().conflicts[0]
+        a.decide(conflict, conflict.candidates[0], reason="first")
+
+
+def _active(state: State, prefix: tuple[str, ...]) -> list[str]:
+    return sorted(
+        c.claim_id.hex()
+        for c in state.active_claims()
+        if (c.namespace, c.subject, c.predicate)[: len(prefix)] == prefix
+    )
+
+
+def test_open_reads_without_the_history(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    _written(path)
+    full = _full(path)
+    rep = Replica.open(path, readonly=True)
+    assert not rep.loaded
+    assert rep.index is not None
+    part = rep.state_for("vendor/acme")
+    assert _active(part, ("vendor", "acme")) == _active(full.state(), ("vendor", "acme"))
+    page = rep.conflicts(limit=1)
+    want = sorted(full.state().conflicts, key=lambda c: (c.key, c.scope))
+    assert [c.conflict_id for c in page.conflicts] == [want[0].conflict_id]
+    assert page.total == len(want) == 1
+    assert page.state.decision_for(page.conflicts[0]) == full.state().decision_for(want[0])
+    assert dict(rep.author_names()) == dict(full.author_names())
+    lens = Lens(now=NOW)
+    got = rep.context("what does acme charge", lens=lens)
+    assert got.text == full.context("what does acme charge", lens=lens).text
+    assert not rep.loaded  # none of the above needed the history
+    assert state_summary(rep.state()) == state_summary(full.state())
+    assert rep.loaded  # the whole memory is the costly view: it loads
+    rep.close()
+    full.close()
+
+
+def test_lean_writes_sign_one_feed_and_count(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    _written(path)
+    rep = Replica.open(path, clock=_clock)
+    assert not rep.loaded
+    first = rep.add_claim("vendor/hooli/price", 10)
+    second = rep.update("vendor/hooli/price", 11)
+    rep.retract(claim_ref=second.claim_ref, reason="no")
+    again = rep.add_claim("vendor/hooli/price", 11)  # deliberate re-assertion escapes it
+    assert not rep.loaded
+    rep.close()
+    full = _full(path)
+    state = full.state()
+    assert again.claim_id in {c.claim_id for c in state.active_claims()}
+    assert first.claim_id not in {c.claim_id for c in state.active_claims()}
+    assert second.claim_id not in {c.claim_id for c in state.active_claims()}
+    assert full.forks() == [] and full.damage is None
+    lamports = [op.lamport for op in state.all_claims()]
+    assert again.lamport == max(lamports)  # after every op that counts
+    assert again.reasserts  # it lists the retraction it escapes
+    assert _active(full.state_for("vendor/hooli"), ("vendor", "hooli")) == [again.claim_id.hex()]
+    full.close()
+
+
+def test_lean_and_full_writers_share_one_store(tmp_path: Path) -> None:
+    """A replica that loaded the history and one that did not, on one file, alternate writes:
+    each sees the other's, one feed, no fork, and the derived state equals `materialize`."""
+    path = tmp_path / "m.db"
+    _written(path)
+    loaded = Replica.open(path, load="verify")
+    lean = Replica.open(path)
+    assert loaded.loaded and not lean.loaded
+    for i in range(6):
+        loaded.add_claim(f"task/t{i}/owner", "ann")
+        lean.add_claim(f"task/t{i}/owner", "bob")  # a conflict with the other's value
+        assert len(lean.conflicts().conflicts) == len(loaded.conflicts().conflicts)
+    assert not lean.loaded
+    lean.close()
+    loaded.close()
+    full = _full(path)
+    assert full.forks() == []
+    reopened = Replica.open(path, readonly=True)
+    assert not reopened.loaded
+    every = reopened.state_for("task")
+    assert _active(every, ("task",)) == _active(full.state(), ("task",))
+    assert len(reopened.conflicts().conflicts) == len(full.state().conflicts)
+
+
+def test_cli_commands_read_lazily(tmp_path: Path) -> None:
+    """`show KEY`, `conflicts --limit` and `context --query` print what a full load prints."""
+    path = tmp_path / "m.db"
+    _written(path)
+
+    def run(*argv: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "statefuse", "--store", str(path), *argv],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    full = _full(path)
+    shown = run("show", "vendor/acme", "--json")
+    assert '"vendor"' in shown and "acme" in shown
+    assert shown.count('"claim_id"') == len(_active(full.state(), ("vendor", "acme")))
+    conflicts = run("conflicts", "--limit", "1")
+    assert "vendor/acme/price" in conflicts and "decided for" in conflicts
+    context = run("context", "--query", "acme price")
+    assert "acme" in context
+    full.close()
+
+
+_KEYS = [f"ns{i % 2}/s{i % 3}/p{i % 2}" for i in range(6)]
+
+
+@st.composite
+def _programs(draw: st.DrawFn) -> list[tuple[str, int, int]]:
+    steps = st.tuples(
+        st.sampled_from(["claim", "update", "retract_ref", "retract_id", "fork", "decide"]),
+        st.integers(0, len(_KEYS) - 1),
+        st.integers(0, 3),
+    )
+    return draw(st.lists(steps, min_size=1, max_size=25))
+
+
+@settings(max_examples=25, deadline=None)
+@given(_programs(), st.booleans())
+def test_derived_state_equals_materialize(
+    tmp_path_factory: pytest.TempPathFactory, program: list[tuple[str, int, int]], lean: bool
+) -> None:
+    """Random writes (lean or loaded), merges of forked branches that conflict, retractions
+    by id and by ref, decisions: the store's derived state answers as the full State does on
+    every key."""
+    path = tmp_path_factory.mktemp("prop") / "m.db"
+    Replica.open(path, create=True, space="prop", clock=_clock).close()
+    rep = Replica.open(path, clock=_clock, load="snapshot" if lean else "verify")
+    branch: Replica | None = None
+    for kind, k, v in program:
+        key = _KEYS[k]
+        if kind == "claim":
+            rep.add_claim(key, v)
+        elif kind == "update":
+            rep.update(key, v)
+        elif kind in ("retract_ref", "retract_id"):
+            found = [c for c in rep.state_for(key).active_claims() if c.value == v]
+            if found:
+                c = found[0]
+                if kind == "retract_ref":
+                    rep.retract(claim_ref=c.claim_ref)
+                else:
+                    rep.retract(c.claim_id)
+        elif kind == "fork":
+            if branch is None:
+                branch = rep.fork()
+            branch.add_claim(key, v + 10)
+            rep.merge(branch)
+        else:
+            page = rep.conflicts(limit=1)
+            if page.conflicts:
+                c = page.conflicts[0]
+                rep.decide(c, c.candidates[0])
+    rep.close()
+    full = _full(path)
+    reopened = Replica.open(path, readonly=True)
+    assert not reopened.loaded
+    whole = full.state()
+    for key in sorted(set(_KEYS)):
+        parts = tuple(key.split("/"))
+        assert _active(reopened.state_for(key), parts) == _active(whole, parts)
+    page = reopened.conflicts()
+    want = sorted(whole.conflicts, key=lambda c: (c.key, c.scope))
+    assert [c.conflict_id for c in page.conflicts] == [c.conflict_id for c in want]
+    for c in page.conflicts:
+        assert page.state.decision_for(c) == whole.decision_for(c)
+    full.close()
+    reopened.close()
+
+
+def test_an_outside_write_makes_the_next_open_load_and_verify(tmp_path: Path) -> None:
+    """The derived state is trusted only while nothing but StateFuse wrote the file."""
+    path = tmp_path / "m.db"
+    _written(path)
+    with Replica.open(path, readonly=True) as rep:
+        assert not rep.loaded
+    db = sqlite3.connect(path)  # another tool writes the file (a harmless row)
+    db.execute("INSERT INTO published (target, change_id) VALUES ('elsewhere', x'00')")
+    db.commit()
+    db.close()
+    with Replica.open(path, readonly=True) as rep:
+        assert rep.loaded and rep.damage is None  # loaded and verified instead
+    Replica.open(path).close()  # a writable open that found it sound marks it again
+    with Replica.open(path, readonly=True) as rep:
+        assert not rep.loaded
+
+
+def test_a_flipped_byte_in_a_stored_change_is_found_at_the_next_open(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    _written(path)
+    db = sqlite3.connect(path)
+    pos, data = db.execute("SELECT pos, data FROM changes ORDER BY pos LIMIT 1").fetchone()
+    flipped = bytes([data[0], data[1] ^ 1]) + data[2:]
+    db.execute("UPDATE changes SET data = ? WHERE pos = ?", (flipped, pos))
+    db.commit()
+    db.close()
+    rep = Replica.open(path)
+    assert rep.loaded and rep.damage is not None
+    with pytest.raises(StoreDamagedError):
+        rep.add_claim("vendor/acme/price", 1)
+    rep.close()
+
+
+def test_a_store_of_the_previous_release_builds_its_derived_state_once(tmp_path: Path) -> None:
+    """The schema-5 release's store (tests/fixtures) builds its derived state on its first
+    writable open, with progress, and then opens on it and answers as the full State does."""
+    path = tmp_path / "release.sqlite"
+    shutil.copyfile(FIXTURES / "release-schema5.sqlite", path)
+    shutil.copyfile(FIXTURES / "release-schema5.sqlite.key", f"{path}.key")
+    os.chmod(f"{path}.key", 0o600)
+    with Replica.open(path, readonly=True) as rep:
+        assert rep.loaded and rep.index is None  # not migrated by a read: nothing to use
+    calls: list[tuple[int, int]] = []
+    with Replica.open(path, progress=lambda done, total: calls.append((done, total))) as rep:
+        index = rep.index
+        assert index is not None
+        assert_index_agrees(index, rep.state())
+    assert calls and calls[-1][0] == calls[-1][1] > 0
+    full = _full(path)
+    with Replica.open(path, readonly=True) as rep:
+        assert not rep.loaded
+        page = rep.conflicts()
+        want = sorted(full.state().conflicts, key=lambda c: (c.key, c.scope))
+        assert [c.conflict_id for c in page.conflicts] == [c.conflict_id for c in want]
+        assert len(want) == 2
+        assert dict(rep.author_names()) == dict(full.author_names())
+        for c in full.state().active_claims():
+            key = f"{c.namespace}/{c.subject}/{c.predicate}"
+            got = _active(rep.state_for(key), (c.namespace, c.subject, c.predicate))
+            assert c.claim_id.hex() in got
+    full.close()
