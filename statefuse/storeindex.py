@@ -46,6 +46,10 @@ from statefuse.store import StoreError
 REBUILD_CHUNK = 5_000
 #: Most parameters one statement binds (well under every SQLite build's limit, and PostgreSQL's).
 _CHUNK = 500
+#: Active claims from which a search leaves out the words more than half of them hold.
+COMMON_FROM = 1_000
+#: Most claims the rarer words of a context's query may match together (`StoreIndex._bounded`).
+MATCH_BUDGET = 1_000
 #: Context tokens per locus `StoreIndex.context_loci` reckons with when it sizes its lists.
 TOKENS_PER_LOCUS = 16
 
@@ -698,10 +702,67 @@ class StoreIndex:
         words `statefuse.ranker` sees in a claim), best first (equal scores by claim id), each
         once, at most ``limit``."""
         self._check_present()
-        expr = _match_expression(query)
+        expr = self._expression(query)
         if expr is None or limit <= 0:
             return []
         return self._ranked(expr, limit)
+
+    def _frequencies(self, query: str) -> list[tuple[int, str]]:
+        """``query``'s words with how many active claims hold each, rarest first."""
+        ws = sorted(set(words(query)))
+        if not ws:
+            return []
+        db = self._db
+        db.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ix_text_vocab"
+            " USING fts5vocab(main, 'ix_text', 'row')"
+        )
+        out = []
+        for w in ws:
+            row = db.execute("SELECT doc FROM temp.ix_text_vocab WHERE term = ?", (w,)).fetchone()
+            out.append((0 if row is None else int(row[0]), w))
+        return sorted(out)
+
+    def _expression(self, query: str) -> str | None:
+        """The FTS5 query for ``query``'s words, without the words held by more than half of
+        the active claims (when the memory holds `COMMON_FROM` or more): their BM25 weight is
+        below ln 2 against about ln N for a rare word, so they hardly move a ranking. None when
+        no word is left."""
+        if self.active_count() < COMMON_FROM:
+            return _match_expression(query)
+        n = self.active_count()
+        rare = [w for df, w in self._frequencies(query) if 2 * df <= n]
+        return _match_expression(" ".join(rare)) if rare else None
+
+    def _bounded(self, query: str, limit: int) -> list[bytes]:
+        """The best matches for ``query`` a context draws on, at a cost bounded by what they
+        are rather than by how many claims share a common word of it (BM25 scores every claim
+        a query matches): first the claims that hold every word, then those that hold every
+        word but the commonest, and so on down to the two rarest (few claims each, and the most
+        to the point), then the claims that hold any of the rarest words, as many words as
+        together match at most `MATCH_BUDGET` claims. The context ranks what it is given with
+        every word of the query again."""
+        freq = [(df, w) for df, w in self._frequencies(query) if df > 0]  # rarest first
+        ws = [w for _, w in freq]
+        if not ws:
+            return []
+        found: dict[bytes, None] = {}
+        for m in range(len(ws), 1, -1):
+            every = " AND ".join('"' + w.replace('"', '""') + '"' for w in ws[:m])
+            found.update(dict.fromkeys(self._ranked(every, limit)))
+            if len(found) >= limit:
+                return list(found)[:limit]
+        chosen: list[str] = []
+        total = 0
+        for df, w in freq:
+            if total + df > MATCH_BUDGET:
+                break
+            chosen.append(w)
+            total += df
+        expr = _match_expression(" ".join(chosen))
+        if expr is not None:
+            found.update(dict.fromkeys(self._ranked(expr, limit)))
+        return list(found)[:limit]
 
     def _ranked(self, expr: str, limit: int) -> list[bytes]:
         """The first ``limit`` distinct loci of the matches of ``expr`` in (score, claim id)
@@ -747,11 +808,10 @@ class StoreIndex:
         db = self._db
         k = max(1, budget // TOKENS_PER_LOCUS)
         out = dict.fromkeys(r[0] for r in db.execute(_PINNED))
-        expr = _match_expression(query)
-        if expr is None:
+        ranked = self._bounded(query, 2 * k)
+        if not ranked:
             out.update(dict.fromkeys(self.conflict_loci(limit=k)))
         else:
-            ranked = self._ranked(expr, 2 * k)
             out.update(dict.fromkeys(ranked[:k]))
             conflicted: set[bytes] = set()
             for part in _chunks(ranked):

@@ -395,3 +395,35 @@ def test_equal_scores_are_cut_by_claim_id_whatever_the_order_rows_were_written_i
         for limit in (1, 5, 40, 149, 150, 151):
             assert ix.search("same", limit=limit) == by_id[:limit]
     store.close()
+
+
+def test_a_context_finds_the_claim_holding_every_word_however_common_the_words_are(
+    tmp_path, monkeypatch
+):
+    """A word held by many claims would make BM25 score them all: `context_loci` reads the
+    claims holding every word first, then the rarest words up to `MATCH_BUDGET` matches, so the
+    claim a query is about is found at a cost that does not grow with the common words."""
+    from statefuse import storeindex
+
+    monkeypatch.setattr(storeindex, "MATCH_BUDGET", 50)
+    monkeypatch.setattr(storeindex, "COMMON_FROM", 10)
+    store = SQLiteStore(tmp_path / "s.db")
+    store.initialize(INFO)
+    w = Writer("w1", registry=REG, clock=lambda: 0)
+    # 400 claims say "status", 300 "order"; one claim holds both and "zeta"
+    ops = [w.claim("orders", f"o{i}", "status", f"status of batch {i}") for i in range(400)]
+    ops += [w.claim("orders", f"p{i}", "note", f"order note {i}") for i in range(300)]
+    target = w.claim("orders", "zeta", "status", "order status zeta")
+    ops.append(target)
+    with store.write_transaction():
+        store.index().rebuild(ops, upto=1, registry=REG)
+    ix = store.index()
+    budget = 16 * 4  # four loci per list
+    loci = ix.context_loci("order status for zeta", budget=budget)
+    assert _locus(target) in loci
+    # every word common (past half of the claims): a search of them reads none of it
+    assert ix.search("status", limit=5) == []
+    assert ix.search("zeta", limit=5) == [_locus(target)]
+    # the two common words together: the claims holding both come first
+    assert ix.context_loci("order status", budget=budget)[0] == _locus(target)
+    store.close()
