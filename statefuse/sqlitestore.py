@@ -48,6 +48,7 @@ are never deleted either: they survive in that kept original.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import os
@@ -58,6 +59,7 @@ import struct
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -1009,6 +1011,20 @@ def _keep_aside(path: Path) -> Path:
 # --- the store ------------------------------------------------------------------------------------
 
 
+#: Writable stores not closed yet. A process that ends without closing its store still closes
+#: SQLite's connection, and the last connection to close folds the -wal into the file: closed
+#: here first (`SQLiteStore.close`), a clean store is marked clean again (`statefuse.filemark`),
+#: so the next open needs no verifying load.
+_OPEN_WRITERS: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_writers() -> None:
+    for store in list(_OPEN_WRITERS):
+        with contextlib.suppress(Exception):
+            store.close()
+
+
 class SQLiteStore:
     """A durable store in one SQLite file. See the module docstring for the guarantees.
 
@@ -1020,6 +1036,7 @@ class SQLiteStore:
     """
 
     __slots__ = (
+        "__weakref__",
         "_db",
         "_depth",
         "_file",
@@ -1092,6 +1109,7 @@ class SQLiteStore:
             raise
         finally:
             self._lock.release()
+        _OPEN_WRITERS.add(self)
         _warn_of_links(self.path)
 
     # --- the one seam for SQLite's errors ---------------------------------------------------------
@@ -1579,6 +1597,7 @@ class SQLiteStore:
                 self._lock.release()
 
     def close(self) -> None:
+        _OPEN_WRITERS.discard(self)
         db, self._db = self._db, None
         try:
             if db is not None:

@@ -294,3 +294,32 @@ def test_a_store_of_the_previous_release_builds_its_derived_state_once(tmp_path:
             got = _active(rep.state_for(key), (c.namespace, c.subject, c.predicate))
             assert c.claim_id.hex() in got
     full.close()
+
+
+def test_a_process_that_ends_without_closing_leaves_the_store_to_open_lazily(
+    tmp_path: Path,
+) -> None:
+    """The last connection to close folds the -wal into the file: a process that never calls
+    `close()` has its store closed at exit, and marked clean again, so the next open is cheap."""
+    path = tmp_path / "m.db"
+    _written(path)
+    script = (
+        "import sys\n"
+        "from statefuse.sync.replica import Replica\n"
+        "rep = Replica.open(sys.argv[1])\n"
+        "assert not rep.loaded\n"
+        "rep.add_claim('vendor/acme/price', 7)\n"
+        "print(rep.loaded)\n"  # no close: the process ends with the store open
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (0, "False\n"), done.stderr
+    with Replica.open(path, readonly=True) as rep:
+        assert not rep.loaded
+        assert 7 in {c.value for c in rep.state_for("vendor/acme/price").active_claims()}
