@@ -16,6 +16,10 @@ Rows:
   (`sync.snapshot`) and the state built from the restored ops.
 - ``reopen, N ops (full verify, no snapshot)``: the same store with its snapshot row deleted:
   every stored change is verified again (signature, canonical bytes, op ids) and materialized.
+- ``derived state apply alone, 100-op changes``: `StoreIndex.apply` of the ops of pre-signed
+  100-op changes, one write transaction each (and per CPU second): what keeping the store's
+  derived state adds to every durable write (`statefuse.storeindex`), the floor under
+  ``append``.
 - ``close, 10-op store``: `Replica.close` of a new store after ten 1-op changes, which saves
   its first snapshot.
 
@@ -37,6 +41,7 @@ from pathlib import Path
 from benchmarks.report import load_average, machine_info, utc_stamp
 from statefuse.sqlitestore import SQLiteStore
 from statefuse.store import StoreInfo, StoreWrite
+from statefuse.sync.declaration import SPACE_OP_TYPES
 from statefuse.sync.replica import Replica
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -90,6 +95,33 @@ def bench_store_append(home: Path, changes: int, repeats: int) -> list[float]:
         rates.append(len(pairs) * 100 / (time.perf_counter() - start))
         store.close()
     return rates
+
+
+def bench_index_apply(home: Path, changes: int, repeats: int) -> tuple[list[float], list[float]]:
+    """`StoreIndex.apply` alone for the ops of pre-signed 100-op changes, each in a write
+    transaction of its own (no change stored): what keeping the derived state adds to every
+    durable write, the floor below ``append``. Returns (ops per second, ops per CPU second)."""
+    source = Replica.memory(space="bench", clock=lambda: 0)
+    _fill(source, changes * 100, 100, "i")
+    batches = [
+        [op for op in c.ops if not isinstance(op, SPACE_OP_TYPES)] for c in source.log.changes()
+    ]
+    rates, cpu_rates = [], []
+    for r in range(repeats):
+        store = SQLiteStore(home / f"index-{r}.db")
+        store.initialize(StoreInfo(space="bench"))
+        ix = store.index()
+        with store.write_transaction():
+            ix.rebuild([], upto=0, registry=source.registry)
+        start, cpu = time.perf_counter(), time.process_time()
+        for k, ops in enumerate(batches, start=1):
+            with store.write_transaction():
+                ix.apply(ops, upto=k, registry=source.registry)
+        n = sum(map(len, batches))
+        rates.append(n / (time.perf_counter() - start))
+        cpu_rates.append(n / (time.process_time() - cpu))
+        store.close()
+    return rates, cpu_rates
 
 
 def _drop_snapshot(path: Path) -> None:
@@ -189,6 +221,24 @@ def main(argv: list[str] | None = None) -> int:
                 "unit": "ops/s",
                 "samples": rs,
                 "target": f">= {TARGET_BATCHED:,} ops/s",
+            }
+        )
+        _log("derived state apply alone, 100-op changes")
+        ri, ci = bench_index_apply(home, 100 if args.quick else 500, repeats)
+        rows.append(
+            {
+                "row": "derived state apply alone, 100-op changes",
+                "median": statistics.median(ri),
+                "unit": "ops/s",
+                "samples": ri,
+            }
+        )
+        rows.append(
+            {
+                "row": "  the same, ops per CPU second",
+                "median": statistics.median(ci),
+                "unit": "ops/s",
+                "samples": ci,
             }
         )
         _log("close, 10-op store")

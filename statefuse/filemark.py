@@ -41,19 +41,39 @@ def _seen(file: Path) -> dict[str, list[int] | None]:
     return {"db": _identity(str(file)), "wal": _identity(f"{file}-wal", empty_is_none=True)}
 
 
-def mark(file: Path) -> None:
-    """Record ``file`` (the store's resolved path) and its -wal as they are now. Call it only
-    holding the store's write lock, right after a commit (or a verified load): what it records
-    is then what StateFuse wrote. A mark that cannot be written is left out (the next open
-    loads in full)."""
-    target = Path(f"{file}{SUFFIX}")
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(OSError):
-        tmp.write_text(json.dumps(_seen(file), sort_keys=True))
-        os.replace(tmp, target)
-        return
-    with contextlib.suppress(OSError):
-        tmp.unlink()
+class Marker:
+    """The clean mark of one store file, as its writer keeps it: the mark file stays open, so
+    marking after a commit is one write of a few bytes (a new file and a rename per commit
+    cost more than the commit's own work). A reader that meets a mark half written finds no
+    mark (it does not parse, or names another identity) and loads in full: never wrong."""
+
+    __slots__ = ("_fd", "_file")
+
+    def __init__(self, file: Path) -> None:
+        self._file = file
+        self._fd: int | None = None
+
+    def mark(self) -> None:
+        """Record the file and its -wal as they are now. Call it only holding the store's
+        write lock, right after a commit (or a load that verified the store): what it records
+        is then what StateFuse wrote. Never raises: a mark that cannot be written is left out
+        (and the file closed, to be opened again next time)."""
+        data = json.dumps(_seen(self._file), sort_keys=True).encode()
+        try:
+            if self._fd is not None and os.fstat(self._fd).st_nlink == 0:
+                self.close()  # removed meanwhile (a repair, a person): made again
+            if self._fd is None:
+                self._fd = os.open(f"{self._file}{SUFFIX}", os.O_WRONLY | os.O_CREAT, 0o644)
+            os.pwrite(self._fd, data, 0)
+            os.ftruncate(self._fd, len(data))
+        except OSError:
+            self.close()
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def unmark(file: Path) -> None:

@@ -1042,6 +1042,7 @@ class SQLiteStore:
         "_file",
         "_identity",
         "_lock",
+        "_marker",
         "_presence",
         "_readonly",
         "path",
@@ -1061,6 +1062,8 @@ class SQLiteStore:
         #: a rebuild through a symlink replaces the file and not the link.
         self._file = Path(os.path.realpath(self.path))
         self._readonly = bool(readonly)
+        #: Keeps the clean mark after each commit (`statefuse.filemark`; made on first use).
+        self._marker: filemark.Marker | None = None
         self._db: sqlite3.Connection | None = None
         self._lock: _Lock | None = None
         self._presence: _Presence | None = None
@@ -1162,7 +1165,7 @@ class SQLiteStore:
                 try:
                     yield db
                     db.execute("COMMIT")
-                    filemark.mark(self._file)  # still under the lock: what we wrote
+                    self._mark()  # still under the lock: what we wrote
                 except BaseException:
                     _rollback(db)
                     raise
@@ -1592,9 +1595,15 @@ class SQLiteStore:
         with contextlib.suppress(Exception):
             self._lock.acquire(self.wait)
             try:
-                filemark.mark(self._file)
+                self._mark()
             finally:
                 self._lock.release()
+
+    def _mark(self) -> None:
+        marker = self._marker
+        if marker is None:
+            marker = self._marker = filemark.Marker(self._file)
+        marker.mark()
 
     def close(self) -> None:
         _OPEN_WRITERS.discard(self)
@@ -1611,6 +1620,8 @@ class SQLiteStore:
                 if was_clean:
                     self.mark_clean()
         finally:
+            if self._marker is not None:
+                self._marker.close()
             if self._lock is not None:
                 self._lock.release()  # held only if closed inside a write
             if self._presence is not None:
@@ -1691,6 +1702,8 @@ class SQLiteStore:
             old.close()
         aside: Path | None = None
         try:
+            if self._marker is not None:
+                self._marker.close()  # the mark of the file set aside, never written again
             filemark.unmark(self._file)  # a new file: loaded and verified at the next open
             aside = _keep_aside(self._file)  # the file, not a symlink to it
             for end in ("-wal", "-shm"):

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from statefuse.lens import Lens
 from statefuse.state import State
+from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import Replica, StoreDamagedError
 from statefuse.testing import assert_index_agrees, state_summary
 
@@ -323,3 +324,37 @@ def test_a_process_that_ends_without_closing_leaves_the_store_to_open_lazily(
     with Replica.open(path, readonly=True) as rep:
         assert not rep.loaded
         assert 7 in {c.value for c in rep.state_for("vendor/acme/price").active_claims()}
+
+
+def test_a_revocation_takes_what_stopped_counting_out_of_the_derived_state(
+    tmp_path: Path,
+) -> None:
+    """Trust changes what counts: the root's revocation, and a revoked author's change that
+    arrives after it, leave the derived state equal to the State of what counts."""
+    path = tmp_path / "hub.db"
+    root = SigningKey.generate()
+    hub = Replica.open(path, create=True, space="club", mode="closed", key=root, clock=_clock)
+    bob = Replica.memory(space="club", mode="closed", root=root.author, clock=_clock)
+    hub.admit(bob.author)
+    bob.merge(hub)
+    kept = bob.add_claim("vendor/acme/price", 99)
+    hub.merge(bob)
+    dropped = bob.add_claim("vendor/acme/city", "Lyon")
+    hub.merge(bob)
+    first = [c for c in bob.log.changes() if kept in c.ops]
+    hub.revoke(bob.author, keep=[first[0].change_id])
+    late = bob.add_claim("vendor/acme/owner", "bob")  # signed after: never counts
+    hub.merge(bob)
+    hub.close()
+    full = _full(path)
+    active = {c.claim_id for c in full.state().active_claims()}
+    assert kept.claim_id in active
+    assert dropped.claim_id not in active and late.claim_id not in active
+    with Replica.open(path, readonly=True) as rep:
+        assert not rep.loaded
+        index = rep.index
+        assert index is not None
+        assert_index_agrees(index, full.state())
+        got = {c.claim_id for c in rep.state_for("vendor/acme").active_claims()}
+        assert got == {kept.claim_id}
+    full.close()
