@@ -909,13 +909,39 @@ class StateFuseStore(BaseStore):
             seen = self._seen = _Seen(state, seen.view, seen.conflicts, names)
         return seen
 
+    def _look_at(self, gets: Iterable[GetOp]) -> _Seen | None:
+        """The items ``gets`` name, through the lens, read from the store's derived state alone
+        (a replica opened on it: `Replica.loaded` False), so a get costs what its keys hold;
+        None when the replica holds its history (`_look` then projects the State it keeps)."""
+        replica = self.replica
+        if replica.loaded:
+            return None
+        with replica.lock:
+            index = replica.index
+            if index is None:
+                return None
+            loci: list[bytes] = []
+            for op in gets:
+                if op.namespace and op.key:
+                    prefix = (_name_of(op.namespace), op.key, PREDICATE)
+                    loci += index.loci(prefix=prefix, active=False)
+            state = index.state_of(loci, registry=replica.registry)
+            names = replica.author_names()
+        view = project(state, self.lens, resolver=self.resolver)
+        conflicts = {c.key: c for c in view.surfaced_conflicts}
+        return _Seen(state, view, conflicts, names)
+
     def _read(self, ops: Iterable[Op]) -> _Work:
         ops = list(ops)
         for op in ops:
             self._check(op)
         # a batch of writes only projects nothing (see `_apply`)
         reads = any(not isinstance(op, PutOp) for op in ops)
-        seen = self._look() if reads else None
+        seen = None
+        if reads and all(isinstance(op, (GetOp, PutOp)) for op in ops):
+            seen = self._look_at(op for op in ops if isinstance(op, GetOp))
+        if reads and seen is None:
+            seen = self._look()
         work = _Work(results=[None] * len(ops))
         for at, op in enumerate(ops):
             if isinstance(op, PutOp):

@@ -358,3 +358,33 @@ def test_a_revocation_takes_what_stopped_counting_out_of_the_derived_state(
         got = {c.claim_id for c in rep.state_for("vendor/acme").active_claims()}
         assert got == {kept.claim_id}
     full.close()
+
+
+def test_a_langgraph_get_reads_the_derived_state_alone(tmp_path: Path) -> None:
+    """`StateFuseStore.get` on a replica opened on its derived state reads the items' keys
+    only, and answers as over a replica that loaded the history: values, a conflict, a miss."""
+    from statefuse.langgraph import StateFuseStore
+
+    path = tmp_path / "m.db"
+    with Replica.open(path, create=True, space="team", clock=_clock) as a:
+        store = StateFuseStore(a)
+        store.put(("users", "u1"), "prefs", {"theme": "dark"})
+        store.put(("users", "u1"), "prefs", {"theme": "light"})  # an update
+        store.put(("users", "u2"), "prefs", {"theme": "dark"})
+        b = a.fork()
+        StateFuseStore(b).put(("users", "u2"), "prefs", {"theme": "blue"})  # a conflict
+        a.merge(b)
+        b.close()
+    lazy = Replica.open(path, readonly=True)
+    full = _full(path)
+    asked = [(("users", "u1"), "prefs"), (("users", "u2"), "prefs"), (("users", "u3"), "prefs")]
+    got = [StateFuseStore(lazy).get(ns, key) for ns, key in asked]
+    want = [StateFuseStore(full).get(ns, key) for ns, key in asked]
+    assert not lazy.loaded
+    assert [None if g is None else g.value for g in got] == [
+        None if w is None else w.value for w in want
+    ]
+    assert got[0] is not None and got[0].value == {"theme": "light"}
+    assert got[2] is None
+    lazy.close()
+    full.close()
