@@ -853,7 +853,7 @@ def _cmd_history(s: Session) -> int:
     key = parse_key(a.key)
     rep = s.replica(readonly=True)
     names = rep.author_names()
-    events = key_history(rep.state(), key, a.scope)
+    events = key_history(rep.state_for(key, scope=a.scope), key, a.scope)
     rows = [
         [
             str(e.lamport),

@@ -606,7 +606,8 @@ class _Tools:
             with _argument("prefix"):
                 parts = parse_key_prefix(prefix)
         with self.lock:
-            state = self.replica.state()
+            # under a prefix: those keys' rows alone, on a store opened on its derived state
+            state = self.replica.state_for(parts, scope=scope) if parts else self.replica.state()
             claims = state.active_claims()
             if parts or scope is not None:
                 n = len(parts)
@@ -794,7 +795,7 @@ class _Tools:
         with _argument("key"):
             parsed = parse_key(key)
         with self.lock:
-            events = key_history(self.replica.state(), parsed, scope)
+            events = key_history(self.replica.state_for(parsed, scope=scope), parsed, scope)
             names = self.replica.author_names()
         infos = [
             Event(

@@ -2295,7 +2295,8 @@ class Replica:
         else:
             c = self._claim(of, "of")
             key = (c.namespace, c.subject, c.predicate)
-        return key_history(self.state(), key, scope)
+        # the key's rows alone on a store opened on its derived state (`state_for`)
+        return key_history(self.state_for(key, scope=scope), key, scope)
 
     def _claim_id(self, ref: bytes | str | ClaimAdded, field: str) -> bytes:
         """The id ``ref`` names: a claim's own, a 32-byte id as it is, a hex form resolved

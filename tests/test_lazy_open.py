@@ -388,3 +388,19 @@ def test_a_langgraph_get_reads_the_derived_state_alone(tmp_path: Path) -> None:
     assert got[2] is None
     lazy.close()
     full.close()
+
+
+def test_a_key_history_reads_that_key_alone(tmp_path: Path) -> None:
+    """`Replica.history` (and the CLI's and MCP's) on a replica opened on its derived state
+    lists what a loaded replica lists, and loads nothing."""
+    path = tmp_path / "m.db"
+    _written(path)
+    lazy = Replica.open(path, readonly=True)
+    full = _full(path)
+    for key in ("vendor/acme/price", "vendor/globex/price", "vendor/initech/status"):
+        got = [(e.event, e.op_id, e.claim.claim_id, e.why) for e in lazy.history(key)]
+        want = [(e.event, e.op_id, e.claim.claim_id, e.why) for e in full.history(key)]
+        assert got == want and got
+    assert not lazy.loaded
+    lazy.close()
+    full.close()
