@@ -1901,7 +1901,10 @@ class Replica:
         if ix is None or (not parts and scope is None):
             return self.state()
         with self.store.read_transaction():
-            loci = ix.loci(prefix=parts, scope=scope, active=False)
+            if not all(map(_storable, (*parts, scope or ""))):
+                loci = []  # a text no claim can hold (a lone surrogate): nothing there
+            else:
+                loci = ix.loci(prefix=parts, scope=scope, active=False)
             return ix.state_of(loci, registry=self.registry)
 
     @_locked
@@ -3006,6 +3009,16 @@ class ConflictPage:
 
 def _conflict_order(c: ConflictSet) -> tuple[tuple[str, str, str], str]:
     return c.key, c.scope
+
+
+def _storable(text: str) -> bool:
+    """Whether ``text`` is valid Unicode text (UTF-8 encodable), as every stored key part
+    and scope is: one that is not (a lone surrogate) names nothing in the store."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _prefix_parts(prefix: str | Sequence[str]) -> tuple[str, ...]:

@@ -404,3 +404,19 @@ def test_a_key_history_reads_that_key_alone(tmp_path: Path) -> None:
     assert not lazy.loaded
     lazy.close()
     full.close()
+
+
+def test_a_text_no_claim_can_hold_finds_nothing_and_raises_nothing(tmp_path: Path) -> None:
+    """A lone surrogate (what a hostile command line or tool call can pass) names nothing
+    stored: a read from the derived state answers as a loaded replica does, with nothing."""
+    from statefuse.langgraph import StateFuseStore
+
+    path = tmp_path / "m.db"
+    _written(path)
+    with Replica.open(path, readonly=True) as rep:
+        assert rep.state_for(("vendor", "\ud800")).active_claims() == []
+        assert rep.state_for("vendor", scope="\udfff").active_claims() == []
+        assert rep.history("vendor/acme/price", scope="\ud800") == []
+        assert StateFuseStore(rep).get(("vendor",), "\ud800") is None
+        assert "\ud800" not in rep.context("\ud800 acme").text
+        assert not rep.loaded
