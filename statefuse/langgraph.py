@@ -495,15 +495,6 @@ class _Seen:
         return _Found(namespace, key, selection.claim, None, self.names)
 
 
-def _utf8(text: str) -> bool:
-    """Whether ``text`` is valid Unicode text, as every stored key is."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _when(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
@@ -931,7 +922,7 @@ class StateFuseStore(BaseStore):
                 return None
             loci: list[bytes] = []
             for op in gets:
-                if op.namespace and op.key and _utf8(op.key):  # else no item can be there
+                if op.namespace and op.key:
                     prefix = (_name_of(op.namespace), op.key, PREDICATE)
                     loci += index.loci(prefix=prefix, active=False)
             state = index.state_of(loci, registry=replica.registry)

@@ -663,6 +663,8 @@ class StoreIndex:
             raise StoreError(
                 "prefix", "key-prefix", "a key prefix names at most namespace, subject, predicate"
             )
+        if not all(map(_text, (*prefix, scope or ""))):
+            return []  # a lone surrogate: no stored key or scope holds one (nor can SQLite bind it)
         where = [f"l.{name} = ?" for name in ("namespace", "subject", "predicate")[: len(prefix)]]
         params: list[object] = list(prefix)
         if scope is not None:
@@ -895,6 +897,15 @@ def _retraction_row(r: ClaimRetracted) -> tuple[Any, ...]:
 
 def _decision_row(d: DecisionAdded) -> tuple[Any, ...]:
     return (d.op_id, d.locus, d.encode())
+
+
+def _text(part: str) -> bool:
+    """Whether ``part`` is valid Unicode text (UTF-8 encodable), as every stored label is."""
+    try:
+        part.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _match_expression(query: str) -> str | None:

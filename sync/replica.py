@@ -1550,7 +1550,8 @@ class Replica:
             # current when it began (`_catch_up_lazily`), and the write lock held since
             assert self._index_current(ix, self._block_base)
             ix.apply(_state_ops(block), upto=last, registry=self.registry)
-            self._lean_end(ix, block)
+            doc = _writer_doc(self.author, self._head, self.writer.lamport, True)
+            ix.set_meta(_WRITER_META, doc)
             return
         declares, names = _governs(block)
         if declares or any(
@@ -1644,11 +1645,6 @@ class Replica:
         self.writer = writer
         self._head = head
 
-    def _lean_end(self, ix: StoreIndex, block: Sequence[VerifiedChange]) -> None:
-        lamport = self.writer.lamport
-        head = self._head
-        ix.set_meta(_WRITER_META, _writer_doc(self.author, head, lamport, True))
-
     # --- opening on the derived state alone ------------------------------------------------------
 
     def _open_lazily(self, load: Load) -> bool:
@@ -1656,26 +1652,18 @@ class Replica:
         every stored change: what a read needs is then a few indexed rows (`context`,
         `state_for`, `conflicts`), and opening costs nothing that grows with history. The
         first call that needs the history (a write, `state`, a sync) loads it then."""
-        if load is not Load.INDEX or self._creator_unknown:
+        if load is not Load.INDEX or self._creator_unknown or not self.store.clean():
+            return False  # written by something else since a commit: loaded and verified
+        seen = self._derived_space()
+        if seen is None:
             return False
-        ix = self.store.index()
-        if ix is None or not self.store.clean():
-            return False  # written by something else since: loaded and verified instead
-        with self.store.read_transaction():
-            version = self.store.data_version()
-            upto, last = ix.upto, self.store.last_position()
-            meta = ix.meta(_SPACE_META)
-        if upto is None or upto != last or meta is None:
-            return False
-        taken = _from_space_meta(meta)
-        if taken is None:
-            return False
-        declaration, names = taken
+        version, last, declaration, names = seen
         try:
             registry = self._registry_of(declaration)
         except StateFuseError:
             return False  # a normalizer this process lacks: the full load says which
-        if ix.registry_fingerprint() != registry.fingerprint:
+        ix = self.store.index()
+        if ix is None or ix.registry_fingerprint() != registry.fingerprint:
             return False
         self.declaration, self.registry = declaration, registry
         self._labels = AuthorNames(names)
@@ -1683,35 +1671,39 @@ class Replica:
         self._lazy = True
         return True
 
-    def _catch_up_lazily(self) -> None:
-        """What another process wrote, for a replica opened on the derived state: the names
-        and registry in force are read again; a derived state that no longer covers the store
-        (dropped by a trust change, or a writer of an earlier release) means a full load."""
-        version = self.store.data_version()
-        if version == self._version:
-            return
+    def _derived_space(
+        self,
+    ) -> tuple[int, int, RegistryDeclared | None, dict[bytes, str]] | None:
+        """(data version, last position, declaration, names) as the store's derived state keeps
+        them, read together; None when it does not cover every stored change."""
         ix = self.store.index()
+        if ix is None:
+            return None
         with self.store.read_transaction():
-            upto, last = (None, 0) if ix is None else (ix.upto, self.store.last_position())
-            meta = None if ix is None else ix.meta(_SPACE_META)
-        taken = None if meta is None else _from_space_meta(meta)
-        if upto is None or upto != last or taken is None:
-            self._load_history()
+            version = self.store.data_version()
+            upto, last = ix.upto, self.store.last_position()
+            meta = ix.meta(_SPACE_META)
+        taken = None if meta is None or upto != last else _from_space_meta(meta)
+        return None if taken is None else (version, last, *taken)
+
+    def _catch_up_lazily(self) -> None:
+        """What another process wrote, for a replica opened on the derived state: the names in
+        force are read again; a derived state that no longer covers the store (dropped by a
+        trust change), another declaration in force or a creator pinned meanwhile mean a full
+        load, which follows them as it always did."""
+        if self.store.data_version() == self._version:
             return
-        declaration, names = taken
-        if declaration != self.declaration:
-            self._load_history()
-            return
-        self._labels = AuthorNames(names)
-        self._version, self._pos = version, last
+        seen = self._derived_space()
         info = self.store.info()
-        if (
-            info is not None
-            and info.creator is not None
-            and self.creator is None
-            and self.mode is TrustMode.OPEN
-        ):
-            self.creator = info.creator  # pinned by another process: followed, as a load does
+        pinned = None if info is None or self.mode is not TrustMode.OPEN else info.creator
+        if pinned is not None and self.creator is None:
+            self.creator = pinned  # pinned by another process: followed, as a load does
+            seen = None  # which declarations count may change: loaded with it
+        if seen is None or seen[2] != self.declaration:
+            self._load_history()
+            return
+        self._version, self._pos, _, names = seen
+        self._labels = AuthorNames(names)
 
     def _load_history(self) -> None:
         """Leave the lazy open: load the store's history into memory, as a full open does."""
@@ -1901,10 +1893,7 @@ class Replica:
         if ix is None or (not parts and scope is None):
             return self.state()
         with self.store.read_transaction():
-            if not all(map(_storable, (*parts, scope or ""))):
-                loci = []  # a text no claim can hold (a lone surrogate): nothing there
-            else:
-                loci = ix.loci(prefix=parts, scope=scope, active=False)
+            loci = ix.loci(prefix=parts, scope=scope, active=False)
             return ix.state_of(loci, registry=self.registry)
 
     @_locked
@@ -3009,16 +2998,6 @@ class ConflictPage:
 
 def _conflict_order(c: ConflictSet) -> tuple[tuple[str, str, str], str]:
     return c.key, c.scope
-
-
-def _storable(text: str) -> bool:
-    """Whether ``text`` is valid Unicode text (UTF-8 encodable), as every stored key part
-    and scope is: one that is not (a lone surrogate) names nothing in the store."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _prefix_parts(prefix: str | Sequence[str]) -> tuple[str, ...]:
