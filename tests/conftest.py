@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from hypothesis import HealthCheck, settings
+from rootguard import pytest_sessionfinish, pytest_sessionstart
 
 # No profile has a deadline or the too_slow health check: both measure the machine's speed, and
 # a loaded machine would fail an example that is right.
@@ -27,3 +28,5 @@ settings.register_profile(
 )
 _default = "ci" if os.environ.get("CI", "").lower() in {"1", "true", "yes"} else "dev"
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _default))
+
+__all__ = ["pytest_sessionfinish", "pytest_sessionstart"]  # the root guard's hooks
