@@ -561,6 +561,7 @@ class _Prepared:
         self._sort_questions()
         self._held_text: str | None = None
         self._held: dict[str, bool] = {}
+        self._whole: set[str] = set()
         #: Folded values of shown claims (`statefuse.scrub.folded`), and `_grouped`'s answers,
         #: kept for the calls to come.
         self.folds: dict[bytes, str] = {}
@@ -727,12 +728,15 @@ class _Prepared:
     def holds(self, value: str) -> bool:
         """Whether a claim this View shows outside the working set (a fact, stale claim,
         identity claim, constraint, signal, question, or a candidate of a conflict) holds the
-        folded ``value`` as whole words (`statefuse.scrub.occurs`). The folded values are
+        folded ``value`` as whole words (`statefuse.scrub.occurs`), or a working-set item of
+        the View (an active turn or scratch item the lens sees: one a writer asserted again
+        after a copy of it was retracted) holds it as its whole value. The folded values are
         joined once per preparation, when first asked."""
         found = self._held.get(value)
         if found is None:
             text = self._held_text
             if text is None:
+                self._whole = {self.folded(c) for c in self.section(_WORKING_ITEM)}
                 held = [
                     c
                     for i, section in enumerate(self.sections)
@@ -742,7 +746,7 @@ class _Prepared:
                 held += [c for sc in self.conflicts.values() for c in sc.candidates]
                 held += [c for entries in self.asked.values() for _, cs in entries for c in cs]
                 text = self._held_text = "\x00".join(folded(value_text(c.value)) for c in held)
-            found = self._held[value] = occurs(text, value)
+            found = self._held[value] = value in self._whole or occurs(text, value)
         return found
 
     # -- facts in id order, and what is left out --

@@ -879,14 +879,14 @@ class _Run:
         return best
 
     def _stand_in_note(self, decided: bytes) -> str:
-        """Why another claim of the decided value is selected, naming no claim the lens may
-        not see: "retracted" only when the lens could see the decided claim."""
+        """Why another claim of the decided value is selected, hinting at no claim the lens may
+        not see (SEMANTICS §7.1: hidden claims appear only as counts): "retracted" or "not
+        shown" (out of scope, expired) only when the lens has the roles to see the decided
+        claim; else nothing, and the decision's own reason stands alone."""
         c = self.state.claims.get(decided)
-        if (
-            c is not None
-            and not self.state.is_active(decided)
-            and self.lens.sees_roles(c.visibility)
-        ):
+        if c is None or not self.lens.sees_roles(c.visibility):
+            return ""
+        if not self.state.is_active(decided):
             return " (the decided claim was retracted; another claim of its value is selected)"
         return " (the decided claim is not shown; another claim of its value is selected)"
 

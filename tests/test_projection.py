@@ -428,12 +428,12 @@ def reference_project(state, lens, *, resolver=None, authority_order=None):
             why = d.reason or "decided"
             if pick != d.selected_claim_id:
                 decided = state.claims.get(d.selected_claim_id)
-                gone = decided is not None and not state.is_active(decided.claim_id)
-                if gone and lens.sees_roles(decided.visibility):
-                    why += " (the decided claim was retracted; another claim of its value is"
-                else:
-                    why += " (the decided claim is not shown; another claim of its value is"
-                why += " selected)"
+                if decided is not None and lens.sees_roles(decided.visibility):
+                    if not state.is_active(decided.claim_id):
+                        why += " (the decided claim was retracted; another claim of its value"
+                    else:
+                        why += " (the decided claim is not shown; another claim of its value"
+                    why += " is selected)"
             answer, how = Select(pick, why), How.DECISION
         elif contract.policy is not Policy.SURFACE:
             by_policy = LatestWins() if contract.policy is Policy.LATEST else authority
