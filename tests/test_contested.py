@@ -12,17 +12,21 @@ from __future__ import annotations
 import json
 
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from statefuse import Lens, Writer, materialize, project
+from statefuse.context import SectionName, assemble_context
 from statefuse.lens import scope_rank
 from statefuse.registry.contract import Policy, PredicateContract
 from statefuse.registry.registry import Registry
 from statefuse.resolver import LatestWins
+from statefuse.tokenizer import BpeTokenizer, CachedTokenizer
 from statefuse.view import How
 from tests.test_projection import deterministic_resolvers, rich_lenses, rich_states
 
 KEY = ("p", "launch", "deadline")
 SETTLED = (How.DECISION, How.POLICY, How.RESOLVER)
+TOK = CachedTokenizer(BpeTokenizer())
 
 
 def w(name: str) -> Writer:
@@ -139,3 +143,67 @@ def test_a_mark_appears_iff_the_selected_key_had_a_conflict_the_lens_sees(state,
     for c in state.claims.values():
         if not lens.sees_roles(c.visibility):
             assert c.claim_id.hex() not in text
+
+
+# --- the context marks a contested fact line ----------------------------------------------------
+
+
+def test_the_context_lists_the_other_values_when_they_fit_and_a_handle_otherwise():
+    a, b, c = w("a"), w("b"), w("c")
+    ops = [a.claim(*KEY, "2026-04-08"), b.claim(*KEY, "2026-04-10"), c.claim(*KEY, "2026-04-12")]
+    ops.append(a.claim("p", "launch", "owner", "dana"))
+    view = project(materialize(ops), Lens(), resolver=LatestWins())
+    sel = view.selected[KEY]
+    roomy = assemble_context(view, query="deadline", budget=2000, tokenizer=TOK)
+    (line,) = [ln for ln in roomy.text.splitlines() if "deadline" in ln]
+    others = [x for x in ops[:3] if x is not sel.claim]
+    assert "(chosen by resolver; contested: 2 other values: " in line
+    for x in others:
+        assert f"{x.value} by {x.author}" in line
+    (entry,) = roomy.to_dict()["contested"].values()
+    assert entry["handle"] is None and entry["by"] == "LatestWins"
+    assert [o["value"] for o in entry["others"]] == [g[0].value for g in view.contested[KEY].others]
+    assert roomy.contested == {sel.claim.claim_id: (view.contested[KEY], None)}
+    # a tight budget: the line counts the other values under a handle that lists them
+    tight = assemble_context(view, query="deadline", budget=45, tokenizer=TOK)
+    (line,) = [ln for ln in tight.text.splitlines() if "deadline" in ln]
+    assert "contested: 2 other values, expand: F" in line
+    ((contest, handle),) = tight.contested.values()
+    assert contest is view.contested[KEY]
+    assert handle is not None and f"expand: {handle})" in line
+    assert {x.claim_id for x in tight.expand(handle)} == {x.claim_id for x in others}
+    # the owner line, never contested, carries no mark
+    assert all("contested" not in ln for ln in roomy.text.splitlines() if "owner" in ln)
+
+
+budgets = st.sampled_from((40, 80, 160, 400, 2000))
+
+
+@settings(deadline=None)
+@given(rich_states, rich_lenses, deterministic_resolvers, budgets)
+def test_a_context_marks_exactly_the_contested_lines_and_names_no_hidden_claim(
+    state, lens, resolver, budget
+):
+    view = project(state, lens, resolver=resolver)
+    ctx = assemble_context(view, query="x eta owner", budget=budget, tokenizer=TOK)
+    assert ctx.token_count <= budget
+    facts = ctx.section(SectionName.FACTS)
+    shown = set(facts.claim_ids) if facts is not None else set()
+    for cid, (contest, handle) in ctx.contested.items():
+        assert cid in shown
+        assert view.contested[contest.key] is contest
+        assert view.selected[contest.key].claim.claim_id == cid
+        if handle is not None:
+            others = sorted(x.claim_id for g in contest.others for x in g)
+            assert [x.claim_id for x in ctx.expand(handle)] == others
+            assert f"expand: {handle}" in ctx.text
+    # every line of a selected claim shown in the facts section is marked iff it is contested
+    marked = set(ctx.contested)
+    for key, sel in view.selected.items():
+        if sel.claim.claim_id in shown and sel.how is not How.MULTI:
+            assert (sel.claim.claim_id in marked) == (key in view.contested)
+    assert ("contested: " in (facts.text if facts else "")) == bool(marked)
+    doc = ctx.to_json()
+    for c in state.claims.values():
+        if not lens.sees_roles(c.visibility):
+            assert c.claim_id.hex() not in doc
