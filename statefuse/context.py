@@ -1171,7 +1171,7 @@ class _Facts:
         if contest is None:
             return None
         sel = self.view.selected.get(c.key)
-        return contest if sel is not None and sel.claim is c else None
+        return contest if sel is not None and sel.claim.op_id == c.op_id else None
 
     def _full(self, c: ClaimAdded, *, listed: bool = True) -> _Unit:
         sel = self.view.selected.get(c.key)
