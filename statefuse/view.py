@@ -3,7 +3,8 @@
 Invariant: a View holds only what its lens may see. Hidden claims appear nowhere in it — not as
 values, ids, candidates, repair notes or explanations — only as a count under
 ``excluded["hidden"]``. Every visible conflict is either in ``selected`` (with how it was
-chosen) or in ``unresolved`` and ``surfaced_conflicts`` with all its visible candidates.
+chosen, and a `Contest` in ``contested`` naming the other visible values) or in ``unresolved``
+and ``surfaced_conflicts`` with all its visible candidates.
 
 ``selected`` and ``explanations`` are read-only mappings in key order (`SelectedMap`,
 `ExplanationMap`) that make the entry of a sole-candidate key when it is first read, so a
