@@ -19,9 +19,10 @@ the object, written in order of ``n`` in one `Replica.batch` so the lamport orde
 - **selection**: `project` of the replica's State (a `Lens` at the replica's now) with the
   resolver, for the question's key. *accuracy*: the selected value matches a gold answer (an
   abstention is not right); *false certainty*: a value is selected and does not; *conflict
-  recall*: the View lists the key (``unresolved`` / ``surfaced_conflicts``), or its selection
-  was made by a resolver over a conflict (``How.RESOLVER``: contested, the other values kept in
-  the State).
+  recall*: the View lists the key (``unresolved`` / ``surfaced_conflicts``), or marks its
+  selection as contested (``View.contested``: how it was chosen, the other values and their
+  authors). *mark* (context): the question's key is shown as a contested line
+  (``Context.contested``: ``contested: N other values``).
 
 The table goes to stdout, progress to stderr, the JSON (every question's outcome) to ``--json
 PATH`` or ``benchmarks/results/mab-<UTC>.json``.
@@ -49,7 +50,6 @@ from statefuse.projection import project
 from statefuse.resolver import Conservative, LatestWins, Resolver
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import Replica
-from statefuse.view import How
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DATA = ROOT.parent / "shared" / "mab" / "dev.jsonl"
@@ -123,7 +123,8 @@ def _selection(view: Any, key: tuple[str, str, str], answers: list[str]) -> dict
         "right": right,
         "false_certain": value is not None and not right,
         "listed": listed,
-        "marked": chosen is not None and chosen.how is How.RESOLVER,
+        # contested: the View marks the selection (`View.contested`), the other values kept
+        "marked": key in view.contested,
     }
 
 
@@ -147,10 +148,13 @@ def measure(dataset: dict[str, Any], budget: int) -> list[Outcome]:
         key = (NAMESPACE, q["subject"], q["relation"])
         shown = {}
         for name, make in CONTEXT_RESOLVERS.items():
-            text = replica.context(q["question"], budget=budget, resolver=make()).text
+            ctx = replica.context(q["question"], budget=budget, resolver=make())
+            text = ctx.text
             shown[name] = {
                 "conflict": all(occurs(v, text) for v in objects),
                 "gold": any(occurs(a, text) for a in q["answers"]),
+                # the question's key is shown as a contested line (`Context.contested`)
+                "mark": any(c.key == key for c, _ in ctx.contested.values()),
             }
         out.append(
             Outcome(
@@ -181,6 +185,7 @@ def summarize(name: str, outcomes: list[Outcome]) -> list[dict[str, Any]]:
                 "questions": n,
                 "conflict_shown": _pct(sum(o.context[r]["conflict"] for o in outcomes), n),
                 "gold_shown": _pct(sum(o.context[r]["gold"] for o in outcomes), n),
+                "mark_shown": _pct(sum(o.context[r].get("mark", False) for o in outcomes), n),
             }
         )
     for r in SELECTION_RESOLVERS:
@@ -205,8 +210,15 @@ def _cell(row: dict[str, Any], field: str) -> str:
 
 
 def format_table(rows: list[dict[str, Any]], budget: int) -> str:
-    fields = ("conflict_shown", "gold_shown", "accuracy", "false_certainty", "conflict_recall")
-    heads = ("conflict", "gold", "acc", "false-c", "recall")
+    fields = (
+        "conflict_shown",
+        "gold_shown",
+        "mark_shown",
+        "accuracy",
+        "false_certainty",
+        "conflict_recall",
+    )
+    heads = ("conflict", "gold", "mark", "acc", "false-c", "recall")
     lines = [
         "MemoryAgentBench Conflict_Resolution, conflict-bearing questions"
         f" (context budget {budget})",
@@ -214,7 +226,7 @@ def format_table(rows: list[dict[str, Any]], budget: int) -> str:
         "",
         f"{'dataset':<26}{'measure':<11}{'resolver':<14}{'n':>4}"
         + "".join(f"{h:>9}" for h in heads),
-        "-" * 100,
+        "-" * 109,
     ]
     for row in rows:
         lines.append(

@@ -114,7 +114,7 @@ from statefuse.tokenizer import (
     TokenizerError,
     default_tokenizer,
 )
-from statefuse.view import How, Selection, StaleNote, SurfacedConflict, View
+from statefuse.view import Contest, How, Selection, StaleNote, SurfacedConflict, View
 from statefuse.writer import Writer
 
 __version__ = "0.1.0"
@@ -150,6 +150,7 @@ __all__ = [
     "ConflictPage",
     "ConflictSet",
     "Conservative",
+    "Contest",
     "Context",
     "ContextCache",
     "ContextError",

@@ -75,7 +75,16 @@ from statefuse.scrub import (
 )
 from statefuse.state import State
 from statefuse.tokenizer import CachedTokenizer, Tokenizer, default_tokenizer
-from statefuse.view import How, Key, Selection, SurfacedConflict, View, json_value
+from statefuse.view import (
+    Contest,
+    How,
+    Key,
+    Selection,
+    SurfacedConflict,
+    View,
+    contest_dict,
+    json_value,
+)
 
 _T = TypeVar("_T")
 
@@ -96,7 +105,9 @@ They override any fact, suggestion or request below. For a yes/no decision, answ
 if every constraint holds.
 - Facts: accepted facts as `namespace/subject/predicate: value`, least relevant first; the \
 fact most relevant to the question is last. `(changed from: X)` means X is an old value that \
-no longer holds. `key = value` lines are the same facts in brief.
+no longer holds. `key = value` lines are the same facts in brief. \
+`contested: N other values: V by A | …` after a fact: sources disagreed, and the value shown \
+was chosen (`chosen by`) over those other values; say so when the choice matters.
 - `⚠ RECALCULATE` under a fact: a conclusion computed from an older value of that fact. \
 Do not use it as it stands; recompute it from the current value just above it.
 - Needs review: conclusions whose basis was withdrawn and whose correction is not shown. \
@@ -278,6 +289,7 @@ class Context:
         "_expanded",
         "_omitted",
         "budget",
+        "contested",
         "excluded",
         "included",
         "policy",
@@ -304,6 +316,7 @@ class Context:
         excluded: Mapping[str, int],
         scrubbed: Mapping[bytes, tuple[bytes, ...]] | None = None,
         repeated: Mapping[bytes, tuple[bytes, ...]] | None = None,
+        contested: Mapping[bytes, tuple[Contest, str | None]] | None = None,
     ) -> None:
         self.text = text
         self.sections = sections
@@ -322,6 +335,10 @@ class Context:
         #: Shown working-set claim -> the claims shown above whose values its line points to
         #: (``[= key]``) instead of repeating them.
         self.repeated: Mapping[bytes, tuple[bytes, ...]] = dict(repeated or {})
+        #: Shown fact line's claim -> the `Contest` its line is marked with (a decision, the
+        #: registry's policy or a resolver chose it over other values the lens sees) and the
+        #: handle that lists the other values' claims when the line does not list them.
+        self.contested: Mapping[bytes, tuple[Contest, str | None]] = dict(contested or {})
 
     @property
     def omitted(self) -> dict[str, tuple[bytes, ...]]:
@@ -372,6 +389,10 @@ class Context:
             "excluded": dict(sorted(self.excluded.items())),
             "scrubbed": {c.hex(): [g.hex() for g in gone] for c, gone in self.scrubbed.items()},
             "repeated": {c.hex(): [r.hex() for r in refs] for c, refs in self.repeated.items()},
+            "contested": {
+                c.hex(): {**contest_dict(contest), "handle": handle}
+                for c, (contest, handle) in sorted(self.contested.items())
+            },
         }
 
     def to_json(self) -> str:
@@ -431,7 +452,14 @@ def render_key(key: Key) -> str:
     return "/".join(_part(p) for p in key)
 
 
-def _meta(c: ClaimAdded, agree: int = 1, how: How | None = None, *, authority: bool = True) -> str:
+def _meta(
+    c: ClaimAdded,
+    agree: int = 1,
+    how: How | None = None,
+    *,
+    authority: bool = True,
+    contest: str = "",
+) -> str:
     bits = []
     if authority and c.authority:
         bits.append(f"authority={_part(c.authority)}")
@@ -443,7 +471,33 @@ def _meta(c: ClaimAdded, agree: int = 1, how: How | None = None, *, authority: b
         bits.append(f"scope={_part(c.scope)}")
     if how is How.DECISION or how is How.POLICY or how is How.RESOLVER:
         bits.append(f"chosen by {how.value}")
+    if contest:
+        bits.append(contest)
     return f" ({'; '.join(bits)})" if bits else ""
+
+
+#: Stands for the handle of a contested line's other values until the layout names it.
+_CONTEST_HANDLE = "\x00contest\x00"
+#: Most other values a contested fact line lists (more: counted, under an ``expand`` handle).
+CONTEST_LISTED = 3
+
+
+def _contest_mark(contest: Contest, names: AuthorNames, *, listed: bool, most_chars: int) -> str:
+    """A contested line's mark: ``contested: N other value(s)``, then the other values with
+    their authors (``V by A`` joined by `` | ``) when ``listed`` and there are at most
+    `CONTEST_LISTED` of them, each at most ``most_chars`` long as rendered; else an
+    ``expand`` handle (`_CONTEST_HANDLE` until the layout names it) that lists their claims."""
+    n = len(contest.others)
+    head = f"contested: {n} other value{'s' if n > 1 else ''}"
+    if listed and n <= CONTEST_LISTED:
+        shown = [render_value(g[0].value) for g in contest.others]
+        if all(len(v) <= most_chars for v in shown):
+            parts = [
+                f"{v} by {_some(sorted({_part(names.label(c.author)) for c in g}))}"
+                for v, g in zip(shown, contest.others, strict=True)
+            ]
+            return f"{head}: {' | '.join(parts)}"
+    return f"{head}, expand: {_CONTEST_HANDLE}"
 
 
 def _changed_from(olds: Sequence[ClaimAdded], label: str) -> str:
@@ -561,6 +615,7 @@ class _Prepared:
         self._sort_questions()
         self._held_text: str | None = None
         self._held: dict[str, bool] = {}
+        self._whole: set[str] = set()
         #: Folded values of shown claims (`statefuse.scrub.folded`), and `_grouped`'s answers,
         #: kept for the calls to come.
         self.folds: dict[bytes, str] = {}
@@ -727,12 +782,15 @@ class _Prepared:
     def holds(self, value: str) -> bool:
         """Whether a claim this View shows outside the working set (a fact, stale claim,
         identity claim, constraint, signal, question, or a candidate of a conflict) holds the
-        folded ``value`` as whole words (`statefuse.scrub.occurs`). The folded values are
+        folded ``value`` as whole words (`statefuse.scrub.occurs`), or a working-set item of
+        the View (an active turn or scratch item the lens sees: one a writer asserted again
+        after a copy of it was retracted) holds it as its whole value. The folded values are
         joined once per preparation, when first asked."""
         found = self._held.get(value)
         if found is None:
             text = self._held_text
             if text is None:
+                self._whole = {self.folded(c) for c in self.section(_WORKING_ITEM)}
                 held = [
                     c
                     for i, section in enumerate(self.sections)
@@ -742,7 +800,7 @@ class _Prepared:
                 held += [c for sc in self.conflicts.values() for c in sc.candidates]
                 held += [c for entries in self.asked.values() for _, cs in entries for c in cs]
                 text = self._held_text = "\x00".join(folded(value_text(c.value)) for c in held)
-            found = self._held[value] = occurs(text, value)
+            found = self._held[value] = value in self._whole or occurs(text, value)
         return found
 
     # -- facts in id order, and what is left out --
@@ -865,6 +923,9 @@ class _Built:
     notes: list[_Note] = field(default_factory=list)
     #: The lines that are turns, by their speaker as written (`_speaker_runs`).
     speakers: dict[str, str] = field(default_factory=dict)
+    #: The contested fact lines shown: the claim, its `Contest`, and the handle listing the
+    #: other values' claims when the line does not list them.
+    contested: list[tuple[ClaimAdded, Contest, str | None]] = field(default_factory=list)
 
 
 class _Handles:
@@ -1039,6 +1100,8 @@ class _Facts:
         self._best: list[ClaimAdded] = []
         self._zero: list[ClaimAdded] = []
         self._zero_from = 0
+        #: The contested lines of the latest layout (`_Built.contested`).
+        self.marked: list[tuple[ClaimAdded, Contest, str | None]] = []
 
     def _top(self, k: int) -> list[ClaimAdded]:
         """The ``k`` best positively scored facts (by score, then claim id), found without
@@ -1099,7 +1162,18 @@ class _Facts:
             shown += more_shown
         return lines, shown
 
-    def _full(self, c: ClaimAdded) -> _Unit:
+    def _contest(self, c: ClaimAdded) -> Contest | None:
+        """The `Contest` of the key ``c`` is selected at, when ``c`` is its selected claim."""
+        contested = self.view.contested
+        if not contested:
+            return None
+        contest = contested.get(c.key)
+        if contest is None:
+            return None
+        sel = self.view.selected.get(c.key)
+        return contest if sel is not None and sel.claim.op_id == c.op_id else None
+
+    def _full(self, c: ClaimAdded, *, listed: bool = True) -> _Unit:
         sel = self.view.selected.get(c.key)
         agree = len(sel.claims) if sel is not None and sel.how is not How.MULTI else 1
         how = sel.how if sel is not None else None
@@ -1108,14 +1182,38 @@ class _Facts:
             if self.policy.previous is PreviousValues.SHOW
             else ""
         )
-        line = f"{ITEM}{render_key(c.key)}: {render_value(c.value)}{_meta(c, agree, how)}{changed}"
+        contest = self._contest(c)
+        mark = ""
+        if contest is not None:
+            chars = self.policy.summary_value_chars
+            mark = _contest_mark(contest, self.prep.names, listed=listed, most_chars=chars)
+        meta = _meta(c, agree, how, contest=mark)
+        line = f"{ITEM}{render_key(c.key)}: {render_value(c.value)}{meta}{changed}"
         lines, shown = self._recalc_lines(c)
-        return _Unit([line, *lines], [c, *shown], self.meter.lines([line, *lines]))
+        return _Unit([line, *lines], [c, *shown], self._cost([line, *lines]))
+
+    def _cost(self, lines: list[str]) -> int:
+        """What ``lines`` cost, a contested line's handle counted as a two-digit one."""
+        if _CONTEST_HANDLE in lines[0]:
+            lines = [lines[0].replace(_CONTEST_HANDLE, "F99"), *lines[1:]]
+        return self.meter.lines(lines)
+
+    def _fitting(self, c: ClaimAdded, room: int) -> _Unit:
+        """The full unit of ``c``: a contested line lists its other values, or, when that
+        line does not fit in ``room``, counts them under a handle."""
+        u = self._full(c)
+        if u.cost > room and _CONTEST_HANDLE not in u.lines[0] and self._contest(c) is not None:
+            u = self._full(c, listed=False)
+        return u
 
     def _summary(self, c: ClaimAdded) -> str | None:
         v = render_value(c.value)
         if len(v) > self.policy.summary_value_chars:
             return None
+        contest = self._contest(c)
+        if contest is not None:
+            mark = _contest_mark(contest, self.prep.names, listed=False, most_chars=0)
+            return f"{ITEM}{render_key(c.key)} = {v} ({mark})"
         return f"{ITEM}{render_key(c.key)} = {v}"
 
     def layout(self, room: int, handles: _Handles, *, slack: int = 0) -> _Built:
@@ -1123,6 +1221,7 @@ class _Facts:
         value`` summaries, then counted groups. The counted line may also use up to ``slack``
         tokens beyond ``room``, so left-out facts are announced whenever the budget allows."""
         out = _Built()
+        self.marked = out.contested
         if not self.total:
             return out
         meter = self.meter
@@ -1138,7 +1237,7 @@ class _Facts:
             while i < self.total:
                 if i == len(ranked):
                     ranked = self.ranked(len(ranked) * 2)
-                u = self._full(ranked[i])
+                u = self._fitting(ranked[i], room - used)
                 if used + u.cost > room:
                     break
                 full.append(u)
@@ -1159,7 +1258,7 @@ class _Facts:
                 line = self._summary(c)
                 if line is None:
                     continue
-                cost = meter.line(line)
+                cost = meter.line(line.replace(_CONTEST_HANDLE, "F99"))
                 if used + cost + reserve > room + spare:
                     break
                 summaries.append((line, c))
@@ -1207,6 +1306,7 @@ class _Facts:
                 used += cost
         shown_items = [([s], c) for s, c in reversed(summaries)]
         shown_items += [(u.lines, u.claims[0]) for u in reversed(full)]
+        shown_items = self._name_contests(shown_items, handles, out)
         if not (shown_items or groups):
             return out
         out.lines = [*groups, *_grouped(shown_items, meter)]
@@ -1215,6 +1315,34 @@ class _Facts:
         ]
         out.cost = used
         return out
+
+    def _name_contests(
+        self,
+        items: list[tuple[list[str], ClaimAdded]],
+        handles: _Handles,
+        out: _Built,
+    ) -> list[tuple[list[str], ClaimAdded]]:
+        """``items`` (lines and claim, in text order) with each contested line's handle named
+        (the next fact handles, after the counted lines'), and the contested lines noted in
+        ``out`` with the claims of the other values put under their handles."""
+        self.marked = out.contested
+        if not self.view.contested:
+            return items
+        named: list[tuple[list[str], ClaimAdded]] = []
+        for lines, c in items:
+            contest = self._contest(c)
+            if contest is None:
+                named.append((lines, c))
+                continue
+            handle = None
+            if _CONTEST_HANDLE in lines[0]:
+                handle = handles.next(SectionName.FACTS)
+                lines = [lines[0].replace(_CONTEST_HANDLE, handle), *lines[1:]]
+                others = [x for g in contest.others for x in g]
+                out.omitted.append((handle, others))
+            out.contested.append((c, contest, handle))
+            named.append((lines, c))
+        return named
 
 
 def _by_id(c: ClaimAdded) -> bytes:
@@ -1741,6 +1869,7 @@ def assemble_context(
         excluded=excluded,
         scrubbed={cid: gone for cid, gone, _ in sorted(notes) if gone},
         repeated={cid: refs for cid, _, refs in sorted(notes) if refs},
+        contested={c.op_id: (contest, handle) for c, contest, handle in facts.marked},
     )
 
 

@@ -112,7 +112,7 @@ from statefuse.registry.value import Value, frozen_value, plain_value
 from statefuse.resolver import Resolver
 from statefuse.state import State
 from statefuse.sync.replica import Replica
-from statefuse.view import Key, SurfacedConflict, View
+from statefuse.view import Contest, Key, SurfacedConflict, View, contest_dict
 
 __all__ = [
     "CLAIM_PREFIX",
@@ -461,6 +461,8 @@ class _Found:
     conflict: SurfacedConflict | None
     #: The names the space's authors declared (a conflict's candidates carry them).
     names: AuthorNames
+    #: How the selected value was chosen over other values the lens sees (None: no contest).
+    contest: Contest | None = None
 
     @property
     def claims(self) -> tuple[ClaimAdded, ...]:
@@ -492,7 +494,8 @@ class _Seen:
         selection = self.view.selected.get(k)
         if selection is None:
             return None
-        return _Found(namespace, key, selection.claim, None, self.names)
+        contest = self.view.contested.get(k)
+        return _Found(namespace, key, selection.claim, None, self.names, contest)
 
 
 def _when(ms: int) -> datetime:
@@ -538,8 +541,66 @@ def _value_of(found: _Found) -> dict[str, Any]:
     }
 
 
+class ContestedItem(Item):
+    """An `Item` whose value a decision, the registry's policy or the store's resolver chose
+    over other values the lens sees: ``contested`` says how and lists the other values with
+    their authors (`contested_metadata`). The value is the chosen one, as for any item."""
+
+    __slots__ = ("contested",)
+
+    def __init__(self, *, contested: dict[str, Any], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.contested = contested
+
+    def dict(self) -> dict[str, Any]:
+        out = super().dict()
+        out["contested"] = self.contested
+        return out
+
+
+class ContestedSearchItem(SearchItem):
+    """A `SearchItem` with the ``contested`` metadata of `ContestedItem`."""
+
+    __slots__ = ("contested",)
+
+    def __init__(self, *, contested: dict[str, Any], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.contested = contested
+
+    def dict(self) -> dict[str, Any]:
+        out = super().dict()
+        out["contested"] = self.contested
+        return out
+
+
+def contested_metadata(found: _Found) -> dict[str, Any] | None:
+    """The item's contest as data: `statefuse.view.contest_dict` (conflict id, how and by
+    what it was settled, each other value with its claims and authors) with the chosen
+    claim's id and the names the other values' authors declared. None: no contest."""
+    contest = found.contest
+    if contest is None or found.selected is None:
+        return None
+    out = contest_dict(contest)
+    out["claim_id"] = found.selected.claim_id.hex()
+    names = found.names
+    for entry, group, authors in zip(out["others"], contest.others, contest.authors, strict=True):
+        entry["value"] = plain_value(group[0].value)
+        entry["author_names"] = [names.get(a) if isinstance(a, bytes) else None for a in authors]
+    return out
+
+
 def _item(found: _Found) -> Item:
     walls = [c.wall_ms for c in found.claims]
+    contested = contested_metadata(found)
+    if contested is not None:
+        return ContestedItem(
+            contested=contested,
+            value=_value_of(found),
+            key=found.key,
+            namespace=found.namespace,
+            created_at=_when(min(walls)),
+            updated_at=_when(max(walls)),
+        )
     return Item(
         value=_value_of(found),
         key=found.key,
@@ -551,6 +612,17 @@ def _item(found: _Found) -> Item:
 
 def _search_item(found: _Found, score: float | None) -> SearchItem:
     walls = [c.wall_ms for c in found.claims]
+    contested = contested_metadata(found)
+    if contested is not None:
+        return ContestedSearchItem(
+            contested=contested,
+            namespace=found.namespace,
+            key=found.key,
+            value=_value_of(found),
+            created_at=_when(min(walls)),
+            updated_at=_when(max(walls)),
+            score=score,
+        )
     return SearchItem(
         namespace=found.namespace,
         key=found.key,
@@ -635,6 +707,8 @@ class _Hits:
     keys: list[str] = field(default_factory=list)
     #: Per item: its selected claim, or its unresolved conflict.
     entries: list[ClaimAdded | SurfacedConflict] = field(default_factory=list)
+    #: The View's contested selections (`View.contested`), for the items of the page.
+    contested: Mapping[Key, Contest] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -642,7 +716,9 @@ class _Hits:
     def found(self, i: int) -> _Found:
         e = self.entries[i]
         if isinstance(e, ClaimAdded):
-            return _Found(self.namespaces[i], self.keys[i], e, None, self.names)
+            ns, key = self.namespaces[i], self.keys[i]
+            contest = self.contested.get((_name_of(ns), key, PREDICATE)) if self.contested else None
+            return _Found(ns, key, e, None, self.names, contest)
         return _Found(self.namespaces[i], self.keys[i], None, e, self.names)
 
     def claims(self) -> Iterator[ClaimAdded]:
@@ -1027,7 +1103,7 @@ class StateFuseStore(BaseStore):
         conflicts, selected = seen.conflicts, seen.view.selected
         # unranked results come in (namespace, key) order: the page ends the scan
         stop = None if ranked else op.offset + op.limit
-        hits = _Hits(seen.names)
+        hits = _Hits(seen.names, contested=seen.view.contested)
         namespaces, keys, entries = hits.namespaces, hits.keys, hits.entries
         if stop != 0:
             for ns in catalog.under(tuple(op.namespace_prefix)):

@@ -69,7 +69,7 @@ from statefuse.op import ClaimAdded, claim_ref_for
 from statefuse.ranker import LexicalRanker
 from statefuse.resolver import Conservative
 from statefuse.state import ConflictSet, State
-from statefuse.view import json_value
+from statefuse.view import Contest, json_value
 
 if TYPE_CHECKING:
     from statefuse.sync.replica import Replica
@@ -176,6 +176,43 @@ class SectionInfo(TypedDict):
     claim_ids: Annotated[list[str], Field(description="the claims shown in it")]
 
 
+class OtherValue(TypedDict):
+    """One other candidate value of a contested key, with the claims holding it."""
+
+    value: Annotated[Any, Field(description='the value as JSON; bytes as {"$bytes": "<hex>"}')]
+    claim_ids: list[str]
+    authors: Annotated[list[str], Field(description="ids (hex) of the keys that asserted it")]
+    author_names: Annotated[
+        list[str | None], Field(description="the names those authors declared (null: none)")
+    ]
+
+
+class ContestInfo(TypedDict):
+    """A claim shown for a key whose sources disagree: how the choice was made and what else
+    was claimed (only claims the reader may see)."""
+
+    claim_id: Annotated[str, Field(description="the claim shown (the chosen value)")]
+    key: str
+    scope: str
+    conflict_id: Annotated[str, Field(description="the conflict (hex), as `decide` names it")]
+    how: Annotated[
+        str,
+        Field(
+            description="decision, registry policy or resolver (recall: what chose it);"
+            " search: decision when one applies, else conflict (nobody decided)"
+        ),
+    ]
+    by: Annotated[str, Field(description="decision, the policy, or the resolver's name")]
+    handle: Annotated[
+        str | None,
+        Field(
+            description="recall: the expand handle of the other values when the text only"
+            " counts them"
+        ),
+    ]
+    others: list[OtherValue]
+
+
 class Recalled(TypedDict):
     """The token-budgeted context of ``recall``: ``text`` is what a model reads."""
 
@@ -186,6 +223,10 @@ class Recalled(TypedDict):
     excluded: Annotated[
         dict[str, int], Field(description="claims kept out of the context, counted by reason")
     ]
+    contested: Annotated[
+        list[ContestInfo],
+        Field(description="every fact line shown whose value was chosen over other values"),
+    ]
 
 
 class Found(TypedDict):
@@ -193,6 +234,10 @@ class Found(TypedDict):
 
     total: Annotated[int, Field(description="how many active claims match, shown or not")]
     claims: list[ClaimInfo]
+    contested: Annotated[
+        list[ContestInfo],
+        Field(description="each claim shown whose key and scope hold other values too"),
+    ]
 
 
 class Retracted(TypedDict):
@@ -342,6 +387,59 @@ def _claim_info(c: ClaimAdded, state: State, names: AuthorNames) -> ClaimInfo:
         authority=c.authority,
         lamport=c.lamport,
         notes=claim_notes(c, state),
+    )
+
+
+def _other_value(claims: Sequence[ClaimAdded], names: AuthorNames) -> OtherValue:
+    authors = sorted({_author(c.author): c.author for c in claims}.items())
+    return OtherValue(
+        value=json_value(claims[0].value),
+        claim_ids=[c.claim_id.hex() for c in claims],
+        authors=[a for a, _ in authors],
+        author_names=[_name(a, names) for _, a in authors],
+    )
+
+
+def _contest_info(
+    claim_id: bytes, contest: Contest, handle: str | None, names: AuthorNames
+) -> ContestInfo:
+    """A contested line of a context (`Context.contested`), as ``recall`` returns it."""
+    return ContestInfo(
+        claim_id=claim_id.hex(),
+        key=format_key(contest.key),
+        scope=contest.scope,
+        conflict_id=contest.conflict_id.hex(),
+        how=contest.how.value,
+        by=contest.by,
+        handle=handle,
+        others=[_other_value(g, names) for g in contest.others],
+    )
+
+
+def _search_contest(c: ClaimAdded, state: State, names: AuthorNames) -> ContestInfo | None:
+    """``search``'s mark of a claim whose key and scope hold other values (search shows every
+    active claim, so every other value is listed)."""
+    key = (c.namespace, c.subject, c.predicate)
+    if not state.in_conflict(*key, c.scope):
+        return None
+    conflict = state.conflict_of(*key, c.scope)
+    if conflict is None:
+        return None
+    decided = state.decision_for(conflict) is not None
+    others = [
+        [state.claims[cid] for cid in g.claim_ids]
+        for g in conflict.groups
+        if c.claim_id not in g.claim_ids
+    ]
+    return ContestInfo(
+        claim_id=c.claim_id.hex(),
+        key=_key_text(c),
+        scope=c.scope,
+        conflict_id=conflict.conflict_id.hex(),
+        how="decision" if decided else "conflict",
+        by="decision" if decided else "",
+        handle=None,
+        others=[_other_value(g, names) for g in others],
     )
 
 
@@ -568,6 +666,7 @@ class _Tools:
             rep = self.replica
             resolver = Conservative(authority_order=rep.registry.authority_order)
             ctx = rep.context(query, lens=lens, budget=budget, resolver=resolver)
+            names = rep.author_names()
         sections = [
             SectionInfo(
                 name=s.name.value,
@@ -583,6 +682,10 @@ class _Tools:
             budget=ctx.budget,
             sections=sections,
             excluded=dict(ctx.excluded),
+            contested=[
+                _contest_info(cid, contest, handle, names)
+                for cid, (contest, handle) in ctx.contested.items()
+            ],
         )
         return _answer(ctx.text, result)
 
@@ -627,6 +730,7 @@ class _Tools:
                 shown = sorted(claims, key=_KEY_ORDER)[:limit]
             names = self.replica.author_names()
             infos = [_claim_info(c, state, names) for c in shown]
+            contested = [m for c in shown if (m := _search_contest(c, state, names)) is not None]
         text = f"{plural(total, 'matching claim')}" + (
             f", {len(infos)} shown" if len(infos) < total else ""
         )
@@ -635,7 +739,8 @@ class _Tools:
             + (f"  ({', '.join(i['notes'])})" if i["notes"] else "")
             for i, c in zip(infos, shown, strict=True)
         ]
-        return _answer("\n".join([text, *lines]), Found(total=total, claims=infos))
+        found = Found(total=total, claims=infos, contested=contested)
+        return _answer("\n".join([text, *lines]), found)
 
     def retract(
         self,

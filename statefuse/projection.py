@@ -61,6 +61,7 @@ from statefuse.resolver import (
 from statefuse.scrub import RetractedValues, retracted_index
 from statefuse.state import ConflictSet, State
 from statefuse.view import (
+    Contest,
     ExplanationMap,
     How,
     Key,
@@ -501,6 +502,7 @@ class _Outcome:
     its surfaced conflict, and the claims it leaves out. Kept while the item is the same."""
 
     __slots__ = (
+        "contested",
         "expired",
         "explanation",
         "hidden",
@@ -514,6 +516,7 @@ class _Outcome:
         self.selected: Selection | ClaimAdded | None = None
         self.explanation: str | ClaimAdded | None = None
         self.surfaced: SurfacedConflict | None = None
+        self.contested: Contest | None = None
         self.hidden = 0
         self.out_of_scope: list[bytes] = []
         self.expired: list[bytes] = []
@@ -526,6 +529,7 @@ class _Seen:
 
     __slots__ = (
         "changed",
+        "contested",
         "decisions",
         "explanations",
         "hidden",
@@ -553,6 +557,7 @@ class _Seen:
         self.explanations: dict[Key, str | ClaimAdded] = {}
         self.surfaced_keys: list[Key] = []
         self.surfaced: list[SurfacedConflict] = []
+        self.contested: dict[Key, Contest] = {}
         #: Claims left out, counted: hidden, out of scope, expired, shadowed.
         self.tally = [0, 0, 0, 0]
         self.view: View | None = None
@@ -565,6 +570,7 @@ class _Seen:
         out.explanations = Unordered(self.explanations)
         out.surfaced_keys = self.surfaced_keys.copy()
         out.surfaced = self.surfaced.copy()
+        out.contested = self.contested.copy()
         out.tally = self.tally.copy()
         return out
 
@@ -576,6 +582,8 @@ class _Seen:
             self.selected[key] = o.selected
         if o.explanation is not None:
             self.explanations[key] = o.explanation
+        if o.contested is not None:
+            self.contested[key] = o.contested
         if o.surfaced is not None:
             i = bisect_left(self.surfaced_keys, key)
             self.surfaced_keys.insert(i, key)
@@ -589,6 +597,7 @@ class _Seen:
             return
         self.selected.pop(key, None)
         self.explanations.pop(key, None)
+        self.contested.pop(key, None)
         if o.surfaced is not None:
             i = bisect_left(self.surfaced_keys, key)
             del self.surfaced_keys[i], self.surfaced[i]
@@ -750,6 +759,7 @@ class _Run:
             },
             excluded_ids=_ExcludedIds(out, seen.outcomes),
             explanations=ExplanationMap(parts, seen.explanations),
+            contested=dict(sorted(seen.contested.items())),
             _lineage=(next(_serials), *_parent(before, seen)),
             retracted=self._retracted(),
         )
@@ -820,6 +830,15 @@ class _Run:
             pick = next(c for c in here if c.op_id == answer.claim_id)
             group = next(g for g in groups if pick in g)
             self.out.selected = Selection(key, scope, pick, group, how, answer.reason)
+            self.out.contested = Contest(
+                key,
+                scope,
+                conflict.locus,
+                conflict.conflict_id,
+                how,
+                self._settled_by(how, policy),
+                tuple(g for g in groups if g is not group),
+            )
             self.out.explanation = (
                 f"{name} [{scope}]: {_fmt(pick)} ({how.value}: {answer.reason};"
                 f" {len(groups)} candidate values){note}"
@@ -839,6 +858,14 @@ class _Run:
         self.out.explanation = (
             f"{name} [{scope}]: UNRESOLVED between {values} ({answer.reason}){note}"
         )
+
+    def _settled_by(self, how: How, policy: Policy) -> str:
+        """What `Contest.by` names: the decision, the registry policy, or the resolver."""
+        if how is How.DECISION:
+            return "decision"
+        if how is How.POLICY:
+            return policy.value
+        return type(self.resolver).__name__
 
     def _resolve(
         self, conflict: ConflictSet, inp: ResolverInput, policy: Policy
@@ -879,14 +906,14 @@ class _Run:
         return best
 
     def _stand_in_note(self, decided: bytes) -> str:
-        """Why another claim of the decided value is selected, naming no claim the lens may
-        not see: "retracted" only when the lens could see the decided claim."""
+        """Why another claim of the decided value is selected, hinting at no claim the lens may
+        not see (SEMANTICS §7.1: hidden claims appear only as counts): "retracted" or "not
+        shown" (out of scope, expired) only when the lens has the roles to see the decided
+        claim; else nothing, and the decision's own reason stands alone."""
         c = self.state.claims.get(decided)
-        if (
-            c is not None
-            and not self.state.is_active(decided)
-            and self.lens.sees_roles(c.visibility)
-        ):
+        if c is None or not self.lens.sees_roles(c.visibility):
+            return ""
+        if not self.state.is_active(decided):
             return " (the decided claim was retracted; another claim of its value is selected)"
         return " (the decided claim is not shown; another claim of its value is selected)"
 

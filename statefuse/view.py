@@ -3,7 +3,8 @@
 Invariant: a View holds only what its lens may see. Hidden claims appear nowhere in it — not as
 values, ids, candidates, repair notes or explanations — only as a count under
 ``excluded["hidden"]``. Every visible conflict is either in ``selected`` (with how it was
-chosen) or in ``unresolved`` and ``surfaced_conflicts`` with all its visible candidates.
+chosen, and a `Contest` in ``contested`` naming the other visible values) or in ``unresolved``
+and ``surfaced_conflicts`` with all its visible candidates.
 
 ``selected`` and ``explanations`` are read-only mappings in key order (`SelectedMap`,
 `ExplanationMap`) that make the entry of a sole-candidate key when it is first read, so a
@@ -73,6 +74,43 @@ class SurfacedConflict:
     reason: str
     error: str | None = None
     not_shown: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Contest:
+    """Why a selection is contested: a decision, the registry's policy or a resolver chose one
+    value of a conflict this view sees, and the other values stay visible beside it.
+
+    ``how`` is the selection's (`How.DECISION`, `How.POLICY` or `How.RESOLVER`) and ``by``
+    names what settled it: ``"decision"``, the policy (``"latest"``, ``"authority"``) or the
+    resolver (its class name). ``others`` holds the other candidate values as groups of
+    agreeing claims (the View's order: by normal form, each by claim_id), visible claims only:
+    a candidate the lens may not see is neither counted nor named here (SEMANTICS §7), so a
+    conflict that only a hidden claim makes is no contest. ``conflict_id`` and ``locus`` are
+    the State's hashes, as in `SurfacedConflict` (a hash names no hidden candidate).
+    """
+
+    key: Key
+    scope: str
+    locus: bytes
+    conflict_id: bytes
+    how: How
+    by: str
+    others: tuple[tuple[ClaimAdded, ...], ...]
+
+    @property
+    def values(self) -> tuple[Value, ...]:
+        """The other candidate values, one per group (the value of its lowest claim id)."""
+        return tuple(g[0].value for g in self.others)
+
+    @property
+    def authors(self) -> tuple[tuple[str | bytes, ...], ...]:
+        """The authors of each other value, distinct and sorted, in the order of ``others``."""
+        return tuple(tuple(sorted({c.author for c in g}, key=_author_order)) for g in self.others)
+
+
+def _author_order(a: str | bytes) -> tuple[int, str]:
+    return (0, a.hex()) if isinstance(a, bytes) else (1, a)
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +389,10 @@ class View:
     excluded: Mapping[str, int]
     excluded_ids: Mapping[str, tuple[bytes, ...]]
     explanations: Mapping[Key, str]
+    #: Key -> `Contest`, in key order, for each selected key whose value a decision, the
+    #: registry's policy or a resolver chose among values this lens sees; a selection that
+    #: no visible conflict preceded (sole candidate, agreement, multi-valued) has none.
+    contested: Mapping[Key, Contest] = field(default_factory=dict)
     #: (this View's serial, the serial of the View it was carried over from or 0, the keys
     #: projected again since that one): lets context assembly carry its work over too.
     _lineage: tuple[int, int, frozenset[Key]] | None = field(
@@ -383,6 +425,7 @@ class View:
             "excluded": dict(sorted(self.excluded.items())),
             "excluded_ids": {k: [i.hex() for i in v] for k, v in sorted(self.excluded_ids.items())},
             "explanations": {"/".join(k): v for k, v in sorted(self.explanations.items())},
+            "contested": {"/".join(k): contest_dict(c) for k, c in sorted(self.contested.items())},
         }
 
 
@@ -435,4 +478,25 @@ def _conflict(c: SurfacedConflict) -> dict[str, Any]:
         "groups": [[x.claim_id.hex() for x in g] for g in c.groups],
         "reason": c.reason,
         "error": c.error,
+    }
+
+
+def contest_dict(c: Contest) -> dict[str, Any]:
+    """A `Contest` as JSON-ready data (the View's JSON, MCP and the LangGraph store's item
+    metadata spell it the same way): each other value with its claims and their authors."""
+    return {
+        "key": list(c.key),
+        "scope": c.scope,
+        "locus": c.locus.hex(),
+        "conflict_id": c.conflict_id.hex(),
+        "how": c.how.value,
+        "by": c.by,
+        "others": [
+            {
+                "value": json_value(g[0].value),
+                "claims": [x.claim_id.hex() for x in g],
+                "authors": [a.hex() if isinstance(a, bytes) else a for a in authors],
+            }
+            for g, authors in zip(c.others, c.authors, strict=True)
+        ],
     }

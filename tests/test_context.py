@@ -730,6 +730,7 @@ def test_the_system_prompt_explains_every_marker_the_text_uses():
         "`[P] (authority=A)`",
         "`speaker: text`",
         "`speaker:` alone",
+        "`contested: N other values",
     ):
         assert SYSTEM_PROMPT.count(marker) == 1, marker
     assert TOK.count(SYSTEM_PROMPT) < 600

@@ -20,7 +20,7 @@ from statefuse import (
     decode_op,
     materialize,
 )
-from statefuse.context import context_for
+from statefuse.context import assemble_context, context_for
 from statefuse.lens import Lens
 from statefuse.op import decode_ops
 from statefuse.projection import project
@@ -381,3 +381,77 @@ def test_a_third_agent_agreeing_with_the_decided_date_does_not_reopen_the_confli
     sel = project(planner.state(), Lens()).selected[KEY]
     assert sel.how is How.DECISION and sel.claim.value == "2026-04-08"
     assert planner.state().stale_decisions == ()
+
+
+# --- a decision for a hidden claim hints at nothing (SEMANTICS §7: hidden claims only counted) --
+
+
+def hidden_decided(pick_hidden: bool = True):
+    """SA by a, SB by b, SA again by hr, visible to ``hr`` only; a decision for SA naming hr's
+    claim (or a's)."""
+    ca, cb = claim(w("a"), "SA"), claim(w("b"), "SB")
+    ch = claim(w("hr"), "SA", visibility=["hr"])
+    (conflict,) = state_of([ca, cb, ch]).conflicts
+    planner = w("planner")
+    planner.observe([ca, cb, ch])
+    named = ch if pick_hidden else ca
+    return [ca, cb, ch, planner.decide_on(conflict, named.claim_id, reason="hr confirmed")], ca
+
+
+def test_a_decision_naming_a_hidden_claim_gives_a_lens_without_its_roles_the_reason_alone():
+    ops, ca = hidden_decided()
+    v = view_of(ops)
+    sel = v.selected[KEY]
+    assert sel.how is How.DECISION and sel.claim.claim_id == ca.claim_id
+    assert sel.reason == "hr confirmed"
+    assert v.explanations[KEY] == (
+        "p/launch/deadline [global]: 'SA' (decision: hr confirmed; 2 candidate values)"
+    )
+    assert "not shown" not in v.to_json() and "decided claim" not in v.to_json()
+    assert v.excluded["hidden"] == 1
+    # the View is the one a decision naming the visible claim of that value gives
+    assert v.to_json() == view_of(hidden_decided(pick_hidden=False)[0]).to_json()
+    # a lens with the roles sees the decided claim itself
+    assert view_of(ops, Lens(roles=("hr",))).selected[KEY].reason == "hr confirmed"
+
+
+_CLAIM = st.tuples(st.sampled_from(("SA", "SB", "SC")), st.booleans())
+
+
+@given(st.lists(_CLAIM, min_size=2, max_size=6), st.integers(0, 10))
+def test_a_view_cannot_tell_a_decision_named_a_hidden_claim(specs, at):
+    """Deciding for a hidden claim of a value gives a lens without its roles the very View (and
+    context) deciding for the lowest visible claim of that value gives: no field hints at it."""
+    claims = [
+        claim(w(f"w{i}"), v, visibility=["hr"] if hidden else [])
+        for i, (v, hidden) in enumerate(specs)
+    ]
+    conflicts = state_of(claims).conflicts
+    if not conflicts:
+        return
+    both = [
+        v
+        for v in {c.value for c in claims}
+        if any(c.visibility for c in claims if c.value == v)
+        and any(not c.visibility for c in claims if c.value == v)
+    ]
+    if not both:
+        return
+    value = sorted(both)[at % len(both)]
+    hidden = [c for c in claims if c.value == value and c.visibility]
+    shown = min(
+        (c for c in claims if c.value == value and not c.visibility), key=lambda c: c.claim_id
+    )
+    out = []
+    for named in (hidden[at % len(hidden)], shown):
+        planner = w("planner")
+        planner.observe(claims)
+        d = planner.decide_on(conflicts[0], named.claim_id, reason="why")
+        v = view_of([*claims, d])
+        ctx = assemble_context(v, query="deadline", budget=2000)
+        out.append((v.to_json(), ctx.to_json()))
+        for c in claims:
+            if c.visibility:
+                assert c.claim_id.hex() not in out[-1][0] + out[-1][1]
+        assert "decided claim" not in out[-1][0] + out[-1][1]
+    assert out[0] == out[1]

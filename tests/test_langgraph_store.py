@@ -889,3 +889,44 @@ def test_two_langgraph_agents_on_synced_replicas_see_their_disagreement_not_one_
         assert sorted(c["value"]["theme"] for c in candidates) == ["dark", "light"]
         assert out["related"] == ["prefs"]
     assert planner.get(("users", "u1"), "prefs") == scout.get(("users", "u1"), "prefs")
+
+
+def test_a_compiled_graph_reads_a_chosen_value_with_its_contested_mark():
+    """A resolver's (or a decision's) choice is the item's value, and the item says it was
+    contested: the other value with its author, in `ContestedItem.contested`; a candidate the
+    lens may not see is neither counted nor named; an item no conflict preceded has no mark."""
+    from statefuse import LatestWins
+
+    a, _ = _conflicted()
+    a.replica.add_claim(  # a third value, for the admin role only
+        "lg:users.u1", "prefs", "value", {"theme": "SECRET"}, visibility=["admin"]
+    )
+    latest = StateFuseStore(a.replica, resolver=LatestWins())
+
+    def recall(state: Turn, *, store: BaseStore) -> dict[str, Any]:
+        item = store.get(("users", state["user"]), "prefs")
+        hits = store.search(("users", state["user"]))
+        return {
+            "memory": {"value": item.value, "contested": getattr(item, "contested", None)},
+            "related": [(h.key, getattr(h, "contested", None)) for h in hits],
+        }
+
+    graph = StateGraph(Turn).add_node("recall", recall)
+    graph.add_edge(START, "recall").add_edge("recall", END)
+    out = graph.compile(store=latest).invoke({"user": "u1"})
+    assert out["memory"]["value"] == {"theme": "light", "size": 12}
+    mark = out["memory"]["contested"]
+    assert (mark["how"], mark["by"]) == ("resolver", "LatestWins")
+    (other,) = mark["others"]
+    assert other["value"] == {"theme": "dark", "size": 12}
+    assert other["authors"] == [a.replica.author.hex()]
+    assert "SECRET" not in json.dumps(out)
+    related = dict(out["related"])
+    assert related["prefs"] == mark and related["other"] is None
+    assert latest.get(("users", "u1"), "prefs").dict()["contested"] == mark
+    # the admin sees three values: two others
+    admin = StateFuseStore(a.replica, resolver=LatestWins(), lens=Lens(roles=frozenset({"admin"})))
+    assert len(admin.get(("users", "u1"), "prefs").contested["others"]) == 2
+    # without a resolver nothing was chosen: the conflict itself is the value, no mark
+    plain = a.get(("users", "u1"), "prefs")
+    assert CONFLICT_FIELD in plain.value and not hasattr(plain, "contested")

@@ -76,3 +76,8 @@ def test_a_tiny_run_prints_every_row_and_writes_the_json(
     assert rows[0]["conflict_shown"] == 100.0  # both of Ada's cities are in the context
     for r in rows:
         assert f"{r['dataset']:<26}{r['measure']:<11}{r['resolver']}" in table
+    # LatestWins chose Rome: the context's line says it was contested, London beside it
+    assert rows[1]["mark_shown"] == 100.0 and rows[1]["conflict_shown"] == 100.0
+    assert rows[0]["mark_shown"] == 0.0  # the default resolver surfaced the conflict instead
+    (q,) = json.loads(out.read_text())["questions"]["tiny"]
+    assert q["selection"]["latest-wins"]["marked"] is True

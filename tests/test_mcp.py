@@ -642,3 +642,35 @@ def test_every_tool_and_argument_is_documented_in_the_mcp_guide(session):
         if needle not in section:
             missing.append(needle)
     assert not missing, f"undocumented in docs/guides/mcp.md: {missing}"
+
+
+# --- a contested choice stays visible ------------------------------------------------------------
+
+
+def test_recall_and_search_mark_a_decided_value_with_the_others_and_their_authors(store, session):
+    store.merge(_other(("vendor/acme/price", 1200, "vendor email")))
+    mine = session.ok("remember", key="vendor/acme/price", value=1150)
+    store.add_claim("vendor", "acme", "price", 999, visibility=["finance"])  # hidden from recall
+    session.ok("remember", key="vendor/globex/price", value=900)
+    undecided = session.ok("recall", query="acme price")
+    assert undecided["contested"] == []  # nobody chose: the conflict is surfaced instead
+    session.ok("decide", key="vendor/acme/price", claim_id=mine["claim_id"], reason="invoice")
+    got = session.ok("recall", query="acme price")
+    (line,) = [ln for ln in got["text"].splitlines() if "acme" in ln and "1150" in ln]
+    assert "chosen by decision; contested: 1 other value: 1200 by " in line
+    assert "999" not in got["text"]
+    (mark,) = got["contested"]
+    assert (mark["claim_id"], mark["key"]) == (mine["claim_id"], "vendor/acme/price")
+    assert (mark["how"], mark["by"], mark["handle"]) == ("decision", "decision", None)
+    ((other,),) = [mark["others"]]
+    assert other["value"] == 1200 and len(other["authors"]) == 1
+    assert other["authors"][0] != store.author.hex()
+    # the finance role sees the third value too
+    wide = session.ok("recall", query="acme price", role="finance")
+    assert {o["value"] for o in wide["contested"][0]["others"]} == {1200, 999}
+    # search shows every active claim; each of the key's claims names the other values
+    found = session.ok("search", query="acme price")
+    marks = {m["claim_id"]: m for m in found["contested"]}
+    assert {o["value"] for o in marks[mine["claim_id"]]["others"]} == {1200, 999}
+    assert marks[mine["claim_id"]]["how"] == "decision"
+    assert len(marks) == 3 and all(len(m["others"]) == 2 for m in marks.values())

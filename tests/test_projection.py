@@ -37,7 +37,7 @@ from statefuse import (
 from statefuse.lens import Include, Lens, LensError, scope_rank
 from statefuse.projection import ProjectionError, project
 from statefuse.testing import TEST_REGISTRY, op_lists
-from statefuse.view import How
+from statefuse.view import Contest, How
 
 REG = Registry(
     [
@@ -368,7 +368,7 @@ def reference_project(state, lens, *, resolver=None, authority_order=None):
     def rep(claims):
         return max(claims, key=lambda c: (c.confidence, c.lamport, c.claim_id))
 
-    selected, unresolved, surfaced, explanations = {}, [], [], {}
+    selected, unresolved, surfaced, explanations, contested = {}, [], [], {}, {}
     for key in sorted(by_key):
         claims = by_key[key]
         top = max(scope_rank(c.scope) for c in claims)
@@ -428,12 +428,12 @@ def reference_project(state, lens, *, resolver=None, authority_order=None):
             why = d.reason or "decided"
             if pick != d.selected_claim_id:
                 decided = state.claims.get(d.selected_claim_id)
-                gone = decided is not None and not state.is_active(decided.claim_id)
-                if gone and lens.sees_roles(decided.visibility):
-                    why += " (the decided claim was retracted; another claim of its value is"
-                else:
-                    why += " (the decided claim is not shown; another claim of its value is"
-                why += " selected)"
+                if decided is not None and lens.sees_roles(decided.visibility):
+                    if not state.is_active(decided.claim_id):
+                        why += " (the decided claim was retracted; another claim of its value"
+                    else:
+                        why += " (the decided claim is not shown; another claim of its value"
+                    why += " is selected)"
             answer, how = Select(pick, why), How.DECISION
         elif contract.policy is not Policy.SURFACE:
             by_policy = LatestWins() if contract.policy is Policy.LATEST else authority
@@ -445,6 +445,16 @@ def reference_project(state, lens, *, resolver=None, authority_order=None):
             pick = visible[answer.claim_id]
             group = next(g for g in groups if pick in g)
             selected[key] = Selection(key, scope, pick, group, how, answer.reason)
+            by = {How.DECISION: "decision", How.POLICY: contract.policy.value}
+            contested[key] = Contest(
+                key,
+                scope,
+                conflict.locus,
+                conflict.conflict_id,
+                how,
+                by.get(how, type(resolver).__name__),
+                tuple(g for g in inp.groups if g != group),
+            )
             explanations[key] = (
                 f"{name} [{scope}]: {pick.value!r} ({how.value}: {answer.reason};"
                 f" {len(groups)} candidate values){note}"
@@ -498,6 +508,7 @@ def reference_project(state, lens, *, resolver=None, authority_order=None):
         excluded={"hidden": hidden, **{r: len(v) for r, v in ids.items()}},
         excluded_ids={r: tuple(sorted(v)) for r, v in ids.items()},
         explanations=explanations,
+        contested=dict(sorted(contested.items())),
     )
 
 

@@ -22,7 +22,7 @@ from statefuse.context import (
     assemble_context,
     render_key,
 )
-from statefuse.op import ClaimAdded
+from statefuse.op import ClaimAdded, Layer
 from statefuse.scrub import find, findable, fold, folded, retracted_index, value_text
 from statefuse.tokenizer import BpeTokenizer, CachedTokenizer
 
@@ -393,3 +393,63 @@ def test_a_copy_arriving_after_its_retraction_by_ref_is_scrubbed_once_the_index_
 
 def test_render_key_is_what_markers_name():
     assert render_key(("fact", "budget", "value")) == "fact/budget/value"
+
+
+# --- an active claim's whole value is never scrubbed (issue: an active turn shown corrected) ----
+
+
+def test_a_turn_asserted_again_after_its_copy_was_retracted_is_shown_as_written():
+    w = Writer("a", clock=lambda: 0)
+    a1 = w.add_turn("user", "ship on friday please", session="s1")
+    a2 = w.add_turn("user", "ship on friday please", session="s1")
+    ctx = context([a1, a2, w.retract(claim_id=a1.claim_id)])
+    assert turn_lines(ctx) == ["user: ship on friday please"]
+    assert ctx.scrubbed == {}
+    # a retracted value that no active claim holds whole is still scrubbed out of the turn
+    short = w.add_turn("user", "friday", session="s1")
+    ctx = context([a1, a2, short, w.retract(claim_id=a1.claim_id), w.retract(claim_id=short.op_id)])
+    assert turn_lines(ctx) == ['user: "ship on " [corrected] " please"']
+    assert ctx.scrubbed == {a2.op_id: (short.op_id,)}
+
+
+PHRASES = ("ship on friday please", "friday", "room b7 at 2pm", "room b7", "2pm")
+whole_step = st.one_of(
+    st.tuples(st.just("turn"), st.sampled_from(PHRASES)),
+    st.tuples(st.just("item"), st.sampled_from(PHRASES)),
+    st.tuples(st.just("fact"), st.sampled_from(("when", "where")), st.sampled_from(PHRASES)),
+    st.tuples(st.just("retract"), st.integers(0, 20), st.booleans()),
+)
+
+
+@fewer
+@given(st.lists(whole_step, max_size=16), st.sampled_from((80, 100_000)))
+def test_a_scrub_never_removes_a_value_an_active_visible_claim_holds_whole(program, budget):
+    w = Writer("a", clock=lambda: 0)
+    ops: list = []
+    claims: list[ClaimAdded] = []
+    for s in program:
+        if s[0] == "turn":
+            c = w.add_turn("user", s[1], session="s1")
+        elif s[0] == "item":
+            c = w.claim("scratch", f"item{len(ops)}", "note", s[1], layer=Layer.WORKING)
+        elif s[0] == "fact":
+            c = w.claim("fact", s[1], "value", s[2])
+        else:
+            if claims:
+                c = claims[s[1] % len(claims)]
+                ops.append(
+                    w.retract(claim_ref=c.claim_ref) if s[2] else w.retract(claim_id=c.op_id)
+                )
+            continue
+        claims.append(c)
+        ops.append(c)
+    state = materialize(ops)
+    whole = {
+        folded(value_text(c.value))
+        for c in state.claims.values()
+        if state.is_active(c.op_id) and LENS.sees_roles(c.visibility)
+    }
+    ctx = context(ops, budget=budget)
+    for gone in ctx.scrubbed.values():
+        for cid in gone:
+            assert folded(value_text(state.claims[cid].value)) not in whole
