@@ -174,7 +174,7 @@ def checked_vectors(raw: object, *, count: int, dimension: int | None, name: str
 
 def _number(x: object, i: int, name: str) -> float:
     try:
-        if isinstance(x, bool):
+        if isinstance(x, (bool, str, bytes)):
             raise TypeError
         return float(x)  # type: ignore[arg-type]  # numpy scalars and the like
     except (TypeError, ValueError):
