@@ -18,8 +18,10 @@ writable (a read-only open reads it when present and keeps what it embeds in mem
     vec_embedding(embedder TEXT, dim INTEGER, claim_id BLOB, vector BLOB,
                   PRIMARY KEY (embedder, dim, claim_id))
 
-``vector`` is ``dim`` little-endian IEEE 754 32-bit floats. A row of another length (damage)
-is read as no vector, and the claim is embedded again.
+``vector`` is ``dim`` little-endian IEEE 754 32-bit floats, or a multiple of them for a claim
+embedded as several texts (the LangGraph store's ``fields``; empty: embedded as no text). A row
+whose length is not a multiple of ``dim`` (damage) is read as no vector, and the claim is
+embedded again.
 
 Cosine similarity is computed in pure Python (``sum(map(mul, ...))`` over 32-bit floats read
 into Python floats; numpy is not a dependency of StateFuse): about a second per 100,000
@@ -48,6 +50,7 @@ __all__ = [
     "nearest",
     "pack",
     "unpack",
+    "unpack_all",
 ]
 
 #: The statement that makes the table (idempotent).
@@ -63,37 +66,75 @@ TABLE = (
 _CHUNK = 500
 
 
-def pack(v: Vector) -> bytes:
-    """``v`` as stored: little-endian 32-bit floats."""
-    a = array("f", v)
+#: The vectors of one claim (most claims: one; the LangGraph store: one per text).
+Vectors = tuple[Vector, ...]
+
+
+def pack(v: Vector | Vectors) -> bytes:
+    """One vector, or several of one length one after another, as stored: little-endian
+    32-bit floats."""
+    flat: list[float] = []
+    for x in v:
+        if isinstance(x, tuple):
+            flat += x
+        else:
+            flat.append(x)
+    a = array("f", flat)
     if sys.byteorder == "big":  # pragma: no cover - not on the CI platform
         a.byteswap()
     return a.tobytes()
 
 
-def unpack(blob: bytes, dim: int) -> Vector | None:
-    """A stored vector, or None when the blob is not ``dim`` 32-bit floats."""
-    if not isinstance(blob, bytes) or len(blob) != 4 * dim:
+def unpack_all(blob: object, dim: int) -> Vectors | None:
+    """The vectors of a stored row, or None when it is not whole ``dim``-float vectors."""
+    if not isinstance(blob, bytes) or len(blob) % (4 * dim):
         return None
     a = array("f")
     a.frombytes(blob)
     if sys.byteorder == "big":  # pragma: no cover - not on the CI platform
         a.byteswap()
-    return tuple(a)
+    return tuple(tuple(a[i : i + dim]) for i in range(0, len(a), dim))
+
+
+def unpack(blob: bytes, dim: int) -> Vector | None:
+    """A stored vector, or None when the blob is not one vector of ``dim`` 32-bit floats."""
+    got = unpack_all(blob, dim) if isinstance(blob, bytes) and len(blob) == 4 * dim else None
+    return got[0] if got else None
 
 
 @runtime_checkable
 class VectorStore(Protocol):
-    """Vectors of claims under (embedder name, dimension). ``get`` answers for the ids it has;
-    ``put`` adds the rows it does not have yet and returns how many were new."""
+    """Vectors of claims under (embedder name, dimension). ``get`` answers for the ids it has
+    (a claim's first vector); ``put`` adds the rows it does not have yet and returns how many
+    were new; ``get_all`` / ``put_all`` do the same with every vector of a claim (none, one
+    or several)."""
 
     def get(self, embedder: str, dim: int, claim_ids: Collection[bytes]) -> dict[bytes, Vector]: ...
 
     def put(self, embedder: str, dim: int, rows: Mapping[bytes, Vector]) -> int: ...
 
+    def get_all(
+        self, embedder: str, dim: int, claim_ids: Collection[bytes]
+    ) -> dict[bytes, Vectors]: ...
+
+    def put_all(self, embedder: str, dim: int, rows: Mapping[bytes, Vectors]) -> int: ...
+
     def count(self, embedder: str, dim: int) -> int: ...
 
     def embedders(self) -> list[tuple[str, int, int]]: ...
+
+
+def _first(held: Mapping[bytes, Vectors], claim_ids: Collection[bytes]) -> dict[bytes, Vector]:
+    out: dict[bytes, Vector] = {}
+    for cid in claim_ids:
+        vs = held.get(cid)
+        if vs:
+            out[cid] = vs[0]
+    return out
+
+
+def _fits(vs: Vectors, dim: int) -> bool:
+    return all(len(v) == dim for v in vs)
 
 
 class MemoryVectors:
@@ -102,18 +143,26 @@ class MemoryVectors:
     __slots__ = ("_by",)
 
     def __init__(self) -> None:
-        self._by: dict[tuple[str, int], dict[bytes, Vector]] = {}
+        self._by: dict[tuple[str, int], dict[bytes, Vectors]] = {}
 
     def get(self, embedder: str, dim: int, claim_ids: Collection[bytes]) -> dict[bytes, Vector]:
+        return _first(self._by.get((embedder, dim), {}), claim_ids)
+
+    def get_all(
+        self, embedder: str, dim: int, claim_ids: Collection[bytes]
+    ) -> dict[bytes, Vectors]:
         held = self._by.get((embedder, dim), {})
         return {cid: held[cid] for cid in claim_ids if cid in held}
 
     def put(self, embedder: str, dim: int, rows: Mapping[bytes, Vector]) -> int:
+        return self.put_all(embedder, dim, {cid: (v,) for cid, v in rows.items()})
+
+    def put_all(self, embedder: str, dim: int, rows: Mapping[bytes, Vectors]) -> int:
         held = self._by.setdefault((embedder, dim), {})
         new = 0
-        for cid, v in rows.items():
-            if cid not in held and len(v) == dim:
-                held[cid] = v
+        for cid, vs in rows.items():
+            if cid not in held and _fits(vs, dim):
+                held[cid] = tuple(vs)
                 new += 1
         return new
 
@@ -150,7 +199,7 @@ class SQLiteVectors:
         self._seam = seam
         self._transaction = transaction
         self.readonly = readonly
-        self._held: dict[tuple[str, int], dict[bytes, Vector]] = {}
+        self._held: dict[tuple[str, int], dict[bytes, Vectors]] = {}
         self._loaded: set[tuple[str, int]] = set()
         self._made = False
         if not readonly:
@@ -167,12 +216,17 @@ class SQLiteVectors:
         return self._made
 
     def get(self, embedder: str, dim: int, claim_ids: Collection[bytes]) -> dict[bytes, Vector]:
+        return _first(self.get_all(embedder, dim, claim_ids), claim_ids)
+
+    def get_all(
+        self, embedder: str, dim: int, claim_ids: Collection[bytes]
+    ) -> dict[bytes, Vectors]:
         pair = (embedder, dim)
         held = self._held.setdefault(pair, {})
         with self._seam("while reading vectors") as db:
             if not self._present(db):
-                return {cid: held[cid] for cid in claim_ids if cid in held}
-            if pair not in self._loaded:
+                pass
+            elif pair not in self._loaded:
                 rows = db.execute(
                     "SELECT claim_id, vector FROM vec_embedding WHERE embedder = ? AND dim = ?",
                     pair,
@@ -192,15 +246,18 @@ class SQLiteVectors:
         return {cid: held[cid] for cid in claim_ids if cid in held}
 
     @staticmethod
-    def _take(held: dict[bytes, Vector], rows: Iterable[tuple[object, object]], dim: int) -> None:
+    def _take(held: dict[bytes, Vectors], rows: Iterable[tuple[object, object]], dim: int) -> None:
         for cid, blob in rows:
-            v = unpack(blob, dim) if isinstance(blob, bytes) else None
-            if isinstance(cid, bytes) and v is not None:
-                held[cid] = v
+            vs = unpack_all(blob, dim)
+            if isinstance(cid, bytes) and vs is not None:
+                held[cid] = vs
 
     def put(self, embedder: str, dim: int, rows: Mapping[bytes, Vector]) -> int:
+        return self.put_all(embedder, dim, {cid: (v,) for cid, v in rows.items()})
+
+    def put_all(self, embedder: str, dim: int, rows: Mapping[bytes, Vectors]) -> int:
         held = self._held.setdefault((embedder, dim), {})
-        fresh = {cid: v for cid, v in rows.items() if cid not in held and len(v) == dim}
+        fresh = {cid: tuple(vs) for cid, vs in rows.items() if cid not in held and _fits(vs, dim)}
         if not fresh:
             return 0
         if not self.readonly:
@@ -208,7 +265,7 @@ class SQLiteVectors:
                 db.executemany(
                     "INSERT OR IGNORE INTO vec_embedding (embedder, dim, claim_id, vector)"
                     " VALUES (?, ?, ?, ?)",
-                    [(embedder, dim, cid, pack(v)) for cid, v in fresh.items()],
+                    [(embedder, dim, cid, pack(vs)) for cid, vs in fresh.items()],
                 )
         held.update(fresh)
         return len(fresh)
