@@ -3,7 +3,8 @@
 ``python -m benchmarks.search`` writes 200 memories (20 that the questions ask about, 180 others
 drawn with a fixed seed from the same topics and words) to a replica in memory, asks 20
 questions reworded so that none shares a word with the key or value of the memory it asks about
-(stop words aside), and prints hit@1 and hit@5 of the right memory for
+(stop words aside, and but for a person's and a company's name in two), and prints hit@1 and
+hit@5 of the right memory for
 
 - **lexical**: `LexicalRanker` (BM25, the default, no dependency);
 - **hybrid**: `HybridRanker` (lexical and vector rankings fused by reciprocal rank fusion,
@@ -124,7 +125,7 @@ class ConceptEmbedder:
         return self.embed(texts)
 
 
-#: (key, value, a question reworded to share no word with either).
+#: (key, value, a question reworded to share no word with either but a name).
 TARGETS: tuple[tuple[str, str, str], ...] = (
     ("events/offsite/room_size", "40 people", "What capacity must the retreat venue have?"),
     ("billing/vendor_acme/price", "1200 EUR per month", "How much does the supplier charge?"),

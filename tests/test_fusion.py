@@ -1,6 +1,7 @@
 """Hybrid ranking (`statefuse.fusion`): the laws of reciprocal rank fusion, and search by
 meaning through a replica (`Replica.search`, `Replica.context` with an embedder): 20 questions
-reworded so they share no word with the memory they ask about, over 200 memories."""
+reworded so they share no word with the memory they ask about (but two names), over 200
+memories."""
 
 from __future__ import annotations
 
