@@ -187,7 +187,7 @@ class SQLiteVectors:
     embedder reads all its rows once; later ones ask the file only for ids not held yet (which
     another process may have embedded meanwhile)."""
 
-    __slots__ = ("_held", "_loaded", "_made", "_seam", "_transaction", "readonly")
+    __slots__ = ("_held", "_loaded", "_seam", "_transaction", "readonly")
 
     def __init__(
         self,
@@ -201,19 +201,17 @@ class SQLiteVectors:
         self.readonly = readonly
         self._held: dict[tuple[str, int], dict[bytes, Vectors]] = {}
         self._loaded: set[tuple[str, int]] = set()
-        self._made = False
         if not readonly:
             with transaction(), seam("while making the vector table") as db:
                 db.execute(TABLE)
-            self._made = True
 
     def _present(self, db: sqlite3.Connection) -> bool:
-        if not self._made:
-            found = db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vec_embedding'"
-            ).fetchone()
-            self._made = found is not None
-        return self._made
+        """Whether the file has the table: asked each time (one cheap lookup), since a
+        rebuild (`SQLiteStore.rebuild`) puts a file without it in place."""
+        found = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vec_embedding'"
+        ).fetchone()
+        return found is not None
 
     def get(self, embedder: str, dim: int, claim_ids: Collection[bytes]) -> dict[bytes, Vector]:
         return _first(self.get_all(embedder, dim, claim_ids), claim_ids)
@@ -262,6 +260,7 @@ class SQLiteVectors:
             return 0
         if not self.readonly:
             with self._transaction(), self._seam("while storing vectors") as db:
+                db.execute(TABLE)  # again: a rebuilt file has none
                 db.executemany(
                     "INSERT OR IGNORE INTO vec_embedding (embedder, dim, claim_id, vector)"
                     " VALUES (?, ?, ?, ?)",

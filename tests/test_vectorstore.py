@@ -184,3 +184,39 @@ def test_a_hybrid_ranker_without_a_store_keeps_vectors_in_memory() -> None:
     ranker.scores("coffee", claims)
     ranker.scores("tea", claims)
     assert len(e.texts) == len(claims) + 2
+
+
+def test_vectors_survive_a_rebuilt_file_by_being_made_again(tmp_path: Path) -> None:
+    """`SQLiteStore.rebuild` copies the op-set, not this cache: the same replica goes on
+    ranking, embedding what the new file lacks."""
+    path = tmp_path / "m.db"
+    with Replica.open(path, create=True, space="team") as replica:
+        replica.add_claim("notes/a/text", "hello")
+        replica.search("hello", embedder=Recording("alpha", 3, 0.5))
+        replica.store.rebuild()
+        replica.add_claim("notes/b/text", "world")
+        again = Recording("alpha", 3, 0.5)
+        assert replica.search("world", embedder=again)
+        assert replica.vectors().count("alpha", 3) == 1  # the new claim's
+        assert "notes b text: world" in again.texts
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_hybrid_ranker_awaits_an_async_embedder(kind: str) -> None:
+    import asyncio
+
+    from statefuse.embedder import as_embedder
+
+    base = ConceptEmbedder()
+
+    async def embed_async(texts: list[str]) -> list[list[float]]:
+        return base.embed(texts)
+
+    e = as_embedder(embed_async if kind == "async" else base.embed, name="c", dimension=256)
+    with Replica.memory(space="team") as replica:
+        claims = tuple(load(replica).values())
+    ranker = HybridRanker(e)
+    got = asyncio.run(ranker.ascores("Is the espresso maker working?", claims))
+    assert got == HybridRanker(e).scores("Is the espresso maker working?", claims)
+    best = max(got, key=lambda cid: (got[cid], cid))
+    assert next(c for c in claims if c.claim_id == best).subject == "coffee_machine"
