@@ -21,6 +21,7 @@ from statefuse.context import (
     default_resolver,
     previous_values,
 )
+from statefuse.embedder import Embedder, EmbedderError, EmbeddingServiceError, as_embedder
 from statefuse.error import (
     ClaimLookupError,
     ContractError,
@@ -33,6 +34,7 @@ from statefuse.error import (
     ValueRuleError,
     ValueTypeError,
 )
+from statefuse.fusion import HybridRanker, rrf
 from statefuse.history import HistoryEvent, key_history
 from statefuse.interpret import (
     ClaimRequest,
@@ -94,6 +96,7 @@ from statefuse.resolver import (
     ShownConflict,
     run_resolver,
 )
+from statefuse.search import SearchHit
 from statefuse.state import (
     CandidateGroup,
     ConflictSet,
@@ -158,6 +161,9 @@ __all__ = [
     "ContractError",
     "Damage",
     "DecisionAdded",
+    "Embedder",
+    "EmbedderError",
+    "EmbeddingServiceError",
     "EncodingError",
     "EvidenceAdded",
     "FollowError",
@@ -167,6 +173,7 @@ __all__ = [
     "FrozenMap",
     "HistoryEvent",
     "How",
+    "HybridRanker",
     "Include",
     "InputError",
     "Interpretation",
@@ -208,6 +215,7 @@ __all__ = [
     "ResolverInput",
     "ResolverInputError",
     "RetractionRequest",
+    "SearchHit",
     "Section",
     "SectionName",
     "Select",
@@ -237,6 +245,7 @@ __all__ = [
     "View",
     "Writer",
     "__version__",
+    "as_embedder",
     "assemble_context",
     "claim_ref_for",
     "compute_claim_ref",
@@ -260,6 +269,7 @@ __all__ = [
     "previous_values",
     "project",
     "register_normalizer",
+    "rrf",
     "run_resolver",
     "save_registry",
 ]

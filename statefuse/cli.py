@@ -1381,12 +1381,20 @@ def _cmd_mcp(s: Session) -> int:
             raise CliError(
                 "--peer", "http-url", f"--peer {url!r} is not a `statefuse serve` URL (http://…)"
             )
+    embedder = load_embedder(a.embedder) if a.embedder else None
     rep = s.open(name=parse_name(a.name)) if a.name is not None else s.replica()
     s.warn_damage()  # served read-only: writes answer with the damage until `statefuse repair`
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if main_thread else None
     try:
-        run(rep, transport=a.transport, host=a.host, port=a.port, peers=a.peers)
+        run(
+            rep,
+            transport=a.transport,
+            host=a.host,
+            port=a.port,
+            peers=a.peers,
+            embedder=embedder,
+        )
     except KeyboardInterrupt:
         pass  # Ctrl-C or SIGTERM: stopping is not a failure
     finally:
@@ -2199,6 +2207,7 @@ def _mcp_arguments(p: argparse.ArgumentParser) -> None:
         help="a `statefuse serve` URL the sync tool syncs with (repeatable)",
     )
     p.add_argument("--name", metavar="NAME", help="the name the server's author key goes by")
+    _embedder_argument(p)
 
 
 def _repair_arguments(p: argparse.ArgumentParser) -> None:
@@ -2287,6 +2296,43 @@ def _context_arguments(p: argparse.ArgumentParser) -> None:
         choices=sorted(_RESOLVERS),
         help="how conflicts are resolved (default conservative)",
     )
+    _embedder_argument(p)
+
+
+def _embedder_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--embedder",
+        metavar="MODULE:ATTR",
+        help="rank by meaning too: the embedder (or a class making one) at MODULE:ATTR;"
+        " its vectors are kept in the store",
+    )
+
+
+def load_embedder(spec: str) -> Any:
+    """The embedder ``--embedder MODULE:ATTR`` names: ATTR (dotted) of the imported MODULE, an
+    instance of it when it is a class, as `statefuse.embedder.as_embedder` takes it. Raises
+    CliError ``module-attr`` (the form, an import, a missing name) or what the embedder's
+    constructor raises."""
+    import importlib
+
+    from statefuse.embedder import as_embedder
+
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise CliError("--embedder", "module-attr", f"expected MODULE:ATTR, got {spec!r}")
+    try:
+        obj: Any = importlib.import_module(module)
+    except ImportError as exc:
+        raise CliError(
+            "--embedder", "module-attr", f"cannot import embedder module {module!r}: {exc}"
+        ) from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise CliError("--embedder", "module-attr", f"{module!r} has no {attr!r}")
+        obj = getattr(obj, part)
+    if isinstance(obj, type):
+        obj = obj()
+    return as_embedder(obj)
 
 
 _RESOLVERS = ("abstain", "authority", "conservative", "latest")
@@ -2298,7 +2344,9 @@ def _cmd_context(s: Session) -> int:
     from statefuse.resolver import AbstainAll, AuthorityRank, LatestWins, Resolver
 
     a = s.args
-    replica = s.replica(readonly=True)
+    embedder = load_embedder(a.embedder) if a.embedder else None
+    # with an embedder, opened writable: the vectors it makes are kept in the store
+    replica = s.replica(readonly=embedder is None)
     lens = Lens(
         roles=frozenset(a.role),
         task=a.task,
@@ -2317,7 +2365,9 @@ def _cmd_context(s: Session) -> int:
     resolver = resolvers[a.resolver]
     if a.budget < 1:
         raise CliError("--budget", "positive", "the budget is a positive number of tokens")
-    context = replica.context(a.query, lens=lens, budget=a.budget, resolver=resolver)
+    context = replica.context(
+        a.query, lens=lens, budget=a.budget, resolver=resolver, embedder=embedder
+    )
     s.emit(json.loads(context.to_json()) if s.json else None, context.text)
     return EXIT_OK
 

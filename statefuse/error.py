@@ -32,6 +32,9 @@
     │   ├── StoreError (RuntimeError)       a store for another space or a newer schema, locked
     │   │                                   by a live writer, or missing or unreadable
     │   ├── CliError (ValueError)           a command-line usage error (printed as ``Error: …``)
+    │   ├── EmbedderError (ValueError)      an embedder, or the vectors it returned, that breaks
+    │   │                                   the interface (count, dimension, finite numbers;
+    │   │                                   `statefuse.embedder`)
     │   └── ToolArgumentError (ValueError)  an MCP tool argument that breaks a rule (sent to the
     │                                       client as a one-line error result; ``statefuse.mcp``)
     ├── OpIdMismatch (ValueError)       an op whose recomputed id differs from the one it claims
@@ -76,6 +79,11 @@
     │       │                               key, a value, an embedding of the wrong size)
     │       └── NamespaceError              a namespace LangGraph does not allow; also
     │                                       LangGraph's InvalidNamespaceError
+    ├── EmbeddingServiceError (RuntimeError)  an embedding service failed (``rule``,
+    │                                   ``status``; `statefuse.embedder`):
+    │                                   EmbeddingRejectedError (4xx), EmbeddingUnavailableError
+    │                                   (5xx, no connection), EmbeddingTimeoutError,
+    │                                   EmbeddingResponseError (not the vectors asked for)
     ├── SnapshotError                   a replica snapshot that cannot be used (``rule`` says
     │                                   why); the replica reports it as a SnapshotWarning and
     │                                   verifies the store in full instead

@@ -56,11 +56,16 @@ operator, or an ordering operator given something other than a number or a strin
 `LangGraphStoreError`.
 
 **Embeddings** are computed when an item is put (its ``index`` fields, else the store's
-``fields``, default ``["$"]``: the whole value) and kept in memory by claim id, never in the
-op-set: they belong to one embedding model, and peers may use another. Claims without one (after
-opening a store, or received from a peer) are embedded, with the store's fields, by the first
-query search that meets them; a per-put ``index`` override (``False`` or a field list) therefore
-lasts as long as this process.
+``fields``, default ``["$"]``: the whole value) and kept by claim id in the replica's vector
+store (`Replica.vectors`: a table of its SQLite file, so a reopened store embeds nothing it
+embedded before; memory for a replica in memory), never in the op-set: they belong to one
+embedding model, and peers may use another. They are stored under a name made of the model's
+(`embedder_name`) and the store's ``fields``, and ``dims``, so another model or another field
+list never reads them. Claims without one (received from a peer, or put by another program)
+are embedded, with the store's fields, by the first query search that meets them; a per-put
+``index`` override (``False`` or a field list) is kept with the claim's vectors.
+``index_config`` (the ``index`` given, or None) and ``embeddings`` (LangChain ``Embeddings``
+made of its ``embed``, or None) are public, as on LangGraph's own stores.
 
 Errors: `LangGraphStoreError` (`InputError`, ``ValueError``) names the field and rule of bad input
 to a batch; `NamespaceError` is also LangGraph's ``InvalidNamespaceError``. A batch that raises
@@ -81,7 +86,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from heapq import merge
 from operator import mul
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
@@ -103,6 +108,7 @@ from langgraph.store.base import (
 )
 
 from statefuse.authorname import AuthorNames
+from statefuse.embedder import float32
 from statefuse.lens import Lens
 from statefuse.op import MAX_NAME_CHARS, ClaimAdded
 from statefuse.projection import project
@@ -112,6 +118,7 @@ from statefuse.registry.value import Value, frozen_value, plain_value
 from statefuse.resolver import Resolver
 from statefuse.state import State
 from statefuse.sync.replica import Replica
+from statefuse.vectorstore import VectorStore
 from statefuse.view import Contest, Key, SurfacedConflict, View, contest_dict
 
 __all__ = [
@@ -123,6 +130,7 @@ __all__ = [
     "StateFuseStore",
     "claim_key",
     "claim_namespace",
+    "embedder_name",
     "item_namespace",
 ]
 
@@ -653,6 +661,8 @@ class _Index:
     embeddings: Embeddings
     dims: int | None
     fields: tuple[tuple[str, str | list[str]], ...]
+    #: What the vectors are stored under (`statefuse.vectorstore`).
+    name: str
 
 
 def _index_config(index: IndexConfig | None) -> _Index | None:
@@ -663,7 +673,26 @@ def _index_config(index: IndexConfig | None) -> _Index | None:
     dims = index.get("dims")
     if dims is not None and (type(dims) is not int or dims < 1):
         raise LangGraphStoreError("index.dims", "positive-int", f"{dims!r} is not an int >= 1")
-    return _Index(ensure_embeddings(index["embed"]), dims, _fields(index.get("fields"), "index"))
+    fields = _fields(index.get("fields"), "index")
+    paths = ",".join(p for p, _ in fields)
+    name = f"langgraph:{embedder_name(index['embed'])}:{paths}"
+    return _Index(ensure_embeddings(index["embed"]), dims, fields, name)
+
+
+def embedder_name(embed: object) -> str:
+    """A name for the model of LangGraph's ``index["embed"]``: the string itself
+    (``"openai:text-embedding-3-small"``), ``module:qualname`` of a function, or of an
+    ``Embeddings`` class plus its ``model`` (or ``model_name``) when it has one."""
+    if isinstance(embed, str):
+        return embed
+    if callable(embed) and not hasattr(embed, "embed_documents"):
+        module = getattr(embed, "__module__", None) or type(embed).__module__
+        qual = getattr(embed, "__qualname__", None) or type(embed).__qualname__
+        return f"{module}:{qual}"
+    kind = type(embed)
+    model = getattr(embed, "model", None) or getattr(embed, "model_name", None)
+    base = f"{kind.__module__}:{kind.__qualname__}"
+    return f"{base}:{model}" if isinstance(model, str) and model else base
 
 
 def _fields(paths: object, field: str) -> tuple[tuple[str, str | list[str]], ...]:
@@ -802,6 +831,7 @@ class StateFuseStore(BaseStore):
 
     __slots__ = (
         "_corpus",
+        "_dims",
         "_index",
         "_lock",
         "_owns",
@@ -810,7 +840,10 @@ class StateFuseStore(BaseStore):
         "_queued_lock",
         "_ranker",
         "_seen",
+        "_stored",
         "_vectors",
+        "embeddings",
+        "index_config",
         "lens",
         "provenance",
         "replica",
@@ -837,6 +870,14 @@ class StateFuseStore(BaseStore):
         self.resolver = resolver
         self.provenance = provenance
         self._index = _index_config(index)
+        #: LangGraph's own stores expose the config they were given and its embeddings.
+        self.index_config: IndexConfig | None = (
+            None if index is None else cast("IndexConfig", dict(index))
+        )
+        self.embeddings: Embeddings | None = None if self._index is None else self._index.embeddings
+        #: Where vectors persist (None: no index); the vector length once known.
+        self._stored: VectorStore | None = None if self._index is None else replica.vectors()
+        self._dims = None if self._index is None else self._index.dims
         self._lock = threading.Lock()
         self._owns = False
         self._ranker = LexicalRanker()
@@ -1138,9 +1179,25 @@ class StateFuseStore(BaseStore):
             assert op.query is not None
             if op.query not in work.queries:
                 work.queries.append(op.query)
+            self._load([c.claim_id for c in hits.claims() if c.claim_id not in self._vectors])
             for c in hits.claims():
                 if c.claim_id not in self._vectors and c.claim_id not in work.claim_texts:
                     work.claim_texts[c.claim_id] = work.add_texts(_texts(c.value, index.fields))
+
+    def _load(self, ids: list[bytes]) -> None:
+        """Take the stored vectors of ``ids`` in (those the vector store holds)."""
+        index, stored, dims = self._index, self._stored, self._dims
+        if not ids or index is None or stored is None or dims is None:
+            return
+        for cid, vs in stored.get_all(index.name, dims, ids).items():
+            self._vectors[cid] = tuple((v, math.sqrt(sum(map(mul, v, v)))) for v in vs)
+
+    def _persist(self, rows: Mapping[bytes, tuple[Vector, ...]]) -> None:
+        index, stored, dims = self._index, self._stored, self._dims
+        if rows and index is not None and stored is not None and dims is not None:
+            stored.put_all(
+                index.name, dims, {cid: tuple(v for v, _ in vs) for cid, vs in rows.items()}
+            )
 
     def _prune(self, state: State) -> None:
         """Drop the vectors of claims no longer active, once they are as many as those kept
@@ -1207,7 +1264,12 @@ class StateFuseStore(BaseStore):
             raise LangGraphStoreError(
                 "embed", "dims", f"a vector of {len(raw)} numbers, the index says {index.dims}"
             )
-        v = tuple(float(x) for x in raw)
+        if not all(math.isfinite(x) for x in raw):
+            raise LangGraphStoreError("embed", "finite", "a vector holds NaN or an infinity")
+        # 32-bit floats, as stored: a vector read back ranks as the one just computed
+        v = float32([float(x) for x in raw])
+        if self._dims is None:
+            self._dims = len(v)
         return (v, math.sqrt(sum(map(mul, v, v))))
 
     # --- the write half --------------------------------------------------------------------------
@@ -1225,8 +1287,9 @@ class StateFuseStore(BaseStore):
         def sliced(span: tuple[int, int]) -> tuple[Vector, ...]:
             return tuple(vectors[span[0] : span[0] + span[1]])
 
+        fresh: dict[bytes, tuple[Vector, ...]] = {}
         for cid, span in work.claim_texts.items():
-            self._vectors[cid] = sliced(span)
+            self._vectors[cid] = fresh[cid] = sliced(span)
         for s in work.searches:
             work.results[s.at] = self._page(s, query_vectors)
         if work.puts:
@@ -1234,7 +1297,9 @@ class StateFuseStore(BaseStore):
             if self._index is not None:
                 for put, claim in written:
                     spans = put.texts
-                    self._vectors[claim.claim_id] = sliced(spans) if spans is not None else ()
+                    got = sliced(spans) if spans is not None else ()
+                    self._vectors[claim.claim_id] = fresh[claim.claim_id] = got
+        self._persist(fresh)
         return work.results
 
     def _page(self, s: _Search, query_vectors: Mapping[str, Vector]) -> list[SearchItem]:

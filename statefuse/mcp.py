@@ -66,7 +66,7 @@ from statefuse.history import key_history
 from statefuse.keytext import format_key
 from statefuse.lens import Lens
 from statefuse.op import ClaimAdded, claim_ref_for
-from statefuse.ranker import LexicalRanker
+from statefuse.ranker import LexicalRanker, Ranker
 from statefuse.resolver import Conservative
 from statefuse.state import ConflictSet, State
 from statefuse.view import Contest, json_value
@@ -547,12 +547,15 @@ class _Tools:
         lock: threading.Lock | threading.RLock,
         peers: Sequence[str],
         timeout: float,
+        embedder: object | None = None,
     ) -> None:
         self.replica = replica
         self.lock = lock
         self.peers = tuple(peers)
         self.timeout = timeout
-        self.ranker = LexicalRanker()  # keeps the words of each claim between searches
+        self.embedder = embedder
+        # keeps the words of each claim between searches (and, with an embedder, its vectors)
+        self.ranker: Ranker = LexicalRanker() if embedder is None else replica.ranker(embedder)
 
     def remember(
         self,
@@ -665,7 +668,9 @@ class _Tools:
         with self.lock:
             rep = self.replica
             resolver = Conservative(authority_order=rep.registry.authority_order)
-            ctx = rep.context(query, lens=lens, budget=budget, resolver=resolver)
+            ctx = rep.context(
+                query, lens=lens, budget=budget, resolver=resolver, embedder=self.embedder
+            )
             names = rep.author_names()
         sections = [
             SectionInfo(
@@ -1034,13 +1039,15 @@ def build_server(
     peers: Sequence[str] = (),
     lock: threading.Lock | None = None,
     timeout: float = SYNC_TIMEOUT,
+    embedder: object | None = None,
 ) -> MCPServer[Any]:
     """The MCP server over ``replica``: the tools of `TOOL_NAMES` and the `CONTEXT_URI`
     resource. ``peers`` are the HTTP peers ``sync`` syncs with. Every tool holds ``lock`` while
     it uses the replica: by default the replica's own (`Replica.lock`), which every other use
     of the replica takes too, so nothing else is needed to serve or follow it beside the MCP
-    server."""
-    tools = _Tools(replica, lock if lock is not None else replica.lock, peers, timeout)
+    server. ``embedder``: `recall` and `search` rank by meaning too (`Replica.context` with
+    it), its vectors kept in the replica's store."""
+    tools = _Tools(replica, lock if lock is not None else replica.lock, peers, timeout, embedder)
     server = _Server(
         "statefuse",
         title="StateFuse memory",
@@ -1076,6 +1083,7 @@ def run(
     port: int = 0,
     peers: Sequence[str] = (),
     announce: Callable[[str], object] = _to_stderr,
+    embedder: object | None = None,
 ) -> None:
     """Serve ``replica`` until the client closes stdin (stdio) or Ctrl-C / SIGTERM (HTTP).
 
@@ -1085,7 +1093,7 @@ def run(
     but protocol goes to stdout; ``announce`` is called before serving (send it to stderr).
     Raises OSError when the address cannot be bound."""
     mode = Transport(transport)
-    server = build_server(replica, peers=peers)
+    server = build_server(replica, peers=peers, embedder=embedder)
     name = replica.author_name(replica.author)
     who = f"space {replica.space!r}, author {replica.author.hex()[:12]}"
     if name is not None:

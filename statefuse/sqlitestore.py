@@ -87,6 +87,7 @@ from statefuse.store import (
 )
 from statefuse.storeindex import StoreIndex
 from statefuse.storeindex import create_tables as create_index_tables
+from statefuse.vectorstore import SQLiteVectors
 
 try:  # POSIX; elsewhere the lock degrades to SQLite's own busy handling
     import fcntl
@@ -1408,6 +1409,11 @@ class SQLiteStore:
         Bound to the connection of the moment: ask again after `rebuild`, which reopens."""
         with self._sqlite("while opening the derived state") as db:
             return StoreIndex(db, present=self._schema(db) >= 6)
+
+    def vectors(self) -> SQLiteVectors:
+        """The embedding vectors kept in this file (`statefuse.vectorstore`), through this
+        store's connection and write lock; on a writable store their table is made now."""
+        return SQLiteVectors(self._sqlite, self.write_transaction, readonly=self._readonly)
 
     def evictions(self) -> list[EvictionTally]:
         with self._sqlite("while reading the evictions") as db:

@@ -63,6 +63,7 @@ from statefuse.authorname import AuthorNames
 from statefuse.clitable import plural
 from statefuse.context import DEFAULT_BUDGET, Context, ContextCache, context_for
 from statefuse.error import ClaimLookupError
+from statefuse.fusion import HybridRanker
 from statefuse.history import HistoryEvent, key_history
 from statefuse.interpret import TurnInterpreter, check_interpretation
 from statefuse.keytext import key_parts, parse_key
@@ -79,11 +80,13 @@ from statefuse.op import (
     sealed_encoding,
 )
 from statefuse.opset import OpSet
+from statefuse.projection import project
 from statefuse.registry import DEFAULT_REGISTRY, EXACT_CONTRACT, EXACT_REGISTRY, Registry
 from statefuse.registry.error import InputError, StateFuseError
 from statefuse.registry.normalizer import Normalizer
 from statefuse.registry.value import Value
 from statefuse.resolver import Resolver
+from statefuse.search import SearchHit, search_view
 from statefuse.state import ConflictSet, State, locus_of
 from statefuse.store import (
     DEFAULT_WAIT,
@@ -146,6 +149,7 @@ from statefuse.sync.snapshot import (
 )
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
 from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change
+from statefuse.vectorstore import MemoryVectors, VectorStore
 from statefuse.view import SurfacedConflict
 from statefuse.writer import Writer
 
@@ -562,6 +566,9 @@ class Replica:
         self._registry_change: tuple[bytes, bytes] | None = None
         #: Caches `context` keeps between calls (made on first use).
         self._context_cache: ContextCache | None = None
+        #: Where claim vectors are kept (`vectors`), and a hybrid ranker per embedder name.
+        self._vectors: VectorStore | None = None
+        self._rankers: dict[int, tuple[object, HybridRanker]] = {}
         #: Each author's `AuthorNamed` in force, and the names as labels (None: worked out on
         #: first use; see `author_names`).
         self._naming: dict[bytes, AuthorNamed] | None = None
@@ -2702,6 +2709,7 @@ class Replica:
         lens: Lens | None = None,
         budget: int = DEFAULT_BUDGET,
         resolver: Resolver | None = None,
+        embedder: object | None = None,
     ) -> Context:
         """The context an agent's next LLM call reads: the current memory through ``lens``
         (default: a viewer with no roles, at the replica clock's now, so expired claims are
@@ -2715,9 +2723,15 @@ class Replica:
         them goes. Conflict candidates name their authors by the names they declared
         (`author_names`). Same result as `context_for(replica.state(), lens, ...,
         authors=replica.names())`; raises as it does.
+
+        ``embedder`` (an `Embedder`, or a callable `as_embedder` takes): rank by meaning as
+        well as by words (`statefuse.fusion.HybridRanker`), with the claims' vectors kept in
+        the store (`vectors`), so only claims never embedded by it are embedded. Reads the
+        whole memory (a store opened on its derived state loads it). Raises EmbedderError
+        when the embedder breaks its interface, and what the embedder raises.
         """
         self._check_open()
-        ix = self.index if self._lazy else None
+        ix = self.index if self._lazy and embedder is None else None
         if ix is not None:  # opened on the derived state: read what this context needs
             with self.store.read_transaction():
                 loci = ix.context_loci(query, budget=budget)
@@ -2739,9 +2753,70 @@ class Replica:
             budget=budget,
             query=query,
             resolver=resolver,
+            ranker=None if embedder is None else self.ranker(embedder),
             cache=cache,
             authors=self.author_names(),
         )
+
+    @_locked
+    def search(
+        self,
+        query: str,
+        *,
+        lens: Lens | None = None,
+        limit: int = 10,
+        resolver: Resolver | None = None,
+        embedder: object | None = None,
+    ) -> list[SearchHit]:
+        """The claims that answer ``query`` best among those ``lens`` sees (default: a viewer
+        with no roles, at the replica clock's now), at most ``limit``, best first: each key's
+        selected claim (by ``resolver``, default none) and the candidates of its unresolved
+        conflict, which a hit carries (`statefuse.search.search_view`). Ranked by words
+        (`LexicalRanker`), or with ``embedder`` by words and meaning fused
+        (`statefuse.fusion.HybridRanker`, vectors kept as for `context`). Raises
+        ReplicaError for a ``limit`` that is not an int >= 1, EmbedderError as `context`."""
+        self._check_open()
+        if type(limit) is not int or limit < 1:
+            raise ReplicaError("limit", "positive-int", f"{limit!r} is not an int >= 1")
+        if not isinstance(query, str):
+            raise ReplicaError("query", "str", f"expected a str, got {type(query).__name__}")
+        view = project(
+            self.state(),
+            lens if lens is not None else Lens(now=self._clock()),
+            resolver=resolver,
+        )
+        cache = self._context_cache
+        if cache is None:
+            cache = self._context_cache = ContextCache()
+        ranker = cache.ranker if embedder is None else self.ranker(embedder)
+        return search_view(view, query, ranker=ranker, limit=limit)
+
+    def vectors(self) -> VectorStore:
+        """Where this replica keeps claim vectors: a table of its SQLite file (made on first
+        use when writable; `statefuse.vectorstore`), or memory for a replica in memory."""
+        with self._lock:
+            if self._vectors is None:
+                made = getattr(self.store, "vectors", None)
+                self._vectors = made() if callable(made) else MemoryVectors()
+            return self._vectors
+
+    def ranker(self, embedder: object) -> HybridRanker:
+        """The hybrid ranker of ``embedder`` over this replica's `vectors`, sharing the lexical
+        postings of `context`; kept while the same embedder object is handed in again (it
+        remembers query vectors and norms). Raises EmbedderError for something that is not
+        an embedder."""
+        with self._lock:
+            kept = self._rankers.get(id(embedder))
+            if kept is not None and kept[0] is embedder:
+                return kept[1]
+            cache = self._context_cache
+            if cache is None:
+                cache = self._context_cache = ContextCache()
+            ranker = HybridRanker(embedder, vectors=self.vectors(), lexical=cache.ranker)
+            if len(self._rankers) >= 8:
+                self._rankers.clear()
+            self._rankers[id(embedder)] = (embedder, ranker)
+            return ranker
 
     @_locked
     def observe(self, callback: Observer) -> Callable[[], None]:
