@@ -1151,8 +1151,14 @@ class _Facts:
                 if self.policy.previous is PreviousValues.SHOW
                 else ""
             )
+            contest = self._contest(c)
+            mark = (
+                f" ({_contest_mark(contest, self.prep.names, listed=False, most_chars=0)})"
+                if contest is not None
+                else ""
+            )
             lines.append(
-                f"{pad}⚠ RECALCULATE {render_key(c.key)}: {render_value(c.value)}{was}"
+                f"{pad}⚠ RECALCULATE {render_key(c.key)}: {render_value(c.value)}{mark}{was}"
                 f" — depends on {render_key(parent.key)}, which changed;"
                 " recompute it from the value above"
             )
@@ -1194,8 +1200,8 @@ class _Facts:
 
     def _cost(self, lines: list[str]) -> int:
         """What ``lines`` cost, a contested line's handle counted as a two-digit one."""
-        if _CONTEST_HANDLE in lines[0]:
-            lines = [lines[0].replace(_CONTEST_HANDLE, "F99"), *lines[1:]]
+        if any(_CONTEST_HANDLE in line for line in lines):
+            lines = [line.replace(_CONTEST_HANDLE, "F99") for line in lines]
         return self.meter.lines(lines)
 
     def _fitting(self, c: ClaimAdded, room: int) -> _Unit:
@@ -1306,7 +1312,8 @@ class _Facts:
                 used += cost
         shown_items = [([s], c) for s, c in reversed(summaries)]
         shown_items += [(u.lines, u.claims[0]) for u in reversed(full)]
-        shown_items = self._name_contests(shown_items, handles, out)
+        unit_claims = [[c] for _, c in reversed(summaries)] + [u.claims for u in reversed(full)]
+        shown_items = self._name_contests(shown_items, unit_claims, handles, out)
         if not (shown_items or groups):
             return out
         out.lines = [*groups, *_grouped(shown_items, meter)]
@@ -1319,29 +1326,33 @@ class _Facts:
     def _name_contests(
         self,
         items: list[tuple[list[str], ClaimAdded]],
+        claims: list[list[ClaimAdded]],
         handles: _Handles,
         out: _Built,
     ) -> list[tuple[list[str], ClaimAdded]]:
         """``items`` (lines and claim, in text order) with each contested line's handle named
         (the next fact handles, after the counted lines'), and the contested lines noted in
-        ``out`` with the claims of the other values put under their handles."""
+        ``out`` with the claims of the other values put under their handles. ``claims`` holds
+        each item's claims, one per line: a fact, then the conclusions to recalculate under
+        it, which are marked as any selected line is."""
         self.marked = out.contested
         if not self.view.contested:
             return items
         named: list[tuple[list[str], ClaimAdded]] = []
-        for lines, c in items:
-            contest = self._contest(c)
-            if contest is None:
-                named.append((lines, c))
-                continue
-            handle = None
-            if _CONTEST_HANDLE in lines[0]:
-                handle = handles.next(SectionName.FACTS)
-                lines = [lines[0].replace(_CONTEST_HANDLE, handle), *lines[1:]]
-                others = [x for g in contest.others for x in g]
-                out.omitted.append((handle, others))
-            out.contested.append((c, contest, handle))
-            named.append((lines, c))
+        for (lines, first), unit in zip(items, claims, strict=True):
+            lines = list(lines)
+            for i, c in enumerate(unit):
+                contest = self._contest(c)
+                if contest is None:
+                    continue
+                handle = None
+                if _CONTEST_HANDLE in lines[i]:
+                    handle = handles.next(SectionName.FACTS)
+                    lines[i] = lines[i].replace(_CONTEST_HANDLE, handle)
+                    others = [x for g in contest.others for x in g]
+                    out.omitted.append((handle, others))
+                out.contested.append((c, contest, handle))
+            named.append((lines, first))
         return named
 
 
