@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
@@ -949,6 +950,44 @@ class StoreIndex:
         ).fetchone()
         return int(n)
 
+    def context_counts(self) -> ContextCounts:
+        """What a context assembled from a slice of the memory counts in its lines for what
+        it leaves out (`ContextCounts`), from the indexes: a count of the pinned claims (their
+        partial index), of the conflict rows and the claims and decisions at their loci, and
+        a seek per namespace for at most two that hold facts; nothing reads every claim."""
+        self._check_present()
+        db = self._db
+        (pinned,) = db.execute(f"SELECT count(*) FROM ix_claim WHERE {_PINNED_WHERE}").fetchone()
+        (conflicted,) = db.execute(
+            "SELECT count(*) FROM ix_conflict x JOIN ix_claim c"
+            " ON c.locus = x.locus AND c.active = 1"
+        ).fetchone()
+        undecided: dict[str, int] = {}
+        decided = 0
+        for scope, has, n in db.execute(
+            "SELECT x.scope, EXISTS (SELECT 1 FROM ix_decision d WHERE d.locus = x.locus) AS has,"
+            " count(*) FROM ix_conflict x GROUP BY x.scope, has"
+        ):
+            if has:
+                decided += int(n)
+            else:
+                undecided[scope] = int(n)
+        names: list[str] = []
+        at, op = "", ">="
+        while len(names) < 2:
+            row = db.execute(
+                f"SELECT l.namespace FROM ix_locus l WHERE l.namespace {op} ? AND EXISTS"
+                " (SELECT 1 FROM ix_claim c WHERE c.locus = l.locus AND c.active = 1"
+                f" AND NOT ({_PINNED_WHERE})) ORDER BY l.namespace LIMIT 1",
+                (at,),
+            ).fetchone()
+            if row is None:
+                break
+            at, op = row[0], ">"
+            names.append(at)
+        facts = self.active_count() - int(pinned) - int(conflicted) + decided
+        return ContextCounts(max(0, facts), undecided, tuple(names))
+
     @classmethod
     def text_only(cls, claims: Iterable[ClaimAdded]) -> StoreIndex:
         """An index in memory of ``claims`` (taken as the active ones) that answers
@@ -1045,3 +1084,23 @@ def _distinct(rows: Iterable[tuple[Any, ...]], limit: int) -> list[bytes]:
             if len(out) >= limit:
                 break
     return list(out)
+
+
+# the condition of `_PINNED` (and of the partial index ix_claim_pinned), to count by
+_PINNED_WHERE = (
+    "active = 1 AND (layer = 'identity' OR kind = 'constraint' OR constraint_kind <> '')"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextCounts:
+    """What `StoreIndex.context_counts` finds: ``facts``, the active claims outside identity
+    and constraint claims and conflicts, plus one selected claim per decided conflict (what a
+    context of the whole memory lists as facts when its lens sees every claim, no two claims
+    of one key agree, and the memory holds no turns, signals or questions); ``conflicts``,
+    the undecided conflicts by scope; ``fact_namespaces``, the first two namespaces (in code
+    point order) holding an active claim outside identity and constraints."""
+
+    facts: int
+    conflicts: dict[str, int]
+    fact_namespaces: tuple[str, ...]

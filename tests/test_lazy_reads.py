@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
+from statefuse.context import Context, SectionName
 from statefuse.langgraph import StateFuseStore, claim_namespace
+from statefuse.lens import Lens
 from statefuse.mcp import build_server
 from statefuse.sync.replica import Replica
 
@@ -269,6 +272,66 @@ def test_lazy_reads_equal_loaded_reads_on_random_memories(
             {"limit": 2, "scope": "task:t1"},
         ]:
             assert lazy_search(**arguments) == full_search(**arguments)
+    assert not lazy.loaded
+    lazy.close()
+    full.close()
+
+
+# --- a context from a slice counts what the whole memory leaves out -----------------------------
+
+_COUNTED = re.compile(r"… ([\d,]+) more (?:fact|unresolved conflict)s?( in \S+)? not shown")
+
+
+def _counted(ctx: Context, name: SectionName) -> tuple[int, list[str]]:
+    """The number a section's counted line gives, and what the line says after the number."""
+    section = ctx.section(name)
+    found = [m for line in (section.lines if section else ()) if (m := _COUNTED.search(line))]
+    return sum(int(m[1].replace(",", "")) for m in found), [m[2] or "" for m in found]
+
+
+def test_a_sliced_context_counts_the_whole_memorys_facts_and_conflicts(tmp_path: Path) -> None:
+    """A context read from the derived state lays out a slice of the keys; its counted lines
+    say how many facts and unresolved conflicts the whole memory leaves out: with what it
+    shows, they add up to the memory's, as in `context_for(state())`."""
+    path = tmp_path / "m.db"
+    with Replica.open(path, create=True, space=SPACE, clock=_clock) as a:
+        a.add_constraint("project/launch/budget", 50_000, constraint="budget")
+        with a.batch():
+            for i in range(300):
+                a.add_claim("vendor", f"v{i}", "price", i * 3, provenance="quote")
+        b = a.fork(name="bob")
+        for i in range(0, 40, 2):
+            b.add_claim("vendor", f"v{i}", "price", i * 3 + 1)
+        a.merge(b)
+        b.close()
+        first = a.state().conflicts[0]
+        a.decide(first, first.candidates[0], reason="first")
+    lazy, full = _opened(path)
+    claims = full.state().claims
+    lens = Lens(now=NOW)
+    facts, conflicts = 300 - 20 + 1, 19  # one claim of the decided conflict is a fact
+    announced = 0
+    for query in ["price of v7", "", "v123 price quote"]:
+        for budget in [400, 1200]:
+            for ctx in (
+                lazy.context(query, lens=lens, budget=budget),
+                full.context(query, lens=lens, budget=budget),
+            ):
+                # a counted line is written when it fits: then it completes what is shown
+                fact_section = ctx.section(SectionName.FACTS)
+                shown = len(fact_section.claim_ids) if fact_section else 0
+                left, where = _counted(ctx, SectionName.FACTS)
+                if where:
+                    assert (shown + left, where) == (facts, [" in vendor"])
+                    announced += 1
+                conflict_section = ctx.section(SectionName.CONFLICTS)
+                ids = conflict_section.claim_ids if conflict_section else ()
+                keys = {(claims[c].key, claims[c].scope) for c in ids}
+                left, where = _counted(ctx, SectionName.CONFLICTS)
+                if where:
+                    assert len(keys) + left == conflicts
+                    announced += 1
+    assert announced >= 12  # most of the 12 contexts announce both
     assert not lazy.loaded
     lazy.close()
     full.close()
