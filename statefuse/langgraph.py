@@ -14,16 +14,18 @@ op-set. All writes of one `batch` become one signed change, stored atomically.
 
 **Reads go through the projection.** ``get``, ``search`` and ``list_namespaces`` read
 ``project(replica.state(), lens)``: what the lens may not see (other roles, other tasks, drafts)
-appears nowhere, not even as a namespace. As in LangGraph's own stores, the reads of a batch see
-the store as it was when the batch began, and its writes apply after them (the last write to a
-key wins). The async methods called concurrently on one event loop (``asyncio.gather`` of
-``aput``, ``aget``...) are one such batch, as in LangGraph's own batched stores
-(``AsyncBatchedBaseStore``): the calls waiting at the same moment run together when the loop
-next runs, so a burst of N writes is one signed change, not N. An awaited call alone is a batch
-of its own, so code that awaits each call in turn reads its own writes. ``created_at`` and
-``updated_at`` are the wall time of the claim holding the value (LangGraph's ``InMemoryStore``
-also stamps both at every put); for a conflicted item, the earliest and the latest of its
-candidates'.
+appears nowhere, not even as a namespace. On a replica opened on its store's derived state
+(`Replica.loaded` False) they project only the keys they read from it (a get its key, a search the
+items under its prefix, a listing the first items of each namespace until one is seen), with the
+same answers; a query search with an embedding ``index`` loads the history. As in LangGraph's own
+stores, the reads of a batch see the store as it was when the batch began, and its writes apply
+after them (the last write to a key wins). The async methods called concurrently on one event loop
+(``asyncio.gather`` of ``aput``, ``aget``...) are one such batch, as in LangGraph's own batched
+stores (``AsyncBatchedBaseStore``): the calls waiting at the same moment run together when the loop
+next runs, so a burst of N writes is one signed change, not N. An awaited call alone is a batch of
+its own, so code that awaits each call in turn reads its own writes. ``created_at`` and
+``updated_at`` are the wall time of the claim holding the value (LangGraph's ``InMemoryStore`` also
+stamps both at every put); for a conflicted item, the earliest and the latest of its candidates'.
 
 **Disagreement is never collapsed.** `Replica.update` replaces only this replica's own claim, so
 two agents that wrote different values at one key are a conflict (SEMANTICS §5). While the
