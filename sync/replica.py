@@ -2720,7 +2720,10 @@ class Replica:
         from the previous State), so a call after a write costs what changed as far as each of
         them goes. Conflict candidates name their authors by the names they declared
         (`author_names`). Same result as `context_for(replica.state(), lens, ...,
-        authors=replica.names())`; raises as it does.
+        authors=replica.names())`; raises as it does. Opened on the derived state, it lays out
+        the keys it draws on (`StoreIndex.context_loci`), and its counted lines count the
+        whole memory's facts and conflicts (`ContextTotals`; docs/operations.md says when
+        they are exact).
         """
         self._check_open()
         ix = self.index if self._lazy else None

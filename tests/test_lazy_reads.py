@@ -272,7 +272,14 @@ def test_lazy_reads_equal_loaded_reads_on_random_memories(
             {"limit": 2, "scope": "task:t1"},
         ]:
             assert lazy_search(**arguments) == full_search(**arguments)
+    # the same ranking from an index made in memory, on a replica without a store
+    memory = Replica.memory(space=SPACE)
+    memory.merge(full)
+    with _mcp(lazy) as lazy_search, _mcp(memory) as memory_search:
+        for arguments in [{"query": "alpha gamma"}, {"query": "rival", "scope": "global"}]:
+            assert lazy_search(**arguments) == memory_search(**arguments)
     assert not lazy.loaded
+    memory.close()
     lazy.close()
     full.close()
 
