@@ -208,11 +208,20 @@ class ContextTotals:
     one (the counted line names it, as a whole memory's does); None: the facts left out are
     counted in one line. A count below what the slice holds is read as the slice's count;
     None leaves that section counted from the slice. A handle of a counted line expands to
-    what the slice holds."""
+    what the slice holds. Raises ContextError for a count that is not None or an int >= 0, or
+    a namespace that is not None or a str."""
 
     facts: int | None = None
     conflicts: int | None = None
     fact_namespace: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("facts", "conflicts"):
+            v = getattr(self, name)
+            if v is not None and (type(v) is not int or v < 0):
+                raise ContextError(name, "count", f"{name} must be None or an int >= 0")
+        if self.fact_namespace is not None and not isinstance(self.fact_namespace, str):
+            raise ContextError("fact_namespace", "str", "fact_namespace must be None or a str")
 
 
 @dataclass(frozen=True, slots=True)

@@ -952,26 +952,20 @@ class StoreIndex:
 
     def context_counts(self) -> ContextCounts:
         """What a context assembled from a slice of the memory counts in its lines for what
-        it leaves out (`ContextCounts`), from the indexes: a count of the pinned claims (their
-        partial index), of the conflict rows and the claims and decisions at their loci, and
-        a seek per namespace for at most two that hold facts; nothing reads every claim."""
+        it leaves out (`ContextCounts`), at a cost that does not grow with the claims: the
+        active count kept with the tables, a count of the pinned claims (their partial index),
+        of the conflict rows (a b-tree count) and of the decided ones (one lookup per locus
+        with a decision), and a seek per namespace for at most two that hold facts."""
         self._check_present()
         db = self._db
-        (pinned,) = db.execute(f"SELECT count(*) FROM ix_claim WHERE {_PINNED_WHERE}").fetchone()
-        (conflicted,) = db.execute(
-            "SELECT count(*) FROM ix_conflict x JOIN ix_claim c"
-            " ON c.locus = x.locus AND c.active = 1"
+        (pinned,) = db.execute(
+            f"SELECT count(*) FROM ix_claim INDEXED BY ix_claim_pinned WHERE {_PINNED_WHERE}"
         ).fetchone()
-        undecided: dict[str, int] = {}
-        decided = 0
-        for scope, has, n in db.execute(
-            "SELECT x.scope, EXISTS (SELECT 1 FROM ix_decision d WHERE d.locus = x.locus) AS has,"
-            " count(*) FROM ix_conflict x GROUP BY x.scope, has"
-        ):
-            if has:
-                decided += int(n)
-            else:
-                undecided[scope] = int(n)
+        (conflicts,) = db.execute("SELECT count(*) FROM ix_conflict").fetchone()
+        (decided,) = db.execute(
+            "SELECT count(*) FROM (SELECT DISTINCT locus FROM ix_decision) d"
+            " CROSS JOIN ix_conflict x ON x.locus = d.locus"
+        ).fetchone()
         names: list[str] = []
         at, op = "", ">="
         while len(names) < 2:
@@ -985,8 +979,8 @@ class StoreIndex:
                 break
             at, op = row[0], ">"
             names.append(at)
-        facts = self.active_count() - int(pinned) - int(conflicted) + decided
-        return ContextCounts(max(0, facts), undecided, tuple(names))
+        facts = self.active_count() - int(pinned) - 2 * int(conflicts) + int(decided)
+        return ContextCounts(max(0, facts), int(conflicts) - int(decided), tuple(names))
 
     @classmethod
     def text_only(cls, claims: Iterable[ClaimAdded]) -> StoreIndex:
@@ -1095,12 +1089,14 @@ _PINNED_WHERE = (
 @dataclass(frozen=True, slots=True)
 class ContextCounts:
     """What `StoreIndex.context_counts` finds: ``facts``, the active claims outside identity
-    and constraint claims and conflicts, plus one selected claim per decided conflict (what a
-    context of the whole memory lists as facts when its lens sees every claim, no two claims
-    of one key agree, and the memory holds no turns, signals or questions); ``conflicts``,
-    the undecided conflicts by scope; ``fact_namespaces``, the first two namespaces (in code
-    point order) holding an active claim outside identity and constraints."""
+    and constraint claims, less two per conflict, plus one per decided conflict (the selected
+    claim); ``conflicts``, the conflicts without a decision, in every scope;
+    ``fact_namespaces``, the first two namespaces (in code point order) holding an active
+    claim outside identity and constraints. What a context of the whole memory counts when
+    every conflict has two candidates, the lens sees every claim counted, no two claims of
+    one key agree, no resolver settles a conflict and the memory holds no turns, signals or
+    questions (exact counts of those would read every conflict or every claim)."""
 
     facts: int
-    conflicts: dict[str, int]
+    conflicts: int
     fact_namespaces: tuple[str, ...]

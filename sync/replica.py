@@ -2732,7 +2732,7 @@ class Replica:
             with self.store.read_transaction():
                 loci = ix.context_loci(query, budget=budget)
                 state = ix.state_of(loci, registry=self.registry)
-                totals = _totals(ix, state, lens)
+                totals = _totals(ix, state)
             return context_for(
                 state,
                 lens,
@@ -3008,7 +3008,7 @@ class ConflictPage:
     total: int
 
 
-def _totals(ix: StoreIndex, state: State, lens: Lens) -> ContextTotals | None:
+def _totals(ix: StoreIndex, state: State) -> ContextTotals | None:
     """The whole memory's counts for a context assembled from ``state``, a slice of it read
     from the derived state (`ContextTotals`, from `StoreIndex.context_counts`); None when
     the slice holds every active claim (then it counts for itself)."""
@@ -3018,7 +3018,7 @@ def _totals(ix: StoreIndex, state: State, lens: Lens) -> ContextTotals | None:
     names = counts.fact_namespaces
     return ContextTotals(
         facts=counts.facts,
-        conflicts=sum(n for scope, n in counts.conflicts.items() if lens.sees_scope(scope)),
+        conflicts=counts.conflicts,
         fact_namespace=names[0] if len(names) == 1 else None,
     )
 

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from statefuse.context import Context, SectionName
+from statefuse.context import Context, ContextError, ContextTotals, SectionName
 from statefuse.langgraph import StateFuseStore, claim_namespace
 from statefuse.lens import Lens
 from statefuse.mcp import build_server
@@ -342,3 +342,17 @@ def test_a_sliced_context_counts_the_whole_memorys_facts_and_conflicts(tmp_path:
     assert not lazy.loaded
     lazy.close()
     full.close()
+
+
+@pytest.mark.parametrize(
+    ("totals", "field"),
+    [
+        ({"facts": -1}, "facts"),
+        ({"conflicts": 1.5}, "conflicts"),
+        ({"fact_namespace": 3}, "fact_namespace"),
+    ],
+)
+def test_context_totals_refuse_a_bad_count(totals: dict[str, Any], field: str) -> None:
+    with pytest.raises(ContextError) as raised:
+        ContextTotals(**totals)
+    assert raised.value.field == field
