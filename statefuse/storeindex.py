@@ -932,6 +932,11 @@ class StoreIndex:
             where += " AND c.scope = ?"
             params.append(scope)
         join = "FROM ix_text JOIN ix_claim c ON c.n = ix_text.rowid"
+        if scope is None:  # no join: FTS5 counts and sorts the matches by itself
+            (total,) = self._db.execute(
+                "SELECT count(*) FROM ix_text WHERE ix_text MATCH ?", (expr,)
+            ).fetchone()
+            return self._best_claims(expr, max(0, limit)), int(total)
         (total,) = self._db.execute(f"SELECT count(*) {join} WHERE {where}", params).fetchone()
         rows = self._db.execute(
             f"SELECT c.claim_id, c.locus {join} WHERE {where}"
@@ -939,6 +944,32 @@ class StoreIndex:
             [*params, max(0, limit)],
         ).fetchall()
         return [(r[0], r[1]) for r in rows], int(total)
+
+    def _best_claims(self, expr: str, limit: int) -> list[tuple[bytes, bytes]]:
+        """The (claim id, locus) of the first ``limit`` matches of ``expr`` in (score, claim
+        id) order: FTS5 sorts a window of the best by score alone; the matches tied with the
+        last one kept are fetched by claim id only when the window does not hold them all."""
+        if limit <= 0:
+            return []
+        db = self._db
+        fetch = 2 * limit + 16
+        rows = db.execute(_MATCHES, (expr, fetch)).fetchall()
+        if len(rows) > limit:
+            edge = rows[limit - 1][1]
+            better = [r for r in rows if r[1] < edge]
+            if len(rows) == fetch and rows[-1][1] == edge:  # ties past the window
+                rows = better + db.execute(_TIES, (expr, edge, limit - len(better))).fetchall()
+            else:
+                rows = [r for r in rows if r[1] <= edge]
+        score = dict(rows)
+        found: list[tuple[float, bytes, bytes]] = []
+        for part in _chunks(list(score)):
+            for n, claim_id, locus in db.execute(
+                f"SELECT n, claim_id, locus FROM ix_claim WHERE n IN ({_marks(len(part))})", part
+            ):
+                found.append((score[n], claim_id, locus))
+        found.sort()
+        return [(f[1], f[2]) for f in found[:limit]]
 
     def scope_count(self, scope: str) -> int:
         """How many active claims are in ``scope`` (a scan of the claims: no index by scope)."""

@@ -35,6 +35,7 @@ from statefuse.context import Context, ContextError, ContextTotals, SectionName
 from statefuse.langgraph import StateFuseStore, claim_namespace
 from statefuse.lens import Lens
 from statefuse.mcp import build_server
+from statefuse.storeindex import StoreIndex
 from statefuse.sync.replica import Replica
 
 SPACE = "team"
@@ -356,3 +357,31 @@ def test_context_totals_refuse_a_bad_count(totals: dict[str, Any], field: str) -
     with pytest.raises(ContextError) as raised:
         ContextTotals(**totals)
     assert raised.value.field == field
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    values=st.lists(st.lists(st.sampled_from(WORDS[:3]), max_size=3), min_size=1, max_size=60),
+    query=st.lists(st.sampled_from(WORDS[:3]), min_size=1, max_size=2),
+    limit=st.integers(1, 6),
+)
+def test_text_matches_sort_by_score_then_claim_id_past_the_window(
+    values: list[list[str]], query: list[str], limit: int
+) -> None:
+    """Many claims with equal scores: the page FTS5 sorts in a window, with the ties at its
+    edge fetched by claim id, is the page of the plain (score, claim id) order."""
+    rep = Replica.memory(space=SPACE)
+    with rep.batch():
+        for i, ws in enumerate(values):
+            rep.add_claim("notes", f"n{i % 7}", "text", " ".join(ws) or "x")
+    ix = StoreIndex.text_only(rep.state().active_claims())
+    text = " ".join(query)
+    got, total = ix.text_matches(text, limit=limit)
+    expr = " OR ".join(f'"{w}"' for w in sorted(set(query)))
+    want = ix._db.execute(  # the definition, joined and sorted by SQLite in one statement
+        "SELECT c.claim_id, c.locus FROM ix_text JOIN ix_claim c ON c.n = ix_text.rowid"
+        " WHERE ix_text MATCH ? ORDER BY bm25(ix_text), c.claim_id",
+        (expr,),
+    ).fetchall()
+    assert got == [tuple(r) for r in want[:limit]] and total == len(want)
+    rep.close()
