@@ -1307,11 +1307,30 @@ class StateFuseStore(BaseStore):
                     self._vectors.pop(c.claim_id, None)
         return written
 
+    def _keys_state(self, keys: Sequence[tuple[Namespace, str]]) -> State:
+        """A State that agrees with the replica's at the item ``keys`` (every scope): read from
+        the store's derived state on a replica opened on it, else the replica's State."""
+        replica = self.replica
+        if not replica.loaded:
+            with replica.lock:
+                index = replica.index
+                if index is not None:
+                    with replica.store.read_transaction():
+                        loci = [
+                            locus
+                            for ns, key in keys
+                            for locus in index.loci(prefix=(_name_of(ns), key, PREDICATE))
+                        ]
+                        return index.state_of(loci, registry=replica.registry, retracted=False)
+        return replica.state()
+
     def _deleted(self, puts: Mapping[tuple[Namespace, str], _Put]) -> dict[int, list[ClaimAdded]]:
         """For each delete among ``puts`` (by position): the active claims it retracts, every
         author's that the lens sees. Only deletes read the State, and it is let go before the
-        batch writes."""
-        state, lens = self.replica.state(), self.lens
+        batch writes: on a replica opened on its derived state, the State of the deleted keys
+        alone (`_keys_state`)."""
+        keys = [(put.namespace, put.key) for put in puts.values() if put.value is None]
+        state, lens = self._keys_state(keys), self.lens
         catalog = state.derived(_catalog)
         out: dict[int, list[ClaimAdded]] = {}
         for at, put in enumerate(puts.values()):

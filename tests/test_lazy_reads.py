@@ -148,6 +148,27 @@ def test_langgraph_search_and_namespaces_read_the_derived_state(tmp_path: Path) 
     full.close()
 
 
+def test_a_langgraph_delete_reads_only_the_keys_it_deletes(tmp_path: Path) -> None:
+    path = tmp_path / "lg.db"
+    _written(path)
+    with StateFuseStore.open(path, clock=_clock) as store:
+        assert not store.replica.loaded
+        store.delete(("a", "b"), "k0")  # a conflict: both authors' claims are retracted
+        store.delete(("hidden",), "k0")  # only a task's claim, which the lens does not see
+        store.delete(("nope",), "k9")
+        assert not store.replica.loaded
+    lazy, full = _opened(path)
+    a, b = StateFuseStore(lazy), StateFuseStore(full)
+    assert a.get(("a", "b"), "k0") is None and b.get(("a", "b"), "k0") is None
+    assert _items(a.search(())) == _items(b.search(()))
+    name = claim_namespace(("hidden",))
+    hidden = [c for c in full.state().active_claims() if c.namespace == name]
+    assert [c.scope for c in hidden] == ["task:t1"]  # left as it was
+    assert full.forks() == [] and not lazy.loaded
+    lazy.close()
+    full.close()
+
+
 def test_an_embedding_query_search_still_loads_and_agrees(tmp_path: Path) -> None:
     """Vectors live in the process by claim id: a query search with an embedding index meets
     every item under its prefix there, so it loads (documented), and answers alike."""
