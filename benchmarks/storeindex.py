@@ -19,6 +19,11 @@ Rows (medians of ``--repeat`` runs, default 5; each figure beside the issue's ta
 - **fresh process**: a child process runs ``Replica.open(path)`` and then the first
   ``Replica.context(Q)``; each is timed inside the child, and its peak RSS
   (``resource.getrusage``) is read before ``close()``.
+- **cold reads**: a new process opens the store and makes one read of an entry point, timed
+  inside it: MCP ``search`` with a query and no prefix (the text index ranks and counts), MCP
+  ``search`` with neither (the first claims by key), through the MCP SDK's client in memory; the
+  LangGraph store's ``search`` with a query and ``list_namespaces`` (the items under
+  ``("bench",)``, a few that each run adds). The child checks that none loaded the history.
 - **agent step**: in one child process, after open and one warm-up step, ``--steps`` steps
   (default 100), each ``add_claim`` on a new key then ``Replica.context`` (budget 2,000 tokens)
   for a query naming that key; the step median, and the process's resident memory after them
@@ -208,6 +213,45 @@ _STEPS = textwrap.dedent(
 )
 
 
+#: Opens the store, then one read of an entry point per run; prints the seconds of each read.
+_READS = textwrap.dedent(
+    """
+    import asyncio, json, sys, time
+    from mcp import Client
+    from statefuse.langgraph import StateFuseStore
+    from statefuse.mcp import build_server
+    from statefuse.sync.replica import Replica
+    path, query, tag = sys.argv[1], sys.argv[2], sys.argv[3]
+    out = {}
+
+    async def mcp_search(arguments):
+        rep = Replica.open(path)
+        async with Client(build_server(rep), mode="legacy") as client:
+            t0 = time.perf_counter()
+            result = await client.call_tool("search", arguments)
+            dt = time.perf_counter() - t0
+        assert not result.is_error and not rep.loaded, result
+        rep.close()
+        return dt
+
+    out["mcp_query_s"] = asyncio.run(mcp_search({"query": query}))
+    out["mcp_first_s"] = asyncio.run(mcp_search({}))
+    with StateFuseStore.open(path) as store:
+        store.put(("bench", tag), "note", {"text": query})  # lean: loads nothing
+    for name, read in (
+        ("lg_search_s", lambda s: s.search(("bench",), query=query, limit=10)),
+        ("lg_namespaces_s", lambda s: s.list_namespaces(prefix=("bench",))),
+    ):
+        with StateFuseStore.open(path) as store:
+            t0 = time.perf_counter()
+            found = read(store)
+            out[name] = time.perf_counter() - t0
+            assert found and not store.replica.loaded
+    print(json.dumps(out))
+    """
+)
+
+
 def _env() -> dict[str, str]:
     # As an installed package runs: compiled bytecode may be kept, whatever this shell says.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -327,6 +371,31 @@ def bench_steps(path: Path, *, claims: int, steps: int, progress: Progress) -> l
     ]
 
 
+def bench_reads(path: Path, *, repeat: int, progress: Progress) -> list[Row]:
+    """Cold reads of the entry points: each run a new process, each read timed inside it."""
+    section = f"cold reads: a new process, one read timed inside it, median of {repeat}"
+    runs = []
+    for k in range(repeat):
+        progress(f"cold reads: MCP search, LangGraph search, run {k + 1} of {repeat} ...")
+        runs.append(_child(_READS, str(path), CLI_QUERY, f"{utc_stamp()}_{k}"))
+
+    def floats(name: str) -> list[float]:
+        return [float(r[name]) for r in runs]  # type: ignore[arg-type]
+
+    return [
+        Row(
+            section,
+            "MCP search QUERY (no prefix)",
+            floats("mcp_query_s"),
+            None,
+            note=f"QUERY = {CLI_QUERY!r}: ranked and counted by the text index",
+        ),
+        Row(section, "MCP search (no query, no prefix)", floats("mcp_first_s"), None),
+        Row(section, "LangGraph search, query, under a prefix", floats("lg_search_s"), None),
+        Row(section, "LangGraph list_namespaces(prefix)", floats("lg_namespaces_s"), None),
+    ]
+
+
 # --- running --------------------------------------------------------------------------------------
 
 
@@ -379,6 +448,7 @@ def run(path: Path, args: argparse.Namespace, built: Loaded | None) -> tuple[lis
     rows = bench_cli(path, repeat=args.repeat, progress=_log)
     rows += bench_open(path, repeat=args.repeat, progress=_log)
     rows += bench_steps(path, claims=claims, steps=args.steps, progress=_log)
+    rows += bench_reads(path, repeat=args.repeat, progress=_log)
     machine = machine_info()
     what = f"{claims:,}-claim store"
     if built is not None:

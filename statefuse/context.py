@@ -211,6 +211,31 @@ class PreviousValues(Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class ContextTotals:
+    """How many facts and unresolved conflicts the whole memory holds, for a context assembled
+    from a slice of it (`Replica.context` on a replica opened on its derived state): its
+    counted lines (``… N more facts``) then say what the memory leaves out, not what the
+    slice does. ``fact_namespace``: the one namespace that holds every fact, when there is
+    one (the counted line names it, as a whole memory's does); None: the facts left out are
+    counted in one line. A count below what the slice holds is read as the slice's count;
+    None leaves that section counted from the slice. A handle of a counted line expands to
+    what the slice holds. Raises ContextError for a count that is not None or an int >= 0, or
+    a namespace that is not None or a str."""
+
+    facts: int | None = None
+    conflicts: int | None = None
+    fact_namespace: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("facts", "conflicts"):
+            v = getattr(self, name)
+            if v is not None and (type(v) is not int or v < 0):
+                raise ContextError(name, "count", f"{name} must be None or an int >= 0")
+        if self.fact_namespace is not None and not isinstance(self.fact_namespace, str):
+            raise ContextError("fact_namespace", "str", "fact_namespace must be None or a str")
+
+
+@dataclass(frozen=True, slots=True)
 class ContextPolicy:
     """How a context is laid out. Raises ContextError for a bad option.
 
@@ -988,13 +1013,17 @@ def _greedy(
     what: tuple[str, str],
     limit: int | None = None,
     oldest_first: bool = False,
+    total: int | None = None,
 ) -> _Built:
     """Take ``units`` (in priority order, at most ``limit``) while they fit in ``room``; the
     rest go under one handle, announced by a counted line when that line fits too (units are
     given back, lowest priority first, to make room for it). ``oldest_first``: show the taken
-    units in reverse priority order, the counted line first (the working set)."""
+    units in reverse priority order, the counted line first (the working set). ``total``: how
+    many units the whole memory holds, when ``units`` are those of a slice of it (the counted
+    line counts from it; `ContextTotals`)."""
     out = _Built()
-    if not units:
+    count = len(units) if total is None else max(total, len(units))
+    if not count:
         return out
     used = meter.section(TITLES[section])
     taken: list[_Unit] = []
@@ -1005,10 +1034,10 @@ def _greedy(
         taken.append(u)
         used += u.cost
     note: list[str] = []
-    if len(taken) < len(units):
+    if len(taken) < count:
         handle = handles.next(section)
         while True:
-            line = _omission(len(units) - len(taken), what, handle)
+            line = _omission(count - len(taken), what, handle)
             cost = meter.line(line)
             if used + cost <= room or not taken:
                 break
@@ -1085,6 +1114,7 @@ class _Facts:
         meter: _Meter,
         policy: ContextPolicy,
         previous: Mapping[bytes, Sequence[ClaimAdded]],
+        totals: ContextTotals | None = None,
     ) -> None:
         self.prep = prep
         self.view = prep.view
@@ -1093,6 +1123,12 @@ class _Facts:
         self.previous = previous
         self.children = prep.children
         self.total = len(prep.facts)
+        #: The whole memory's facts and placed stale claims (`ContextTotals`; None: these).
+        self.whole: int | None = None
+        self.whole_namespace: str | None = None
+        if totals is not None and totals.facts is not None:
+            self.whole = max(totals.facts, self.total + len(prep.placed))
+            self.whole_namespace = totals.fact_namespace
         # A preparation made for one call is ranked in one pass; a kept one keeps postings.
         corpus = prep.corpus if prep.kept else list(prep.facts.values())
         scores = ranker.scores(query, corpus) if prep.facts else {}
@@ -1228,12 +1264,14 @@ class _Facts:
         tokens beyond ``room``, so left-out facts are announced whenever the budget allows."""
         out = _Built()
         self.marked = out.contested
-        if not self.total:
+        if not (self.total or self.whole):
             return out
         meter = self.meter
         header = meter.section(TITLES[SectionName.FACTS])
-        reserve = meter.line(_omission(self.total, _FACTS, "F99"))
+        reserve = meter.line(_omission(self.whole or self.total, _FACTS, "F99"))
         spare = min(slack, reserve)
+        if not self.total:  # a slice that holds none of the memory's facts: only their count
+            return self._finish(out, [], [], header, handles, room + spare)
         used = header
         full: list[_Unit] = []
         summaries: list[tuple[str, ClaimAdded]] = []
@@ -1249,7 +1287,7 @@ class _Facts:
                 full.append(u)
                 used += u.cost
                 i += 1
-            if i == self.total:
+            if i == self.total and self.whole in (None, self.total + len(self.prep.placed)):
                 return self._finish(out, full, [], used, handles, room)
             # Compaction: full lines give up the summaries' share, and room for the count.
             full_room = room - int(self.policy.summary_share * (room - header))
@@ -1284,9 +1322,23 @@ class _Facts:
         shown = frozenset(
             [*(c.op_id for u in full for c in u.claims), *(c.op_id for _, c in summaries)]
         )
-        left = len(self.prep.facts) + len(self.prep.placed) - len(shown)
+        held = len(self.prep.facts) + len(self.prep.placed)
+        left = (held if self.whole is None else self.whole) - len(shown)
         groups: list[str] = []
-        if left:
+        if left and self.whole is not None:  # a slice: what it holds is not all there is
+            first = handles.used.get(SectionName.FACTS, 0) + 1
+            ns = self.whole_namespace
+            lines = [
+                _omission(
+                    left, _FACTS, f"F{first}", "" if ns is None else f" in {render_value(ns)}"
+                )
+            ]
+            cost = meter.line(lines[0])
+            out.omitted = [(handles.next(SectionName.FACTS), _Rest(self.prep, None, shown))]
+            if used + cost <= room:
+                groups = lines
+                used += cost
+        elif left:
             shown_in: dict[str, int] = {}
             for u in full:
                 for c in u.claims:
@@ -1825,6 +1877,7 @@ def assemble_context(
     previous: Mapping[bytes, Sequence[ClaimAdded]] | None = None,
     cache: ContextCache | None = None,
     authors: Mapping[bytes, str] | None = None,
+    totals: ContextTotals | None = None,
 ) -> Context:
     """The context an LLM reads for ``query``, at most ``budget`` tokens by ``tokenizer``.
 
@@ -1835,7 +1888,8 @@ def assemble_context(
     retracted claims by the claim that replaced them (see `previous_values`), shown only under
     ``PreviousValues.SHOW``. ``authors``: author id -> declared name (`Replica.names`), so a
     conflict candidate reads ``by scout`` rather than ``by 5b503a6b`` (labels as
-    `AuthorNames.label` makes them). Pure and deterministic.
+    `AuthorNames.label` makes them). ``totals``: the whole memory's counts when ``view`` is
+    of a slice of it (`ContextTotals`). Pure and deterministic.
     Raises ContextError naming a bad argument.
     """
     _check(view, query, budget, policy)
@@ -1855,14 +1909,18 @@ def assemble_context(
     prep = cache.prepared(view) if cache is not None else _Prepared(view)
     meter = _Meter(tokenizer, prep.grouped)
     prev = previous if previous is not None and policy.previous is PreviousValues.SHOW else {}
-    facts = _Facts(prep, query=query, ranker=ranker, meter=meter, policy=policy, previous=prev)
+    if totals is not None and not isinstance(totals, ContextTotals):
+        raise ContextError("totals", "totals-type", "totals must be a ContextTotals or None")
+    facts = _Facts(
+        prep, query=query, ranker=ranker, meter=meter, policy=policy, previous=prev, totals=totals
+    )
     units = _units(view, prep, meter, prev, viewer, names, policy)
     excluded = dict(view.excluded)
     excluded["answered-question"] = prep.answered
 
     room = budget
     while True:
-        sections, omitted, notes = _layout(units, facts, meter, policy, room)
+        sections, omitted, notes = _layout(units, facts, meter, policy, room, totals)
         text = "\n\n".join(s.text for s in sections)
         count = tokenizer.count(text) if text else 0
         if count <= budget:
@@ -2014,7 +2072,12 @@ def _need(
 
 
 def _layout(
-    units: _Units, facts: _Facts, meter: _Meter, policy: ContextPolicy, room: int
+    units: _Units,
+    facts: _Facts,
+    meter: _Meter,
+    policy: ContextPolicy,
+    room: int,
+    totals: ContextTotals | None = None,
 ) -> tuple[list[Section], list[tuple[str, _Omitted]], list[_Note]]:
     """Every section laid out within ``room`` tokens (by the sum of line costs)."""
     handles = _Handles()
@@ -2057,6 +2120,9 @@ def _layout(
             what=what,
             limit=limit,
             oldest_first=name is SectionName.WORKING,
+            total=totals.conflicts
+            if totals is not None and name is SectionName.CONFLICTS
+            else None,
         )
         left -= b.cost
     notes = built[SectionName.WORKING].notes
@@ -2226,6 +2292,7 @@ def context_for(
     policy: ContextPolicy = DEFAULT_POLICY,
     cache: ContextCache | None = None,
     authors: Mapping[bytes, str] | None = None,
+    totals: ContextTotals | None = None,
 ) -> Context:
     """Project ``state`` through ``lens`` and assemble the context (``query`` defaults to
     ``lens.query``; ``authority_order`` overrides the registry's; ``authors`` names authors as
@@ -2254,4 +2321,5 @@ def context_for(
         previous=previous,
         cache=cache,
         authors=authors,
+        totals=totals,
     )

@@ -14,16 +14,18 @@ op-set. All writes of one `batch` become one signed change, stored atomically.
 
 **Reads go through the projection.** ``get``, ``search`` and ``list_namespaces`` read
 ``project(replica.state(), lens)``: what the lens may not see (other roles, other tasks, drafts)
-appears nowhere, not even as a namespace. As in LangGraph's own stores, the reads of a batch see
-the store as it was when the batch began, and its writes apply after them (the last write to a
-key wins). The async methods called concurrently on one event loop (``asyncio.gather`` of
-``aput``, ``aget``...) are one such batch, as in LangGraph's own batched stores
-(``AsyncBatchedBaseStore``): the calls waiting at the same moment run together when the loop
-next runs, so a burst of N writes is one signed change, not N. An awaited call alone is a batch
-of its own, so code that awaits each call in turn reads its own writes. ``created_at`` and
-``updated_at`` are the wall time of the claim holding the value (LangGraph's ``InMemoryStore``
-also stamps both at every put); for a conflicted item, the earliest and the latest of its
-candidates'.
+appears nowhere, not even as a namespace. On a replica opened on its store's derived state
+(`Replica.loaded` False) they project only the keys they read from it (a get its key, a search the
+items under its prefix, a listing the first items of each namespace until one is seen), with the
+same answers; a query search with an embedding ``index`` loads the history. As in LangGraph's own
+stores, the reads of a batch see the store as it was when the batch began, and its writes apply
+after them (the last write to a key wins). The async methods called concurrently on one event loop
+(``asyncio.gather`` of ``aput``, ``aget``...) are one such batch, as in LangGraph's own batched
+stores (``AsyncBatchedBaseStore``): the calls waiting at the same moment run together when the loop
+next runs, so a burst of N writes is one signed change, not N. An awaited call alone is a batch of
+its own, so code that awaits each call in turn reads its own writes. ``created_at`` and
+``updated_at`` are the wall time of the claim holding the value (LangGraph's ``InMemoryStore`` also
+stamps both at every put); for a conflicted item, the earliest and the latest of its candidates'.
 
 **Disagreement is never collapsed.** `Replica.update` replaces only this replica's own claim, so
 two agents that wrote different values at one key are a conflict (SEMANTICS §5). While the
@@ -117,6 +119,7 @@ from statefuse.registry.error import InputError
 from statefuse.registry.value import Value, frozen_value, plain_value
 from statefuse.resolver import Resolver
 from statefuse.state import State
+from statefuse.storeindex import StoreIndex
 from statefuse.sync.replica import Replica
 from statefuse.vectorstore import VectorStore
 from statefuse.view import Contest, Key, SurfacedConflict, View, contest_dict
@@ -140,6 +143,8 @@ CLAIM_PREFIX = "lg:"
 SEPARATOR = "."
 #: The predicate of every item's claim.
 PREDICATE = "value"
+#: Items a namespace listing reads at a time from the derived state to find one the lens sees.
+_LOOK_AHEAD = 16
 #: The one field of the value of an item under an unresolved conflict.
 CONFLICT_FIELD = "__conflict__"
 #: The root label LangGraph reserves for itself (puts under it are refused).
@@ -810,6 +815,42 @@ def _check_key(key: object, field: str = "key") -> str:
     return key
 
 
+def _listed(
+    op: ListNamespacesOp, spaces: Iterable[Namespace], shown: Callable[[Namespace], bool]
+) -> list[Namespace]:
+    """The page of namespaces ``op`` lists, from ``spaces`` (sorted) and whether a namespace
+    has an item the lens sees (asked only of those the answer depends on)."""
+    conditions = op.match_conditions or ()
+    out: list[Namespace] = []
+    last: Namespace | None = None
+    for ns in spaces:
+        if not all(_namespace_matches(c, ns) for c in conditions):
+            continue
+        short = ns if op.max_depth is None else ns[: op.max_depth]
+        if short == last:
+            continue  # namespaces are sorted, so a truncated one repeats in a row
+        if shown(ns):
+            out.append(short)
+            last = short
+    if op.max_depth is not None:
+        out = sorted(set(out))
+    return out[op.offset : op.offset + op.limit]
+
+
+def _after(text: str) -> str:
+    """The least text past every text that starts with ``text`` (its last character moved on
+    by one code point)."""
+    return text[:-1] + chr(ord(text[-1]) + 1)
+
+
+def _items_under(index: StoreIndex, prefix: Namespace) -> list[bytes]:
+    """The loci of the items under the item namespace ``prefix`` (of every item for ``()``),
+    read from the derived state: the claim namespace itself and those nested in it."""
+    if not prefix:  # "lg" itself names no item (`item_namespace`): the catalog leaves it out
+        return index.namespace_loci(CLAIM_PREFIX[:-1], nested=CLAIM_PREFIX[-1], predicate=PREDICATE)
+    return index.namespace_loci(_name_of(prefix), nested=SEPARATOR, predicate=PREDICATE)
+
+
 @dataclass(slots=True)
 class _Queued:
     """One `StateFuseStore.abatch` call waiting for its loop's next batch."""
@@ -1026,27 +1067,70 @@ class StateFuseStore(BaseStore):
             seen = self._seen = _Seen(state, seen.view, seen.conflicts, names)
         return seen
 
-    def _look_at(self, gets: Iterable[GetOp]) -> _Seen | None:
-        """The items ``gets`` name, through the lens, read from the store's derived state alone
-        (a replica opened on it: `Replica.loaded` False), so a get costs what its keys hold;
-        None when the replica holds its history (`_look` then projects the State it keeps)."""
+    def _look_lazily(self, ops: Sequence[Op]) -> tuple[_Seen, dict[int, list[Namespace]]] | None:
+        """What the reads of ``ops`` see, read from the store's derived state alone (a replica
+        opened on it: `Replica.loaded` False), so a read costs what it reads: a get its key, a
+        search the items under its namespace prefix, a namespace listing a seek per namespace
+        and the first items of each until one is seen. Returns the items through the lens and
+        the listings' results by position; None when the replica holds its history (`_look`
+        then projects the State it keeps), or for a query search with an embedding index
+        (the vectors are kept in this process, by claim id, for the claims it has met)."""
         replica = self.replica
         if replica.loaded:
+            return None
+        if self._index is not None and any(isinstance(op, SearchOp) and op.query for op in ops):
             return None
         with replica.lock:
             index = replica.index
             if index is None:
                 return None
-            loci: list[bytes] = []
-            for op in gets:
-                if op.namespace and op.key:
-                    prefix = (_name_of(op.namespace), op.key, PREDICATE)
-                    loci += index.loci(prefix=prefix, active=False)
-            state = index.state_of(loci, registry=replica.registry)
             names = replica.author_names()
+            registry = replica.registry
+            with replica.store.read_transaction():
+                loci: list[bytes] = []
+                listed: dict[int, list[Namespace]] = {}
+                for at, op in enumerate(ops):
+                    if isinstance(op, GetOp):
+                        if op.namespace and op.key:
+                            prefix = (_name_of(op.namespace), op.key, PREDICATE)
+                            loci += index.loci(prefix=prefix)
+                    elif isinstance(op, SearchOp):
+                        loci += _items_under(index, tuple(op.namespace_prefix))
+                    elif isinstance(op, ListNamespacesOp):
+                        listed[at] = self._namespaces_of(index, op, names)
+                state = index.state_of(loci, registry=registry, retracted=False)
+        return self._seen_in(state, names), listed
+
+    def _seen_in(self, state: State, names: AuthorNames) -> _Seen:
         view = project(state, self.lens, resolver=self.resolver)
         conflicts = {c.key: c for c in view.surfaced_conflicts}
         return _Seen(state, view, conflicts, names)
+
+    def _namespaces_of(
+        self, index: StoreIndex, op: ListNamespacesOp, names: AuthorNames
+    ) -> list[Namespace]:
+        """`_namespaces` from the derived state: the namespaces holding items, each looked at
+        (a few items at a time) only until one of its items is seen through the lens."""
+        registry = self.replica.registry
+        found = index.namespaces_between(CLAIM_PREFIX, _after(CLAIM_PREFIX), predicate=PREDICATE)
+        spaces = sorted(ns for ns in map(item_namespace, found) if ns is not None)
+
+        def shown(ns: Namespace) -> bool:
+            name, offset = _name_of(ns), 0
+            while True:
+                loci = index.namespace_loci(
+                    name, predicate=PREDICATE, limit=_LOOK_AHEAD, offset=offset
+                )
+                if not loci:
+                    return False
+                state = index.state_of(loci, registry=registry, retracted=False)
+                seen = self._seen_in(state, names)
+                catalog = state.derived(_catalog)
+                if any(seen.find(ns, key) is not None for key in catalog.keys_in(ns)):
+                    return True
+                offset += len(loci)
+
+        return _listed(op, spaces, shown)
 
     def _read(self, ops: Iterable[Op]) -> _Work:
         ops = list(ops)
@@ -1055,8 +1139,11 @@ class StateFuseStore(BaseStore):
         # a batch of writes only projects nothing (see `_apply`)
         reads = any(not isinstance(op, PutOp) for op in ops)
         seen = None
-        if reads and all(isinstance(op, (GetOp, PutOp)) for op in ops):
-            seen = self._look_at(op for op in ops if isinstance(op, GetOp))
+        listed: dict[int, list[Namespace]] | None = None
+        if reads:
+            lazily = self._look_lazily(ops)
+            if lazily is not None:
+                seen, listed = lazily
         if reads and seen is None:
             seen = self._look()
         work = _Work(results=[None] * len(ops))
@@ -1072,7 +1159,7 @@ class StateFuseStore(BaseStore):
                 self._find(seen, work, at, op)
             else:
                 assert isinstance(op, ListNamespacesOp)
-                work.results[at] = self._namespaces(seen, op)
+                work.results[at] = listed[at] if listed is not None else self._namespaces(seen, op)
         return work
 
     def _check(self, op: object) -> None:
@@ -1208,21 +1295,11 @@ class StateFuseStore(BaseStore):
 
     def _namespaces(self, seen: _Seen, op: ListNamespacesOp) -> list[Namespace]:
         catalog = seen.state.derived(_catalog)
-        conditions = op.match_conditions or ()
-        out: list[Namespace] = []
-        last: Namespace | None = None
-        for ns in catalog.namespaces:
-            if not all(_namespace_matches(c, ns) for c in conditions):
-                continue
-            short = ns if op.max_depth is None else ns[: op.max_depth]
-            if short == last:
-                continue  # namespaces are sorted, so a truncated one repeats in a row
-            if any(seen.find(ns, key) is not None for key in catalog.keys_in(ns)):
-                out.append(short)
-                last = short
-        if op.max_depth is not None:
-            out = sorted(set(out))
-        return out[op.offset : op.offset + op.limit]
+
+        def shown(ns: Namespace) -> bool:
+            return any(seen.find(ns, key) is not None for key in catalog.keys_in(ns))
+
+        return _listed(op, catalog.namespaces, shown)
 
     def _plan_put(self, work: _Work, op: PutOp) -> None:
         ns = tuple(op.namespace)
@@ -1371,11 +1448,30 @@ class StateFuseStore(BaseStore):
                     self._vectors.pop(c.claim_id, None)
         return written
 
+    def _keys_state(self, keys: Sequence[tuple[Namespace, str]]) -> State:
+        """A State that agrees with the replica's at the item ``keys`` (every scope): read from
+        the store's derived state on a replica opened on it, else the replica's State."""
+        replica = self.replica
+        if not replica.loaded:
+            with replica.lock:
+                index = replica.index
+                if index is not None:
+                    with replica.store.read_transaction():
+                        loci = [
+                            locus
+                            for ns, key in keys
+                            for locus in index.loci(prefix=(_name_of(ns), key, PREDICATE))
+                        ]
+                        return index.state_of(loci, registry=replica.registry, retracted=False)
+        return replica.state()
+
     def _deleted(self, puts: Mapping[tuple[Namespace, str], _Put]) -> dict[int, list[ClaimAdded]]:
         """For each delete among ``puts`` (by position): the active claims it retracts, every
         author's that the lens sees. Only deletes read the State, and it is let go before the
-        batch writes."""
-        state, lens = self.replica.state(), self.lens
+        batch writes: on a replica opened on its derived state, the State of the deleted keys
+        alone (`_keys_state`)."""
+        keys = [(put.namespace, put.key) for put in puts.values() if put.value is None]
+        state, lens = self._keys_state(keys), self.lens
         catalog = state.derived(_catalog)
         out: dict[int, list[ClaimAdded]] = {}
         for at, put in enumerate(puts.values()):

@@ -66,9 +66,10 @@ from statefuse.history import key_history
 from statefuse.keytext import format_key
 from statefuse.lens import Lens
 from statefuse.op import ClaimAdded, claim_ref_for
-from statefuse.ranker import LexicalRanker, Ranker
+from statefuse.ranker import LexicalRanker, Ranker, words
 from statefuse.resolver import Conservative
-from statefuse.state import ConflictSet, State
+from statefuse.state import ConflictSet, State, locus_of
+from statefuse.storeindex import StoreIndex
 from statefuse.view import Contest, json_value
 
 if TYPE_CHECKING:
@@ -556,6 +557,8 @@ class _Tools:
         self.embedder = embedder
         # keeps the words of each claim between searches (and, with an embedder, its vectors)
         self.ranker: Ranker = LexicalRanker() if embedder is None else replica.ranker(embedder)
+        #: The text index made in memory for a replica without a store index, and its State.
+        self._text: tuple[State, StoreIndex] | None = None
 
     def remember(
         self,
@@ -705,34 +708,38 @@ class _Tools:
             int, Field(ge=1, le=MAX_LIMIT, description="most claims to return")
         ] = DEFAULT_LIMIT,
     ) -> Annotated[CallToolResult, Found]:
-        """Active claims whose key or value matches the query (ranked by BM25, an exact
-        identifier such as a subject name counts most) or under a key prefix, with their ids
-        and conflict markers. Every active claim is searched, whoever may see it: recall is
+        """Active claims whose key or value matches the query or under a key prefix, with
+        their ids and conflict markers. Ranked by BM25: under a prefix over its claims (an
+        exact identifier such as a subject name counts most), without one by the store's text
+        index over every claim. Every active claim is searched, whoever may see it: recall is
         the viewer-filtered path."""
         parts: tuple[str, ...] = ()
         if prefix:
             with _argument("prefix"):
                 parts = parse_key_prefix(prefix)
         with self.lock:
-            # under a prefix: those keys' rows alone, on a store opened on its derived state
-            state = self.replica.state_for(parts, scope=scope) if parts else self.replica.state()
-            claims = state.active_claims()
-            if parts or scope is not None:
+            if parts or (self.embedder is not None and query.strip()):
+                # under a prefix, those keys' rows alone on a store opened on its derived
+                # state; with an embedder, ranked by meaning too, over the whole memory
+                rep = self.replica
+                state = rep.state_for(parts, scope=scope) if parts else rep.state()
                 n = len(parts)
                 claims = [
                     c
-                    for c in claims
+                    for c in state.active_claims()
                     if (c.namespace, c.subject, c.predicate)[:n] == parts
                     and scope in (None, c.scope)
                 ]
-            if query.strip():
-                scores = self.ranker.scores(query, claims)
-                ranked = sorted(scores, key=lambda cid: (-scores[cid], cid))
-                total = len(ranked)
-                shown = [state.claims[cid] for cid in ranked[:limit]]
+                if query.strip():
+                    scores = self.ranker.scores(query, claims)
+                    ranked = sorted(scores, key=lambda cid: (-scores[cid], cid))
+                    total = len(ranked)
+                    shown = [state.claims[cid] for cid in ranked[:limit]]
+                else:
+                    total = len(claims)
+                    shown = sorted(claims, key=_KEY_ORDER)[:limit]
             else:
-                total = len(claims)
-                shown = sorted(claims, key=_KEY_ORDER)[:limit]
+                state, shown, total = self._search_all(query, scope, limit)
             names = self.replica.author_names()
             infos = [_claim_info(c, state, names) for c in shown]
             contested = [m for c in shown if (m := _search_contest(c, state, names)) is not None]
@@ -746,6 +753,52 @@ class _Tools:
         ]
         found = Found(total=total, claims=infos, contested=contested)
         return _answer("\n".join([text, *lines]), found)
+
+    def _search_all(
+        self, query: str, scope: str | None, limit: int
+    ) -> tuple[State, list[ClaimAdded], int]:
+        """`search` without a prefix: a State holding the claims shown, the claims, and how
+        many match. With a query the text index ranks (`StoreIndex.text_matches`): the
+        store's own, read alone on a replica opened on it, and for a replica without one an
+        index made in memory from its State, so the answer never depends on how the replica
+        was opened. Without a query: the first claims by key, from the derived state when
+        the replica was opened on it."""
+        rep = self.replica
+        lazy = not rep.loaded
+        ix = rep.index if lazy else None
+        if ix is not None:
+            with rep.store.read_transaction():
+                if words(query):
+                    found, total = ix.text_matches(query, limit=limit, scope=scope)
+                    state = ix.state_of([lc for _, lc in found], registry=rep.registry)
+                    return state, [state.claims[cid] for cid, _ in found], total
+                loci = ix.loci(scope=scope, limit=limit)
+                total = ix.active_count() if scope is None else ix.scope_count(scope)
+                state = ix.state_of(loci, registry=rep.registry)
+            wanted = set(loci)  # the State may hold more: what their claims depend on
+            claims = [
+                c
+                for c in state.active_claims()
+                if locus_of(c.namespace, c.subject, c.predicate, c.scope) in wanted
+            ]
+            return state, sorted(claims, key=_KEY_ORDER)[:limit], total
+        state = rep.state()
+        if words(query):
+            found, total = self._text_index(state).text_matches(query, limit=limit, scope=scope)
+            return state, [state.claims[cid] for cid, _ in found], total
+        claims = [c for c in state.active_claims() if scope in (None, c.scope)]
+        return state, sorted(claims, key=_KEY_ORDER)[:limit], len(claims)
+
+    def _text_index(self, state: State) -> StoreIndex:
+        """The text index `_search_all` ranks with for a replica holding ``state``: the
+        store's when it is current, else one made in memory (kept while the State is)."""
+        ix = self.replica.index
+        if ix is not None:
+            return ix
+        made = self._text
+        if made is None or made[0] is not state:
+            made = self._text = (state, StoreIndex.text_only(state.active_claims()))
+        return made[1]
 
     def retract(
         self,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
@@ -856,6 +857,189 @@ class StoreIndex:
             )
         )
 
+    # --- reads for the entry points (LangGraph store, MCP search) ---------------------------------
+
+    def namespaces_between(self, low: str, high: str, *, predicate: str) -> list[str]:
+        """The namespaces from ``low`` (included) to ``high`` (excluded), in code point order,
+        that hold an active claim at ``predicate``: each one found by a seek past the one
+        before, so the cost follows how many there are, not how many claims they hold."""
+        self._check_present()
+        if not all(map(_text, (low, high, predicate))):
+            return []
+        out: list[str] = []
+        at, op = low, ">="
+        while True:
+            row = self._db.execute(
+                f"SELECT l.namespace FROM ix_locus l WHERE l.namespace {op} ? AND l.namespace < ?"
+                " AND l.predicate = ? AND EXISTS (SELECT 1 FROM ix_claim c"
+                " WHERE c.locus = l.locus AND c.active = 1) ORDER BY l.namespace LIMIT 1",
+                (at, high, predicate),
+            ).fetchone()
+            if row is None:
+                return out
+            at, op = row[0], ">"
+            out.append(at)
+
+    def namespace_loci(
+        self,
+        namespace: str,
+        *,
+        nested: str = "",
+        predicate: str,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[bytes]:
+        """The loci with an active claim at ``predicate`` whose namespace is ``namespace`` or,
+        given ``nested`` (a separator), starts with ``namespace + nested``; by key and scope,
+        from ``offset``, at most ``limit``: the items of a namespace and those nested in it."""
+        self._check_present()
+        if not all(map(_text, (namespace, nested, predicate))):
+            return []
+        where = "l.namespace = ?"
+        params: list[object] = [namespace]
+        if nested:
+            # every text that starts with namespace + nested sorts between it and the text
+            # whose last character is the next code point after ``nested``'s last one
+            upper = nested[:-1] + chr(ord(nested[-1]) + 1)
+            where = f"({where} OR (l.namespace >= ? AND l.namespace < ?))"
+            params += [namespace + nested, namespace + upper]
+        sql = (
+            f"SELECT l.locus FROM ix_locus l WHERE {where} AND l.predicate = ?"
+            " AND EXISTS (SELECT 1 FROM ix_claim c WHERE c.locus = l.locus AND c.active = 1)"
+            " ORDER BY l.namespace, l.subject, l.predicate, l.scope"
+        )
+        params.append(predicate)
+        if limit is not None or offset:
+            sql += " LIMIT ? OFFSET ?"
+            params += [-1 if limit is None else max(0, limit), max(0, offset)]
+        return [r[0] for r in self._db.execute(sql, params)]
+
+    def text_matches(
+        self, query: str, *, limit: int, scope: str | None = None
+    ) -> tuple[list[tuple[bytes, bytes]], int]:
+        """The (claim id, locus) of the active claims (in ``scope`` if given) that hold a word
+        of ``query``, best first by BM25 as FTS5 computes it over the words of every active
+        claim (`ranker.words` of the key and value; k1 1.2, b 0.75, idf ln((N - n + 0.5) /
+        (n + 0.5)), floored at 1e-6), equal scores by claim id, at most ``limit``; and how many
+        match in all. Every word counts, common ones too: the answer is exact, and costs what
+        the query's postings hold (in C), never a read of every claim."""
+        self._check_present()
+        expr = _match_expression(query)
+        if expr is None or (scope is not None and not _text(scope)):
+            return [], 0
+        where, params = "ix_text MATCH ?", [expr]
+        if scope is not None:
+            where += " AND c.scope = ?"
+            params.append(scope)
+        join = "FROM ix_text JOIN ix_claim c ON c.n = ix_text.rowid"
+        if scope is None:  # no join: FTS5 counts and sorts the matches by itself
+            (total,) = self._db.execute(
+                "SELECT count(*) FROM ix_text WHERE ix_text MATCH ?", (expr,)
+            ).fetchone()
+            return self._best_claims(expr, max(0, limit)), int(total)
+        (total,) = self._db.execute(f"SELECT count(*) {join} WHERE {where}", params).fetchone()
+        rows = self._db.execute(
+            f"SELECT c.claim_id, c.locus {join} WHERE {where}"
+            " ORDER BY bm25(ix_text), c.claim_id LIMIT ?",
+            [*params, max(0, limit)],
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows], int(total)
+
+    def _best_claims(self, expr: str, limit: int) -> list[tuple[bytes, bytes]]:
+        """The (claim id, locus) of the first ``limit`` matches of ``expr`` in (score, claim
+        id) order: FTS5 sorts a window of the best by score alone; the matches tied with the
+        last one kept are fetched by claim id only when the window does not hold them all."""
+        if limit <= 0:
+            return []
+        db = self._db
+        fetch = 2 * limit + 16
+        rows = db.execute(_MATCHES, (expr, fetch)).fetchall()
+        if len(rows) > limit:
+            edge = rows[limit - 1][1]
+            better = [r for r in rows if r[1] < edge]
+            if len(rows) == fetch and rows[-1][1] == edge:  # ties past the window
+                rows = better + db.execute(_TIES, (expr, edge, limit - len(better))).fetchall()
+            else:
+                rows = [r for r in rows if r[1] <= edge]
+        score = dict(rows)
+        found: list[tuple[float, bytes, bytes]] = []
+        for part in _chunks(list(score)):
+            for n, claim_id, locus in db.execute(
+                f"SELECT n, claim_id, locus FROM ix_claim WHERE n IN ({_marks(len(part))})", part
+            ):
+                found.append((score[n], claim_id, locus))
+        found.sort()
+        return [(f[1], f[2]) for f in found[:limit]]
+
+    def scope_count(self, scope: str) -> int:
+        """How many active claims are in ``scope`` (a scan of the claims: no index by scope)."""
+        self._check_present()
+        if not _text(scope):
+            return 0
+        (n,) = self._db.execute(
+            "SELECT count(*) FROM ix_claim WHERE active = 1 AND scope = ?", (scope,)
+        ).fetchone()
+        return int(n)
+
+    def context_counts(self) -> ContextCounts:
+        """What a context assembled from a slice of the memory counts in its lines for what
+        it leaves out (`ContextCounts`), at a cost that does not grow with the claims: the
+        active count kept with the tables, a count of the pinned claims (their partial index),
+        of the conflict rows (a b-tree count) and of the decided ones (one lookup per locus
+        with a decision), and a seek per namespace for at most two that hold facts."""
+        self._check_present()
+        db = self._db
+        (pinned,) = db.execute(
+            f"SELECT count(*) FROM ix_claim INDEXED BY ix_claim_pinned WHERE {_PINNED_WHERE}"
+        ).fetchone()
+        (conflicts,) = db.execute("SELECT count(*) FROM ix_conflict").fetchone()
+        (decided,) = db.execute(
+            "SELECT count(*) FROM (SELECT DISTINCT locus FROM ix_decision) d"
+            " CROSS JOIN ix_conflict x ON x.locus = d.locus"
+        ).fetchone()
+        names: list[str] = []
+        at, op = "", ">="
+        while len(names) < 2:
+            row = db.execute(
+                f"SELECT l.namespace FROM ix_locus l WHERE l.namespace {op} ? AND EXISTS"
+                " (SELECT 1 FROM ix_claim c WHERE c.locus = l.locus AND c.active = 1"
+                f" AND NOT ({_PINNED_WHERE})) ORDER BY l.namespace LIMIT 1",
+                (at,),
+            ).fetchone()
+            if row is None:
+                break
+            at, op = row[0], ">"
+            names.append(at)
+        facts = self.active_count() - int(pinned) - 2 * int(conflicts) + int(decided)
+        return ContextCounts(max(0, facts), int(conflicts) - int(decided), tuple(names))
+
+    @classmethod
+    def text_only(cls, claims: Iterable[ClaimAdded]) -> StoreIndex:
+        """An index in memory of ``claims`` (taken as the active ones) that answers
+        `text_matches` only, with the text index a store keeps (same words, same tokenizer,
+        same BM25): what a replica without a store index ranks with, so that a search answers
+        the same however the replica was opened. Costs every claim: build it once per State."""
+        db = sqlite3.connect(":memory:", check_same_thread=False)
+        db.execute(
+            "CREATE TABLE ix_claim (n INTEGER PRIMARY KEY, claim_id BLOB NOT NULL,"
+            " locus BLOB NOT NULL, scope TEXT NOT NULL, words TEXT NOT NULL)"
+        )
+        db.execute(next(t for t in TABLES if t.startswith("CREATE VIRTUAL TABLE ix_text")))
+        rows = [
+            (
+                n,
+                c.op_id,
+                _locus_of_key((c.namespace, c.subject, c.predicate, c.scope)),
+                c.scope,
+                " ".join(_doc_words(c)),
+            )
+            for n, c in enumerate(sorted(claims, key=lambda c: c.op_id), start=1)
+        ]
+        db.executemany("INSERT INTO ix_claim VALUES (?, ?, ?, ?, ?)", rows)
+        db.executemany(_TEXT_ADD, ((r[0], r[4]) for r in rows))
+        db.commit()
+        return cls(db)
+
 
 def _claim_row(
     n: int | None,
@@ -925,3 +1109,25 @@ def _distinct(rows: Iterable[tuple[Any, ...]], limit: int) -> list[bytes]:
             if len(out) >= limit:
                 break
     return list(out)
+
+
+# the condition of `_PINNED` (and of the partial index ix_claim_pinned), to count by
+_PINNED_WHERE = (
+    "active = 1 AND (layer = 'identity' OR kind = 'constraint' OR constraint_kind <> '')"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextCounts:
+    """What `StoreIndex.context_counts` finds: ``facts``, the active claims outside identity
+    and constraint claims, less two per conflict, plus one per decided conflict (the selected
+    claim); ``conflicts``, the conflicts without a decision, in every scope;
+    ``fact_namespaces``, the first two namespaces (in code point order) holding an active
+    claim outside identity and constraints. What a context of the whole memory counts when
+    every conflict has two candidates, the lens sees every claim counted, no two claims of
+    one key agree, no resolver settles a conflict and the memory holds no turns, signals or
+    questions (exact counts of those would read every conflict or every claim)."""
+
+    facts: int
+    conflicts: int
+    fact_namespaces: tuple[str, ...]

@@ -61,7 +61,13 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from statefuse.authorname import AuthorNames
 from statefuse.clitable import plural
-from statefuse.context import DEFAULT_BUDGET, Context, ContextCache, context_for
+from statefuse.context import (
+    DEFAULT_BUDGET,
+    Context,
+    ContextCache,
+    ContextTotals,
+    context_for,
+)
 from statefuse.error import ClaimLookupError
 from statefuse.fusion import HybridRanker
 from statefuse.history import HistoryEvent, key_history
@@ -2722,7 +2728,10 @@ class Replica:
         from the previous State), so a call after a write costs what changed as far as each of
         them goes. Conflict candidates name their authors by the names they declared
         (`author_names`). Same result as `context_for(replica.state(), lens, ...,
-        authors=replica.names())`; raises as it does.
+        authors=replica.names())`; raises as it does. Opened on the derived state, it lays out
+        the keys it draws on (`StoreIndex.context_loci`), and its counted lines count the
+        whole memory's facts and conflicts (`ContextTotals`; docs/operations.md says when
+        they are exact).
 
         ``embedder`` (an `Embedder`, or a callable `as_embedder` takes): rank by meaning as
         well as by words (`statefuse.fusion.HybridRanker`), with the claims' vectors kept in
@@ -2733,16 +2742,19 @@ class Replica:
         self._check_open()
         ix = self.index if self._lazy and embedder is None else None
         if ix is not None:  # opened on the derived state: read what this context needs
+            lens = lens if lens is not None else Lens(now=self._clock())
             with self.store.read_transaction():
                 loci = ix.context_loci(query, budget=budget)
                 state = ix.state_of(loci, registry=self.registry)
+                totals = _totals(ix, state)
             return context_for(
                 state,
-                lens if lens is not None else Lens(now=self._clock()),
+                lens,
                 budget=budget,
                 query=query,
                 resolver=resolver,
                 authors=self.author_names(),
+                totals=totals,
             )
         cache = self._context_cache
         if cache is None:
@@ -3069,6 +3081,21 @@ class ConflictPage:
     state: State
     conflicts: tuple[ConflictSet, ...]
     total: int
+
+
+def _totals(ix: StoreIndex, state: State) -> ContextTotals | None:
+    """The whole memory's counts for a context assembled from ``state``, a slice of it read
+    from the derived state (`ContextTotals`, from `StoreIndex.context_counts`); None when
+    the slice holds every active claim (then it counts for itself)."""
+    if len(state.active_claims()) >= ix.active_count():
+        return None
+    counts = ix.context_counts()
+    names = counts.fact_namespaces
+    return ContextTotals(
+        facts=counts.facts,
+        conflicts=counts.conflicts,
+        fact_namespace=names[0] if len(names) == 1 else None,
+    )
 
 
 def _conflict_order(c: ConflictSet) -> tuple[tuple[str, str, str], str]:

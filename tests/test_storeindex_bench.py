@@ -30,6 +30,10 @@ NAMES = [
     "agent step (write 1 claim + context)",
     "peak RSS after open + 3 steps",
     "current RSS after open + 3 steps",
+    "MCP search QUERY (no prefix)",
+    "MCP search (no query, no prefix)",
+    "LangGraph search, query, under a prefix",
+    "LangGraph list_namespaces(prefix)",
 ]
 
 
