@@ -193,6 +193,11 @@ _TIES = (
     " WHERE ix_text MATCH ?) t JOIN ix_claim c ON c.n = t.rowid WHERE t.score = ?"
     " ORDER BY c.claim_id LIMIT ?"
 )
+# every match's locus in (score, claim id) order (for expressions known to match few claims)
+_RANKED_FEW = (
+    "SELECT c.locus FROM ix_text JOIN ix_claim c ON c.n = ix_text.rowid"
+    " WHERE ix_text MATCH ? ORDER BY bm25(ix_text), c.claim_id"
+)
 # what `StoreIndex.state_of` reads of a claim
 _SLICE = "claim_id, active, data, locus"
 _RECENT = "SELECT locus FROM ix_claim WHERE active = 1 ORDER BY lamport DESC, claim_id DESC"
@@ -217,6 +222,44 @@ def _decode(datas: Sequence[bytes]) -> list[Op]:
     """Ops from bytes this index stored: they were verified on ingest, so the batch decoder's
     checks of the canonical form are all that runs (no signature, no trust work)."""
     return _decode_ops(datas) if datas else []
+
+
+#: Most ops an `OpMemo` keeps by default (about 1 KB each: a few MB).
+MEMO_OPS = 8_192
+
+
+class OpMemo:
+    """Ops decoded from the derived state's rows, kept by op id for the reads to come.
+
+    Why: an agent step reads about the same slice again after each write (the recent keys,
+    the pinned ones), and decoding its ops again is the larger part of reading it. An op id
+    is the hash of the op's bytes, so an op kept under its id is the op any later row with
+    that id decodes to: keeping one never changes an answer. At most ``max_ops`` are kept;
+    when full it forgets everything (the next reads fill it again with what they use)."""
+
+    __slots__ = ("_ops", "max_ops")
+
+    def __init__(self, *, max_ops: int = MEMO_OPS) -> None:
+        self.max_ops = max_ops
+        self._ops: dict[bytes, Op] = {}
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def decode(self, rows: Sequence[tuple[bytes, bytes]]) -> list[Op]:
+        """The ops of ``rows`` (op id, canonical bytes), in order: those kept from before,
+        the others decoded (`_decode`) and kept under their ids."""
+        ops = self._ops
+        missing = {oid: data for oid, data in rows if oid not in ops}
+        if not missing:
+            return [ops[oid] for oid, _ in rows]
+        if len(ops) + len(missing) > self.max_ops:
+            ops.clear()
+            missing = {oid: data for oid, data in rows}
+        made = dict(zip(missing, _decode(list(missing.values())), strict=True))
+        if len(made) <= self.max_ops:
+            ops.update((oid, op) for oid, op in made.items() if op.op_id == oid)
+        return [made[oid] if oid in made else ops[oid] for oid, _ in rows]
 
 
 class _Split:
@@ -569,7 +612,12 @@ class StoreIndex:
     # --- reads -----------------------------------------------------------------------------------
 
     def state_of(
-        self, loci: Iterable[bytes], *, registry: Registry, retracted: bool = True
+        self,
+        loci: Iterable[bytes],
+        *,
+        registry: Registry,
+        retracted: bool = True,
+        memo: OpMemo | None = None,
     ) -> State:
         """The State of the ops on ``loci`` and on every locus their claims' ``depends_on``
         names (by claim id or ref), transitively: on ``loci`` it answers what the State of the
@@ -580,8 +628,12 @@ class StoreIndex:
         thousands of times costs what its active claims cost), keeping only the retracted
         claims a dependency names: active claims, conflicts, decisions and stale marks on
         ``loci`` are still exact; `State.retracted`, `State.all_claims` and the digest cover
-        only what was read."""
+        only what was read.
+
+        ``memo``: ops decoded by earlier reads (`OpMemo`), used and filled by this one; the
+        State is the same with or without it."""
         self._check_present()
+        memo = OpMemo(max_ops=0) if memo is None else memo
         claims: dict[bytes, ClaimAdded] = {}
         gone: set[bytes] = set()  # the retracted claims read
         seen_loci: set[bytes] = set()
@@ -592,28 +644,28 @@ class StoreIndex:
         while frontier or deps:
             seen_loci.update(frontier)
             rows = self._rows("ix_claim", _SLICE, "locus", frontier, only_active)
-            deps |= self._take_claims(rows, claims, gone)
+            deps |= self._take_claims(rows, claims, gone, memo)
             deps -= seen_deps
             seen_deps |= deps
             # the claims the dependencies name, by id or ref, retracted ones included
             named = self._rows("ix_claim", _SLICE, "claim_id", list(deps))
             named += self._rows("ix_claim", _SLICE, "ref", list(deps))
-            deps = self._take_claims(named, claims, gone) - seen_deps
+            deps = self._take_claims(named, claims, gone, memo) - seen_deps
             frontier = sorted({r[3] for r in named} - seen_loci)
         ids = (gone if not retracted else claims.keys()) | seen_deps
         refs = {claims[c].claim_ref for c in (gone if not retracted else claims)} | seen_deps
         retractions: dict[bytes, ClaimRetracted] = {}
         rows = self._rows("ix_retraction", "op_id, data", "target_id", list(ids))
         rows += self._rows("ix_retraction", "op_id, data", "target_ref", list(refs))
-        for r in _decode(list({oid: data for oid, data in rows}.values())):
+        for r in memo.decode(list({oid: (oid, data) for oid, data in rows}.values())):
             retractions[r.op_id] = r  # type: ignore[assignment]
         decisions: dict[bytes, DecisionAdded] = {}
-        rows = self._rows("ix_decision", "data", "locus", list(seen_loci))
-        for d in _decode([r[0] for r in rows]):
+        rows = self._rows("ix_decision", "op_id, data", "locus", list(seen_loci))
+        for d in memo.decode(rows):
             decisions[d.op_id] = d  # type: ignore[assignment]
         evidence: dict[bytes, EvidenceAdded] = {}
         cited = list({e for c in claims.values() for e in c.evidence})
-        for e in _decode([r[0] for r in self._rows("ix_evidence", "data", "op_id", cited)]):
+        for e in memo.decode(self._rows("ix_evidence", "op_id, data", "op_id", cited)):
             evidence[e.op_id] = e  # type: ignore[assignment]
         return Materializer.from_checked(
             claims, retractions, evidence, decisions, registry=registry
@@ -635,13 +687,17 @@ class StoreIndex:
 
     @staticmethod
     def _take_claims(
-        rows: list[tuple[Any, ...]], claims: dict[bytes, ClaimAdded], gone: set[bytes]
+        rows: list[tuple[Any, ...]],
+        claims: dict[bytes, ClaimAdded],
+        gone: set[bytes],
+        memo: OpMemo,
     ) -> set[bytes]:
-        """Decode `_SLICE` rows of claims not in ``claims`` yet into it, noting the retracted
-        ones in ``gone``; returns what the new claims depend on."""
+        """Decode `_SLICE` rows of claims not in ``claims`` yet into it (through ``memo``),
+        noting the retracted ones in ``gone``; returns what the new claims depend on."""
         fresh = list({r[0]: r for r in rows if r[0] not in claims}.values())
         deps: set[bytes] = set()
-        for (_, active, _, _), c in zip(fresh, _decode([r[2] for r in fresh]), strict=True):
+        decoded = memo.decode([(r[0], r[2]) for r in fresh])
+        for (_, active, _, _), c in zip(fresh, decoded, strict=True):
             claims[c.op_id] = c  # type: ignore[assignment]
             if not active:
                 gone.add(c.op_id)
@@ -752,7 +808,7 @@ class StoreIndex:
         found: dict[bytes, None] = {}
         for m in range(len(ws), 1, -1):
             every = " AND ".join('"' + w.replace('"', '""') + '"' for w in ws[:m])
-            found.update(dict.fromkeys(self._ranked(every, limit)))
+            found.update(dict.fromkeys(self._ranked(every, limit, most=freq[0][0])))
             if len(found) >= limit:
                 return list(found)[:limit]
         chosen: list[str] = []
@@ -764,15 +820,20 @@ class StoreIndex:
             total += df
         expr = _match_expression(" ".join(chosen))
         if expr is not None:
-            found.update(dict.fromkeys(self._ranked(expr, limit)))
+            found.update(dict.fromkeys(self._ranked(expr, limit, most=total)))
         return list(found)[:limit]
 
-    def _ranked(self, expr: str, limit: int) -> list[bytes]:
+    def _ranked(self, expr: str, limit: int, *, most: int | None = None) -> list[bytes]:
         """The first ``limit`` distinct loci of the matches of ``expr`` in (score, claim id)
         order. FTS5 sorts only the best few (never every match) by score; the matches tied
         with the last one kept are cut by claim id (fetched again only when they run past
-        what was fetched), so the cut never depends on the order rows were written in."""
+        what was fetched), so the cut never depends on the order rows were written in.
+        ``most``: how many claims ``expr`` can match at most; when that is `MATCH_BUDGET` or
+        fewer, one statement joins every match to its claim and sorts them in that order
+        (BM25 scores every match either way; this saves the second read of the claims)."""
         db = self._db
+        if most is not None and most <= MATCH_BUDGET:
+            return _distinct(db.execute(_RANKED_FEW, (expr,)), limit)
         want = limit * 2 + 16
         while True:
             fetch = 2 * want + 1

@@ -106,6 +106,7 @@ from statefuse.store import (
     StoreInfo,
     StoreWrite,
 )
+from statefuse.storeindex import OpMemo
 from statefuse.sync.author import (
     AuthorNamed,
     check_author_name,
@@ -572,6 +573,8 @@ class Replica:
         self._registry_change: tuple[bytes, bytes] | None = None
         #: Caches `context` keeps between calls (made on first use).
         self._context_cache: ContextCache | None = None
+        #: Ops decoded from the derived state, by id, for the slices read next (`OpMemo`).
+        self._op_memo = OpMemo()
         #: Where claim vectors are kept (`vectors`), and a hybrid ranker per embedder name.
         self._vectors: VectorStore | None = None
         self._rankers: dict[int, tuple[object, HybridRanker]] = {}
@@ -2745,14 +2748,18 @@ class Replica:
             lens = lens if lens is not None else Lens(now=self._clock())
             with self.store.read_transaction():
                 loci = ix.context_loci(query, budget=budget)
-                state = ix.state_of(loci, registry=self.registry)
+                state = ix.state_of(loci, registry=self.registry, memo=self._op_memo)
                 totals = _totals(ix, state)
+            cache = self._context_cache
+            if cache is None:
+                cache = self._context_cache = ContextCache()
             return context_for(
                 state,
                 lens,
                 budget=budget,
                 query=query,
                 resolver=resolver,
+                cache=cache,
                 authors=self.author_names(),
                 totals=totals,
             )

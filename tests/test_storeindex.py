@@ -18,6 +18,7 @@ from statefuse.registry import DEFAULT_REGISTRY
 from statefuse.sqlitestore import _MIGRATIONS, SQLiteStore
 from statefuse.state import locus_of
 from statefuse.store import StoreError, StoreInfo
+from statefuse.storeindex import OpMemo, _match_expression
 from statefuse.testing import SCOPES, TEST_REGISTRY, op_lists, state_summary
 
 REG = TEST_REGISTRY
@@ -426,4 +427,51 @@ def test_a_context_finds_the_claim_holding_every_word_however_common_the_words_a
     assert ix.search("zeta", limit=5) == [_locus(target)]
     # the two common words together: the claims holding both come first
     assert ix.context_loci("order status", budget=budget)[0] == _locus(target)
+    store.close()
+
+
+@given(memories(), st.data())
+def test_a_memo_of_decoded_ops_never_changes_a_slice(store, ops, data):
+    """`OpMemo` keeps ops decoded by earlier reads (an agent step reads about the same slice
+    after each write): a slice read through it, however full, small or stale its content,
+    is the slice read without it."""
+    ix = store.index()
+    with store.write_transaction():
+        ix.rebuild(ops, upto=1, registry=REG)
+    memo = OpMemo(max_ops=data.draw(st.sampled_from((0, 1, 5, 40, 10_000))))
+    loci = ix.loci(active=False)
+    for _ in range(3):
+        some = data.draw(st.lists(st.sampled_from(loci), max_size=6)) if loci else []
+        retracted = data.draw(st.booleans())
+        got = ix.state_of(some, registry=REG, retracted=retracted, memo=memo)
+        want = ix.state_of(some, registry=REG, retracted=retracted)
+        assert state_summary(got) == state_summary(want)
+        assert got.digest() == want.digest()
+        assert len(memo) <= memo.max_ops
+
+
+@given(memories(), st.sampled_from(("price owner", "1000 dana", "a b c", "alpha", "1", "zz")))
+def test_ranking_few_matches_in_one_statement_answers_as_the_window_does(store, ops, query):
+    """`StoreIndex._ranked` joins every match to its claim when few can match (``most``):
+    the same loci in the same order as FTS5's window of the best, cut by claim id."""
+    ix = store.index()
+    with store.write_transaction():
+        ix.rebuild(ops, upto=1, registry=REG)
+    expr = _match_expression(query)
+    assert expr is not None
+    for limit in (1, 2, 3, 10, 1000):
+        assert ix._ranked(expr, limit, most=0) == ix._ranked(expr, limit)
+
+
+def test_ranking_in_one_statement_cuts_equal_scores_by_claim_id(tmp_path):
+    store = SQLiteStore(tmp_path / "s.db")
+    store.initialize(INFO)
+    w = Writer("w1", registry=REG, clock=lambda: 0)
+    ops = [w.claim("proj", f"s{i:03}", "note", "same word") for i in range(150)]
+    by_id = [_locus(c) for c in sorted(ops, key=lambda c: c.claim_id)]
+    ix = store.index()
+    with store.write_transaction():
+        ix.rebuild(ops[::-1], upto=0, registry=REG)
+    for limit in (1, 5, 40, 149, 150, 151):
+        assert ix._ranked('"same"', limit, most=len(ops)) == by_id[:limit]
     store.close()
