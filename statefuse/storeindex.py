@@ -652,7 +652,9 @@ class StoreIndex:
             named += self._rows("ix_claim", _SLICE, "ref", list(deps))
             deps = self._take_claims(named, claims, gone, memo) - seen_deps
             frontier = sorted({r[3] for r in named} - seen_loci)
-        ids = (gone if not retracted else claims.keys()) | seen_deps
+        # a retraction by id always retracts its target, so only retracted claims (and what a
+        # dependency names) can be the target of one: active claims need no lookup by id
+        ids = gone | seen_deps
         refs = {claims[c].claim_ref for c in (gone if not retracted else claims)} | seen_deps
         retractions: dict[bytes, ClaimRetracted] = {}
         rows = self._rows("ix_retraction", "op_id, data", "target_id", list(ids))
