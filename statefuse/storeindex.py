@@ -198,6 +198,8 @@ _RANKED_FEW = (
     "SELECT c.locus FROM ix_text JOIN ix_claim c ON c.n = ix_text.rowid"
     " WHERE ix_text MATCH ? ORDER BY bm25(ix_text), c.claim_id"
 )
+# how many claims match, counting no further than ? (FTS5 stops reading postings there)
+_COUNT_UPTO = "SELECT count(*) FROM (SELECT 1 FROM ix_text WHERE ix_text MATCH ? LIMIT ?)"
 # what `StoreIndex.state_of` reads of a claim
 _SLICE = "claim_id, active, data, locus"
 _RECENT = "SELECT locus FROM ix_claim WHERE active = 1 ORDER BY lamport DESC, claim_id DESC"
@@ -768,21 +770,35 @@ class StoreIndex:
             return []
         return self._ranked(expr, limit)
 
-    def _frequencies(self, query: str) -> list[tuple[int, str]]:
-        """``query``'s words with how many active claims hold each, rarest first."""
+    def _frequencies(self, query: str, *, cap: int | None = None) -> list[tuple[int, str]]:
+        """``query``'s words with how many active claims hold each, rarest first.
+
+        With ``cap``: a word held by ``cap`` claims or more may say ``cap`` instead of its
+        count, as long as one word at most does (it then sorts last, where its count would
+        put it): a word's count costs what its postings hold (FTS5 reads them all), and a
+        common word's exact count is what a context's search needs least."""
         ws = sorted(set(words(query)))
         if not ws:
             return []
         db = self._db
-        db.execute(
-            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ix_text_vocab"
-            " USING fts5vocab(main, 'ix_text', 'row')"
-        )
-        out = []
-        for w in ws:
+        out: dict[str, int] = {}
+        if cap is not None:
+            for w in ws:
+                if w.isascii() and w.isalnum() and w == w.lower():  # one FTS5 token as it is
+                    (n,) = db.execute(_COUNT_UPTO, (f'"{w}"', cap)).fetchone()
+                    out[w] = int(n)
+            if sum(n >= cap for n in out.values()) > 1:
+                out = {w: n for w, n in out.items() if n < cap}
+        missing = [w for w in ws if w not in out]
+        if missing:
+            db.execute(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ix_text_vocab"
+                " USING fts5vocab(main, 'ix_text', 'row')"
+            )
+        for w in missing:
             row = db.execute("SELECT doc FROM temp.ix_text_vocab WHERE term = ?", (w,)).fetchone()
-            out.append((0 if row is None else int(row[0]), w))
-        return sorted(out)
+            out[w] = 0 if row is None else int(row[0])
+        return sorted((n, w) for w, n in out.items())
 
     def _expression(self, query: str) -> str | None:
         """The FTS5 query for ``query``'s words, without the words held by more than half of
@@ -803,7 +819,9 @@ class StoreIndex:
         to the point), then the claims that hold any of the rarest words, as many words as
         together match at most `MATCH_BUDGET` claims. The context ranks what it is given with
         every word of the query again."""
-        freq = [(df, w) for df, w in self._frequencies(query) if df > 0]  # rarest first
+        # rarest first; a word past MATCH_BUDGET is never chosen below, and its exact count
+        # only places it after the rarer ones
+        freq = [(df, w) for df, w in self._frequencies(query, cap=MATCH_BUDGET + 1) if df > 0]
         ws = [w for _, w in freq]
         if not ws:
             return []

@@ -475,3 +475,48 @@ def test_ranking_in_one_statement_cuts_equal_scores_by_claim_id(tmp_path):
     for limit in (1, 5, 40, 149, 150, 151):
         assert ix._ranked('"same"', limit, most=len(ops)) == by_id[:limit]
     store.close()
+
+
+@given(
+    memories(),
+    st.sampled_from(("price owner", "1000 dana", "a b c", "alpha 1 2", "1", "owner w1 3 é")),
+    st.integers(1, 6),
+    st.integers(1, 40),
+)
+def test_a_context_counts_common_words_no_further_than_it_needs(store, ops, query, budget, limit):
+    """`StoreIndex._bounded` counts a word's claims only up to past `MATCH_BUDGET` (a common
+    word's exact count reads all its postings): it picks the loci the exact counts pick."""
+    from statefuse import storeindex
+
+    ix = store.index()
+    with store.write_transaction():
+        ix.rebuild(ops, upto=1, registry=REG)
+    exact = StoreIndex._frequencies
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(storeindex, "MATCH_BUDGET", budget)
+        got = ix._bounded(query, limit)
+        mp.setattr(StoreIndex, "_frequencies", lambda self, q, cap=None: exact(self, q))
+        assert got == ix._bounded(query, limit)
+
+
+def test_two_common_words_are_counted_exactly_to_order_them(tmp_path, monkeypatch):
+    """Past `MATCH_BUDGET` a word's count is cut short, unless two words are: then which of
+    them a context drops first from its query follows their exact counts, not their names."""
+    from statefuse import storeindex
+
+    monkeypatch.setattr(storeindex, "MATCH_BUDGET", 5)
+    store = SQLiteStore(tmp_path / "s.db")
+    store.initialize(INFO)
+    w = Writer("w1", registry=REG, clock=lambda: 0)
+    both = w.claim("notes", "n1", "text", "zzz aaa bbb")
+    with_b = w.claim("notes", "n2", "text", "zzz bbb")
+    with_a = w.claim("notes", "n3", "text", "zzz aaa")
+    ops = [both, with_b, with_a]
+    ops += [w.claim("notes", f"a{i}", "text", f"aaa {i}") for i in range(30)]  # aaa: 32
+    ops += [w.claim("notes", f"b{i}", "text", f"bbb {i}") for i in range(20)]  # bbb: 22
+    with store.write_transaction():
+        store.index().rebuild(ops, upto=1, registry=REG)
+    ix = store.index()
+    # every word, then all but the commonest (aaa): the claims holding zzz and bbb come next
+    assert ix._bounded("zzz aaa bbb", 10) == [_locus(both), _locus(with_b), _locus(with_a)]
+    store.close()
