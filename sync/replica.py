@@ -52,7 +52,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from operator import attrgetter, itemgetter
@@ -87,6 +87,7 @@ from statefuse.op import (
 )
 from statefuse.opset import OpSet
 from statefuse.projection import project
+from statefuse.ranker import Ranker
 from statefuse.registry import DEFAULT_REGISTRY, EXACT_CONTRACT, EXACT_REGISTRY, Registry
 from statefuse.registry.error import InputError, StateFuseError
 from statefuse.registry.normalizer import Normalizer
@@ -2759,6 +2760,7 @@ class Replica:
                 budget=budget,
                 query=query,
                 resolver=resolver,
+                ranker=_Scanning(cache.ranker),
                 cache=cache,
                 authors=self.author_names(),
                 totals=totals,
@@ -3088,6 +3090,19 @@ class ConflictPage:
     state: State
     conflicts: tuple[ConflictSet, ...]
     total: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Scanning:
+    """The ranker of a context read from the derived state: ``inner``'s scores of the claims
+    handed over, read as a plain sequence. Each call ranks a slice of its own, which no
+    later call carries over, so one pass over its claims (``inner`` keeps their words by
+    id) costs less than postings built for it; the floats are the same either way."""
+
+    inner: Ranker
+
+    def scores(self, query: str, claims: Sequence[ClaimAdded]) -> Mapping[bytes, float]:
+        return self.inner.scores(query, list(claims))
 
 
 def _totals(ix: StoreIndex, state: State) -> ContextTotals | None:
