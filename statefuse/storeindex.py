@@ -51,6 +51,9 @@ _CHUNK = 500
 COMMON_FROM = 1_000
 #: Most claims the rarer words of a context's query may match together (`StoreIndex._bounded`).
 MATCH_BUDGET = 1_000
+#: Most claims a word's count is read up to by matching it (`StoreIndex._frequencies`); past
+#: that FTS5's vocabulary counts faster.
+COUNT_MOST = 16_384
 #: Context tokens per locus `StoreIndex.context_loci` reckons with when it sizes its lists.
 TOKENS_PER_LOCUS = 16
 
@@ -197,6 +200,11 @@ _TIES = (
 _RANKED_FEW = (
     "SELECT c.locus FROM ix_text JOIN ix_claim c ON c.n = ix_text.rowid"
     " WHERE ix_text MATCH ? ORDER BY bm25(ix_text), c.claim_id"
+)
+# the loci of two matches, any two (FTS5 scores nothing without bm25())
+_FIRST_TWO = (
+    "SELECT c.locus FROM (SELECT rowid FROM ix_text WHERE ix_text MATCH ? LIMIT 2) t"
+    " JOIN ix_claim c ON c.n = t.rowid"
 )
 # how many claims match, counting no further than ? (FTS5 stops reading postings there)
 _COUNT_UPTO = "SELECT count(*) FROM (SELECT 1 FROM ix_text WHERE ix_text MATCH ? LIMIT ?)"
@@ -773,32 +781,45 @@ class StoreIndex:
     def _frequencies(self, query: str, *, cap: int | None = None) -> list[tuple[int, str]]:
         """``query``'s words with how many active claims hold each, rarest first.
 
-        With ``cap``: a word held by ``cap`` claims or more may say ``cap`` instead of its
-        count, as long as one word at most does (it then sorts last, where its count would
-        put it): a word's count costs what its postings hold (FTS5 reads them all), and a
-        common word's exact count is what a context's search needs least."""
+        With ``cap``: a word held by ``cap`` claims or more may say ``cap`` (or more) instead
+        of its count, as long as one word at most does (it then sorts last, where its count
+        would put it): a word's count costs what its postings hold (FTS5 reads them all), and
+        a common word's exact count is what a context's search needs least. Words that reach
+        the cap together are counted again up to eight times as far, then exactly."""
         ws = sorted(set(words(query)))
         if not ws:
             return []
         db = self._db
         out: dict[str, int] = {}
-        if cap is not None:
-            for w in ws:
-                if w.isascii() and w.isalnum() and w == w.lower():  # one FTS5 token as it is
-                    (n,) = db.execute(_COUNT_UPTO, (f'"{w}"', cap)).fetchone()
-                    out[w] = int(n)
-            if sum(n >= cap for n in out.values()) > 1:
-                out = {w: n for w, n in out.items() if n < cap}
-        missing = [w for w in ws if w not in out]
-        if missing:
-            db.execute(
-                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ix_text_vocab"
-                " USING fts5vocab(main, 'ix_text', 'row')"
-            )
-        for w in missing:
-            row = db.execute("SELECT doc FROM temp.ix_text_vocab WHERE term = ?", (w,)).fetchone()
-            out[w] = 0 if row is None else int(row[0])
+        # a word that is one FTS5 token as it is can be counted by matching it, as far as needed
+        left = [w for w in ws if w.isascii() and w.isalnum() and w == w.lower()] if cap else []
+        exact = [w for w in ws if w not in left]
+        while cap is not None and left:
+            for w in left:
+                (n,) = db.execute(_COUNT_UPTO, (f'"{w}"', cap)).fetchone()
+                out[w] = int(n)
+            left = [w for w in left if out[w] >= cap]
+            if len(left) < 2:
+                break
+            # several words reach the cap: count them further (their order is needed)
+            cap = cap * 8 if cap * 8 <= COUNT_MOST else None
+        if cap is None:
+            exact += left
+        for w in exact:
+            out[w] = self._vocabulary_count(w)
+        if left and cap is not None and any(out[w] >= cap for w in exact):
+            out[left[0]] = self._vocabulary_count(left[0])  # another word is as common
         return sorted((n, w) for w, n in out.items())
+
+    def _vocabulary_count(self, word: str) -> int:
+        """How many active claims hold ``word`` (one FTS5 token), from FTS5's vocabulary."""
+        db = self._db
+        db.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ix_text_vocab"
+            " USING fts5vocab(main, 'ix_text', 'row')"
+        )
+        row = db.execute("SELECT doc FROM temp.ix_text_vocab WHERE term = ?", (word,)).fetchone()
+        return 0 if row is None else int(row[0])
 
     def _expression(self, query: str) -> str | None:
         """The FTS5 query for ``query``'s words, without the words held by more than half of
@@ -850,10 +871,17 @@ class StoreIndex:
         what was fetched), so the cut never depends on the order rows were written in.
         ``most``: how many claims ``expr`` can match at most; when that is `MATCH_BUDGET` or
         fewer, one statement joins every match to its claim and sorts them in that order
-        (BM25 scores every match either way; this saves the second read of the claims)."""
+        (BM25 scores every match either way; this saves the second read of the claims).
+        With ``most`` given, a single match is found without scoring anything."""
         db = self._db
-        if most is not None and most <= MATCH_BUDGET:
-            return _distinct(db.execute(_RANKED_FEW, (expr,)), limit)
+        if most is not None:
+            # one match or none needs no score: BM25 weighs a word by how many claims hold
+            # it, which FTS5 counts by reading every posting of each word
+            first = db.execute(_FIRST_TWO, (expr,)).fetchall()
+            if len(first) < 2:
+                return [r[0] for r in first]
+            if most <= MATCH_BUDGET:
+                return _distinct(db.execute(_RANKED_FEW, (expr,)), limit)
         want = limit * 2 + 16
         while True:
             fetch = 2 * want + 1

@@ -520,3 +520,28 @@ def test_two_common_words_are_counted_exactly_to_order_them(tmp_path, monkeypatc
     # every word, then all but the commonest (aaa): the claims holding zzz and bbb come next
     assert ix._bounded("zzz aaa bbb", 10) == [_locus(both), _locus(with_b), _locus(with_a)]
     store.close()
+
+
+@pytest.mark.parametrize("most", [16_384, 6])
+def test_a_word_counted_in_full_orders_with_one_counted_short(tmp_path, monkeypatch, most):
+    """A word FTS5 counts from its vocabulary (not a plain lower-case ASCII word) as common
+    as the one counted short: both are counted in full, so the rarer one comes first; and
+    past `COUNT_MOST` words are counted in full from the start."""
+    from statefuse import storeindex
+
+    monkeypatch.setattr(storeindex, "MATCH_BUDGET", 5)
+    monkeypatch.setattr(storeindex, "COUNT_MOST", most)
+    store = SQLiteStore(tmp_path / "s.db")
+    store.initialize(INFO)
+    w = Writer("w1", registry=REG, clock=lambda: 0)
+    both = w.claim("notes", "n1", "text", "zzz aaa ééé")
+    with_e = w.claim("notes", "n2", "text", "zzz ééé")
+    with_a = w.claim("notes", "n3", "text", "zzz aaa")
+    ops = [both, with_e, with_a]
+    ops += [w.claim("notes", f"a{i}", "text", f"aaa {i}") for i in range(30)]  # aaa: 32
+    ops += [w.claim("notes", f"e{i}", "text", f"ééé {i}") for i in range(23)]  # ééé: 25
+    with store.write_transaction():
+        store.index().rebuild(ops, upto=1, registry=REG)
+    ix = store.index()
+    assert ix._bounded("zzz aaa ééé", 10) == [_locus(both), _locus(with_e), _locus(with_a)]
+    store.close()
