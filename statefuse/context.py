@@ -52,7 +52,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Generic, TypeVar, Union
+from typing import Any, Generic, TypeVar, Union, overload
 
 from statefuse.authorname import AuthorNames, AuthorNamesError
 from statefuse.index import held_once
@@ -457,6 +457,13 @@ def _omission(n: int, what: tuple[str, str], handle: str, where: str = "") -> st
     return f"{ITEM}… {n:,} {what[0] if n == 1 else what[1]}{where} not shown (expand: {handle})"
 
 
+def _ranked_omission(n: int, what: tuple[str, str], handle: str) -> str:
+    """The counted line for ``n`` items a query ranked below every item shown: how many, and
+    the two ways to see them (the handle, or a query that names them)."""
+    noun = _NOUNS.get(what, what)[0 if n == 1 else 1]
+    return f"{ITEM}… {n:,} less relevant {noun} not shown (expand: {handle}, or a narrower query)"
+
+
 _FACTS = ("more fact", "more facts")
 _IDENTITY = ("more identity claim", "more identity claims")
 _CONSTRAINTS = ("more constraint", "more constraints")
@@ -465,6 +472,13 @@ _CONFLICTS = ("more unresolved conflict", "more unresolved conflicts")
 _WORKING = ("earlier working-set item", "earlier working-set items")
 _SIGNALS = ("older signal", "older signals")
 _QUESTIONS = ("more open question", "more open questions")
+#: The items of a section without "more"/"earlier", for the lines of `_ranked_omission`.
+_NOUNS: Mapping[tuple[str, str], tuple[str, str]] = {
+    _REVIEW: ("claim needing review", "claims needing review"),
+    _CONFLICTS: ("unresolved conflict", "unresolved conflicts"),
+    _WORKING: ("working-set item", "working-set items"),
+    _QUESTIONS: ("open question", "open questions"),
+}
 
 
 # --- the pieces of a View -------------------------------------------------------------------------
@@ -587,8 +601,11 @@ class _Prepared:
         self.conflicts: dict[Key, SurfacedConflict] = {}
         self.asked: dict[Key, _Asked] = {}
         self.ns_counts: dict[str, int] = {}
+        self.candidates: dict[bytes, ClaimAdded] = {}
         self._added: list[ClaimAdded] = []
         self._removed: list[bytes] = []
+        self._cadded: list[ClaimAdded] = []
+        self._cremoved: list[bytes] = []
         view = self.view
         for key, sel in view.selected.items():
             self._file_selection(key, sel)
@@ -596,6 +613,7 @@ class _Prepared:
             self._file_conflict(sc)
         self.conflict_keys = sorted(self.conflicts)
         self.corpus = Corpus(self.facts, serial=self.serial)
+        self.candidate_corpus = Corpus(self.candidates, serial=self.serial)
 
     def _carry(self, before: _Prepared, take: bool) -> None:
         """Made from ``before``: on copies of its containers, or on the containers themselves
@@ -615,14 +633,18 @@ class _Prepared:
             self.conflict_keys, before.conflict_keys = before.conflict_keys, []
             self.asked, before.asked = before.asked, {}
             self.ns_counts, before.ns_counts = before.ns_counts, {}
+            self.candidates, before.candidates = before.candidates, {}
         else:
             self.sections = [s.copy() for s in before.sections]
             self.conflicts = before.conflicts.copy()
             self.conflict_keys = before.conflict_keys.copy()
             self.asked = before.asked.copy()
             self.ns_counts = before.ns_counts.copy()
+            self.candidates = before.candidates.copy()
         self._added = []
         self._removed = []
+        self._cadded = []
+        self._cremoved = []
         self.units = (
             {k: u for k, u in before.units.items() if k not in keys} if keys else before.units
         )
@@ -642,6 +664,14 @@ class _Prepared:
         removed = [cid for cid in self._removed if cid not in back]
         self.corpus = Corpus(
             self.facts, serial=self.serial, parent=before.serial, added=added, removed=removed
+        )
+        back = {c.op_id for c in self._cadded}.intersection(self._cremoved)
+        self.candidate_corpus = Corpus(
+            self.candidates,
+            serial=self.serial,
+            parent=before.serial,
+            added=[c for c in self._cadded if c.op_id not in back],
+            removed=[cid for cid in self._cremoved if cid not in back],
         )
         ids = before.sorted_ids
         if ids is not None and len(added) + len(removed) < 256:
@@ -674,7 +704,9 @@ class _Prepared:
                     for section in self.sections:
                         section.pop(cid, None)
         elif key in self.conflicts:
-            del self.conflicts[key]
+            for c in self.conflicts.pop(key).candidates:
+                if self.candidates.pop(c.op_id, None) is not None:
+                    self._cremoved.append(c.op_id)
             del self.conflict_keys[bisect_left(self.conflict_keys, key)]
         self.asked.pop(key, None)
 
@@ -698,6 +730,9 @@ class _Prepared:
             self.asked[sc.key] = ((sc.key, sc.candidates),)
             return False
         self.conflicts[sc.key] = sc
+        for c in sc.candidates:
+            self.candidates[c.op_id] = c
+            self._cadded.append(c)
         return True
 
     def _count(self, namespace: str, d: int) -> None:
@@ -881,7 +916,7 @@ class _UnitList(Generic[_T]):
     """The units of one section in priority order, each made when first read: a section of
     thousands of conflicts lays out the few that fit, and the rest are only counted."""
 
-    __slots__ = ("_claims", "_items", "_items_from", "_made", "_make")
+    __slots__ = ("_claims", "_items", "_items_from", "_made", "_make", "_sparse")
 
     def __init__(
         self,
@@ -896,25 +931,120 @@ class _UnitList(Generic[_T]):
         self._claims = claims
         self._made: list[_Unit] = list(head)
         self._items_from = len(head)
+        #: Units made out of order (`unit_at`), until the in-order ones reach them.
+        self._sparse: dict[int, _Unit] = {}
 
     def __len__(self) -> int:
         return self._items_from + len(self._items)
 
     def unit(self, i: int) -> _Unit:
-        made = self._made
+        made, sparse = self._made, self._sparse
         while len(made) <= i:
-            made.append(self._make(self._items[len(made) - self._items_from]))
+            k = len(made)
+            u = sparse.pop(k, None) if sparse else None
+            made.append(self._make(self._items[k - self._items_from]) if u is None else u)
         return made[i]
+
+    def unit_at(self, i: int) -> _Unit:
+        """The unit at ``i``, made alone (not the ones before it): what a ranked layout
+        (`_Reranked`) takes from a long section."""
+        if i < len(self._made):
+            return self._made[i]
+        u = self._sparse.get(i)
+        if u is None:
+            u = self._sparse[i] = self._make(self._items[i - self._items_from])
+        return u
+
+    def claims_at(self, i: int) -> Iterable[ClaimAdded]:
+        """The claims of the unit at ``i``, made or not."""
+        if i < len(self._made):
+            return self._made[i].claims
+        u = self._sparse.get(i)
+        return u.claims if u is not None else self._claims(self._items[i - self._items_from])
 
     def claims_from(self, start: int) -> list[ClaimAdded]:
         """The claims of the units from ``start`` on, made or not."""
-        made, out = self._made, []
+        out: list[ClaimAdded] = []
         for i in range(start, len(self)):
-            if i < len(made):
-                out += made[i].claims
-            else:
-                out += self._claims(self._items[i - self._items_from])
+            out += self.claims_at(i)
         return out
+
+
+class _Order(Sequence[int]):
+    """Positions in a section's own order, by relevance to a query: the positions the query
+    scores above zero, best first (equal scores in the section's order), then the unscored
+    ones in the section's order, then those scored below zero, best first. Made as far as it
+    is read: a section of thousands of conflicts lays out the few that fit."""
+
+    __slots__ = ("_n", "_next", "_scored", "_seq", "_tail")
+
+    def __init__(self, n: int, scores: Mapping[int, float]) -> None:
+        self._n = n
+        self._scored = {i for i, s in scores.items() if s}
+        self._seq = [i for _, i in sorted((-s, i) for i, s in scores.items() if s > 0)]
+        self._tail: list[int] | None = [
+            i for _, i in sorted((-s, i) for i, s in scores.items() if s < 0)
+        ]
+        self._next = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, j: int) -> int: ...
+    @overload
+    def __getitem__(self, j: slice) -> list[int]: ...
+    def __getitem__(self, j: int | slice) -> int | list[int]:
+        if isinstance(j, slice):
+            return [self[k] for k in range(*j.indices(self._n))]
+        seq, scored, n = self._seq, self._scored, self._n
+        while len(seq) <= j and self._next < n:
+            if self._next not in scored:
+                seq.append(self._next)
+            self._next += 1
+        if len(seq) <= j and self._tail is not None:
+            seq += self._tail
+            self._tail = None
+        return seq[j]
+
+
+class _Reranked:
+    """The units of a section (a `_UnitList` in the section's own order) in the order of
+    ``order`` (`_Order`): what a layout takes from when a query ranks what is cut."""
+
+    __slots__ = ("base", "order")
+
+    def __init__(self, base: _UnitList[Any], order: _Order) -> None:
+        self.base = base
+        self.order = order
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def unit(self, j: int) -> _Unit:
+        return self.base.unit_at(self.order[j])
+
+    def claims_from(self, start: int) -> list[ClaimAdded]:
+        out: list[ClaimAdded] = []
+        for j in range(start, len(self)):
+            out += self.base.claims_at(self.order[j])
+        return out
+
+
+#: Ranks a section's units for the query when they do not all fit (`_Relevance`); None when
+#: the query ranks none of them, so the section keeps its own order.
+_Rank = Callable[[_UnitList[Any]], _Reranked | None]
+
+
+def _take(units: _UnitList[Any] | _Reranked, n: int, used: int, room: int) -> list[_Unit]:
+    taken: list[_Unit] = []
+    for i in range(n):
+        u = units.unit(i)
+        if used + u.cost > room:
+            break
+        taken.append(u)
+        used += u.cost
+    return taken
 
 
 def _greedy(
@@ -927,37 +1057,49 @@ def _greedy(
     what: tuple[str, str],
     limit: int | None = None,
     oldest_first: bool = False,
+    rank: _Rank | None = None,
 ) -> _Built:
     """Take ``units`` (in priority order, at most ``limit``) while they fit in ``room``; the
     rest go under one handle, announced by a counted line when that line fits too (units are
     given back, lowest priority first, to make room for it). ``oldest_first``: show the taken
-    units in reverse priority order, the counted line first (the working set)."""
+    units in reverse priority order, the counted line first (the working set).
+
+    ``rank``: when not every unit can be shown, the units are taken in the query's order of
+    relevance instead (`_Relevance`), so what is cut is what the query matches least, and the
+    counted line says so; the units taken are still shown in the section's own order."""
     out = _Built()
     if not units:
         return out
     used = meter.section(TITLES[section])
-    taken: list[_Unit] = []
-    for i in range(len(units) if limit is None else min(limit, len(units))):
-        u = units.unit(i)
-        if used + u.cost > room:
-            break
-        taken.append(u)
-        used += u.cost
+    n = len(units) if limit is None else min(limit, len(units))
+    source: _UnitList[Any] | _Reranked = units
+    taken = _take(units, n, used, room)
+    ranked = rank(units) if rank is not None and len(taken) < len(units) else None
+    if ranked is not None:
+        source = ranked
+        taken = _take(ranked, n, used, room)
+    used += sum(u.cost for u in taken)
     note: list[str] = []
     if len(taken) < len(units):
         handle = handles.next(section)
         while True:
-            line = _omission(len(units) - len(taken), what, handle)
+            if ranked is None:
+                line = _omission(len(units) - len(taken), what, handle)
+            else:
+                line = _ranked_omission(len(units) - len(taken), what, handle)
             cost = meter.line(line)
             if used + cost <= room or not taken:
                 break
             used -= taken.pop().cost
-        out.omitted.append((handle, _Later(units, len(taken))))
+        out.omitted.append((handle, _Later(source, len(taken))))
         if used + cost <= room:
             note = [line]
             used += cost
     if not taken and not note:
         return out
+    if ranked is not None:  # shown in the section's own order
+        at = sorted(range(len(taken)), key=ranked.order.__getitem__)
+        taken = [taken[k] for k in at]
     if oldest_first:
         taken.reverse()
     body = _grouped([(u.lines, u.claims[0] if u.claims else None) for u in taken], meter)
@@ -1004,7 +1146,7 @@ class _Later:
 
     __slots__ = ("start", "units")
 
-    def __init__(self, units: _UnitList[Any], start: int) -> None:
+    def __init__(self, units: _UnitList[Any] | _Reranked, start: int) -> None:
         self.units = units
         self.start = start
 
@@ -1581,6 +1723,102 @@ def _needs_review_line(c: ClaimAdded, what: str, was: str) -> str:
     return f"{ITEM}{render_key(c.key)}: {render_value(c.value)}{was} ⚠ NEEDS REVIEW — {basis}"
 
 
+# --- relevance of the other sections ------------------------------------------------------------
+
+
+def _max_by(
+    scores: Mapping[bytes, float], where: Callable[[bytes], int | None]
+) -> dict[int, float]:
+    """The highest nonzero score of each position (``where``: a claim id's position, None
+    for a claim no position holds)."""
+    best: dict[int, float] = {}
+    for cid, sc in scores.items():
+        if not sc:
+            continue
+        i = where(cid)
+        if i is not None:
+            old = best.get(i)
+            if old is None or sc > old:
+                best[i] = sc
+    return best
+
+
+class _Relevance:
+    """Orders the sections after the facts by relevance to the query when they do not all
+    fit: conflicts (a conflict scores as its best candidate, whose words are the key's and
+    that candidate's value's, so a question naming the subject and relation finds it, and a
+    value named tells candidates apart), needs-review lines, working-set items and known
+    unknowns (a unit scores as its best claim), with the facts' ranker. Each section is
+    ranked in one call, once per assembly, and only when it is cut.
+
+    ``candidates``: a ranker kept for the conflicts' candidates alone (`ContextCache` keeps
+    one beside a `LexicalRanker`, so their postings are carried from View to View like the
+    facts' and neither set displaces the other); None: ``ranker`` scans them."""
+
+    __slots__ = ("_orders", "candidates", "prep", "query", "ranker")
+
+    def __init__(
+        self, prep: _Prepared, query: str, ranker: Ranker, candidates: Ranker | None
+    ) -> None:
+        self.prep = prep
+        self.query = query
+        self.ranker = ranker
+        self.candidates = candidates
+        self._orders: dict[SectionName, _Order | None] = {}
+
+    def _scores(self, claims: Sequence[ClaimAdded]) -> Mapping[bytes, float]:
+        return self.ranker.scores(self.query, claims) if claims else {}
+
+    def _ranked(
+        self, name: SectionName, units: _UnitList[Any], best: Callable[[], dict[int, float]]
+    ) -> _Reranked | None:
+        if name not in self._orders:
+            scores = best()
+            self._orders[name] = _Order(len(units), scores) if scores else None
+        order = self._orders[name]
+        return None if order is None else _Reranked(units, order)
+
+    def conflicts(self, units: _UnitList[Any]) -> _Reranked | None:
+        def best() -> dict[int, float]:
+            prep = self.prep
+            if not prep.candidates:
+                return {}
+            if self.candidates is not None and prep.kept:
+                scores = self.candidates.scores(self.query, prep.candidate_corpus)
+            else:
+                scores = self._scores(list(prep.candidates.values()))
+            keys, candidates = prep.conflict_keys, prep.candidates
+
+            def where(cid: bytes) -> int | None:
+                c = candidates.get(cid)
+                if c is None:
+                    return None
+                i = bisect_left(keys, c.key)
+                return i if i < len(keys) and keys[i] == c.key else None
+
+            return _max_by(scores, where)
+
+        return self._ranked(SectionName.CONFLICTS, units, best)
+
+    def claims(
+        self,
+        name: SectionName,
+        items: Sequence[_T],
+        claims_of: Callable[[_T], Iterable[ClaimAdded]],
+    ) -> _Rank:
+        """The ranking of a section whose units are ``items`` in its own order."""
+
+        def best() -> dict[int, float]:
+            at: dict[bytes, int] = {}
+            for i, item in enumerate(items):
+                for c in claims_of(item):
+                    at.setdefault(c.op_id, i)
+            pool = list({c.op_id: c for item in items for c in claims_of(item)}.values())
+            return _max_by(self._scores(pool), at.get)
+
+        return lambda units: self._ranked(name, units, best)
+
+
 # --- assembly -------------------------------------------------------------------------------------
 
 
@@ -1591,7 +1829,7 @@ class ContextCache:
     while cached, so an id is never reused for another View. Caching never changes a result.
     """
 
-    __slots__ = ("_views", "max_views", "ranker", "tokenizer")
+    __slots__ = ("_views", "candidate_ranker", "max_views", "ranker", "tokenizer")
 
     def __init__(
         self,
@@ -1611,6 +1849,11 @@ class ContextCache:
             inner if isinstance(inner, CachedTokenizer) else CachedTokenizer(inner)
         )
         self.ranker: Ranker = LexicalRanker() if ranker is None else ranker
+        #: A second `LexicalRanker` for the conflicts' candidates when ``ranker`` is one, so
+        #: each keeps its own postings (None: ``ranker`` ranks the candidates too).
+        self.candidate_ranker: Ranker | None = (
+            LexicalRanker() if type(self.ranker) is LexicalRanker else None
+        )
         self.max_views = max_views
         self._views: list[_Prepared] = []
 
@@ -1717,7 +1960,9 @@ def assemble_context(
     meter = _Meter(tokenizer, prep.grouped)
     prev = previous if previous is not None and policy.previous is PreviousValues.SHOW else {}
     facts = _Facts(prep, query=query, ranker=ranker, meter=meter, policy=policy, previous=prev)
-    units = _units(view, prep, meter, prev, viewer, names, policy)
+    side = cache.candidate_ranker if cache is not None and ranker is cache.ranker else None
+    relevance = _Relevance(prep, query, ranker, side)
+    units = _units(view, prep, meter, prev, viewer, names, policy, relevance)
     excluded = dict(view.excluded)
     excluded["answered-question"] = prep.answered
 
@@ -1758,6 +2003,8 @@ class _Units:
     #: The working set laid out below what ``shown`` claims (`_Cleaner`): None when the
     #: policy keeps it verbatim (then ``working`` serves).
     clean_working: Callable[[Iterable[ClaimAdded]], _UnitList[Any]] | None = None
+    #: How each section after the facts is ranked when it is cut (`_Relevance`).
+    rank: Mapping[SectionName, _Rank] = field(default_factory=dict)
 
 
 def _viewer_unit(meter: _Meter, viewer: Lens) -> _Unit | None:
@@ -1782,8 +2029,10 @@ def _units(
     viewer: Lens | None,
     names: AuthorNames,
     policy: ContextPolicy,
+    relevance: _Relevance | None = None,
 ) -> _Units:
-    """Every section but the facts, in priority order, each unit made when first laid out."""
+    """Every section but the facts, in priority order, each unit made when first laid out;
+    with ``relevance``, how the sections after the facts rank for the query when cut."""
     if prep.names is not names and prep.names != names:
         # Conflict units name their authors: none made under other names may serve.
         prep.units = {}
@@ -1813,8 +2062,9 @@ def _units(
         plain(lambda c: _claim_line(view, c, tag=_constraint_tag(c))),
         _alone,
     )
+    orphans = sorted(prep.orphans, key=lambda o: (o[0].key, o[0].op_id))
     review = _UnitList(
-        sorted(prep.orphans, key=lambda o: (o[0].key, o[0].op_id)),
+        orphans,
         lambda o: _plain_unit(
             meter,
             o[0],
@@ -1836,11 +2086,18 @@ def _units(
     working = _UnitList(newest_first, lambda c: _working_unit(view, meter, scrub, c), _alone)
     freshest_first = sorted(prep.section(_SIGNAL), key=lambda c: (c.lamport, c.op_id), reverse=True)
     environment = _UnitList(freshest_first, plain(lambda c: _environment_line(view, c)), _alone)
-    unknowns = _UnitList(
-        sorted(prep.questions, key=lambda q: q[0]),
-        lambda q: _question_unit(meter, q[1]),
-        lambda q: q[1],
-    )
+    questions = sorted(prep.questions, key=lambda q: q[0])
+    unknowns = _UnitList(questions, lambda q: _question_unit(meter, q[1]), lambda q: q[1])
+    rank: dict[SectionName, _Rank] = {}
+    if relevance is not None:
+        rank = {
+            SectionName.NEEDS_REVIEW: relevance.claims(
+                SectionName.NEEDS_REVIEW, orphans, lambda o: (o[0],)
+            ),
+            SectionName.CONFLICTS: relevance.conflicts,
+            SectionName.WORKING: relevance.claims(SectionName.WORKING, newest_first, _alone),
+            SectionName.UNKNOWNS: relevance.claims(SectionName.UNKNOWNS, questions, lambda q: q[1]),
+        }
     return _Units(
         identity,
         constraints,
@@ -1850,6 +2107,7 @@ def _units(
         environment,
         unknowns,
         clean_working if clean else None,
+        rank,
     )
 
 
@@ -1917,6 +2175,7 @@ def _layout(
             what=what,
             limit=limit,
             oldest_first=name is SectionName.WORKING,
+            rank=units.rank.get(name),
         )
         left -= b.cost
     notes = built[SectionName.WORKING].notes
