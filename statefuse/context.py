@@ -971,24 +971,80 @@ class _UnitList(Generic[_T]):
 
 
 class _Order(Sequence[int]):
-    """Positions in a section's own order, by relevance to a query: the positions the query
-    scores above zero, best first (equal scores in the section's order), then the unscored
-    ones in the section's order, then those scored below zero, best first. Made as far as it
-    is read: a section of thousands of conflicts lays out the few that fit."""
+    """Positions in a section's own order, by relevance to a query: first the positions
+    holding a claim the query scores above zero, each where its best claim comes in the
+    order of the claims by score (equal scores by claim id, as facts), then those it does
+    not score, in the section's order, then those whose every scored claim scores below
+    zero, by their best score.
 
-    __slots__ = ("_n", "_next", "_scored", "_seq", "_tail")
+    Made as far as it is read, from the claims' scores: the best claims are found without
+    sorting them all (`heapq.nlargest` over the scores, then only the claims at or above the
+    cut), and only their positions are looked up, so a section of thousands of conflicts
+    costs the few that fit."""
 
-    def __init__(self, n: int, scores: Mapping[int, float]) -> None:
+    __slots__ = ("_k", "_n", "_phase", "_scores", "_seen", "_seq", "_where")
+
+    def __init__(
+        self,
+        n: int,
+        scores: Mapping[bytes, float],
+        where: Callable[[bytes], int | None],
+    ) -> None:
         self._n = n
-        self._scored = {i for i, s in scores.items() if s}
-        self._seq = [i for _, i in sorted((-s, i) for i, s in scores.items() if s > 0)]
-        self._tail: list[int] | None = [
-            i for _, i in sorted((-s, i) for i, s in scores.items() if s < 0)
-        ]
-        self._next = 0
+        self._scores = scores
+        self._where = where
+        self._seq: list[int] = []
+        self._seen: set[int] = set()
+        self._k = 0  # best claims placed so far
+        self._phase = 1  # 1: placing positive positions; 2: all placed; 3: every position
 
     def __len__(self) -> int:
         return self._n
+
+    def _best(self, k: int) -> list[tuple[float, bytes]]:
+        """The ``k`` best positive claims as (-score, id), in order (all if fewer)."""
+        scores = self._scores
+        if k >= len(scores):
+            return sorted((-sc, cid) for cid, sc in scores.items() if sc > 0)
+        cut = heapq.nlargest(k, scores.values())[-1]
+        if cut <= 0:
+            return sorted((-sc, cid) for cid, sc in scores.items() if sc > 0)
+        above = sorted((-sc, cid) for cid, sc in scores.items() if sc > cut)
+        tied = [cid for cid, sc in scores.items() if sc == cut]
+        if len(above) + len(tied) > k:
+            tied = heapq.nsmallest(k - len(above), tied)
+        else:
+            tied.sort()
+        return above + [(-cut, cid) for cid in tied]
+
+    def _grow(self) -> None:
+        """Place the positions of the next batch of best claims (phase 1), or end it."""
+        where, seen, seq = self._where, self._seen, self._seq
+        k = max(64, 2 * self._k)
+        best = self._best(k)
+        for _, cid in best[self._k :]:
+            i = where(cid)
+            if i is not None and i not in seen:
+                seen.add(i)
+                seq.append(i)
+        if len(best) < k:
+            self._phase = 2
+        self._k = len(best)
+
+    def _rest(self) -> None:
+        """End phase 1: the positions left, unscored ones in order, then the ones whose
+        every scored claim scores below zero, best first."""
+        seen, where = self._seen, self._where
+        low: dict[int, float] = {}
+        for cid, sc in self._scores.items():
+            if sc < 0:
+                i = where(cid)
+                if i is not None and i not in seen:
+                    low[i] = max(sc, low.get(i, sc))
+        seen.update(low)
+        self._seq += [i for i in range(self._n) if i not in seen]
+        self._seq += [i for _, i in sorted((-sc, i) for i, sc in low.items())]
+        self._phase = 3
 
     @overload
     def __getitem__(self, j: int) -> int: ...
@@ -997,14 +1053,11 @@ class _Order(Sequence[int]):
     def __getitem__(self, j: int | slice) -> int | list[int]:
         if isinstance(j, slice):
             return [self[k] for k in range(*j.indices(self._n))]
-        seq, scored, n = self._seq, self._scored, self._n
-        while len(seq) <= j and self._next < n:
-            if self._next not in scored:
-                seq.append(self._next)
-            self._next += 1
-        if len(seq) <= j and self._tail is not None:
-            seq += self._tail
-            self._tail = None
+        seq = self._seq
+        while len(seq) <= j and self._phase == 1:
+            self._grow()
+        if len(seq) <= j and self._phase == 2:
+            self._rest()
         return seq[j]
 
 
@@ -1726,23 +1779,6 @@ def _needs_review_line(c: ClaimAdded, what: str, was: str) -> str:
 # --- relevance of the other sections ------------------------------------------------------------
 
 
-def _max_by(
-    scores: Mapping[bytes, float], where: Callable[[bytes], int | None]
-) -> dict[int, float]:
-    """The highest nonzero score of each position (``where``: a claim id's position, None
-    for a claim no position holds)."""
-    best: dict[int, float] = {}
-    for cid, sc in scores.items():
-        if not sc:
-            continue
-        i = where(cid)
-        if i is not None:
-            old = best.get(i)
-            if old is None or sc > old:
-                best[i] = sc
-    return best
-
-
 class _Relevance:
     """Orders the sections after the facts by relevance to the query when they do not all
     fit: conflicts (a conflict scores as its best candidate, whose words are the key's and
@@ -1770,35 +1806,37 @@ class _Relevance:
         return self.ranker.scores(self.query, claims) if claims else {}
 
     def _ranked(
-        self, name: SectionName, units: _UnitList[Any], best: Callable[[], dict[int, float]]
+        self,
+        name: SectionName,
+        units: _UnitList[Any],
+        scored: Callable[[], tuple[Mapping[bytes, float], Callable[[bytes], int | None]]],
     ) -> _Reranked | None:
         if name not in self._orders:
-            scores = best()
-            self._orders[name] = _Order(len(units), scores) if scores else None
+            scores, where = scored()
+            # the query ranks none of them: the section keeps its own order
+            self._orders[name] = _Order(len(units), scores, where) if any(scores.values()) else None
         order = self._orders[name]
         return None if order is None else _Reranked(units, order)
 
     def conflicts(self, units: _UnitList[Any]) -> _Reranked | None:
-        def best() -> dict[int, float]:
-            prep = self.prep
+        prep = self.prep
+
+        def where(cid: bytes) -> int | None:
+            c = prep.candidates.get(cid)
+            if c is None:
+                return None
+            keys = prep.conflict_keys
+            i = bisect_left(keys, c.key)
+            return i if i < len(keys) and keys[i] == c.key else None
+
+        def scored() -> tuple[Mapping[bytes, float], Callable[[bytes], int | None]]:
             if not prep.candidates:
-                return {}
+                return {}, where
             if self.candidates is not None and prep.kept:
-                scores = self.candidates.scores(self.query, prep.candidate_corpus)
-            else:
-                scores = self._scores(list(prep.candidates.values()))
-            keys, candidates = prep.conflict_keys, prep.candidates
+                return self.candidates.scores(self.query, prep.candidate_corpus), where
+            return self._scores(list(prep.candidates.values())), where
 
-            def where(cid: bytes) -> int | None:
-                c = candidates.get(cid)
-                if c is None:
-                    return None
-                i = bisect_left(keys, c.key)
-                return i if i < len(keys) and keys[i] == c.key else None
-
-            return _max_by(scores, where)
-
-        return self._ranked(SectionName.CONFLICTS, units, best)
+        return self._ranked(SectionName.CONFLICTS, units, scored)
 
     def claims(
         self,
@@ -1808,15 +1846,17 @@ class _Relevance:
     ) -> _Rank:
         """The ranking of a section whose units are ``items`` in its own order."""
 
-        def best() -> dict[int, float]:
+        def scored() -> tuple[Mapping[bytes, float], Callable[[bytes], int | None]]:
             at: dict[bytes, int] = {}
+            pool: list[ClaimAdded] = []
             for i, item in enumerate(items):
                 for c in claims_of(item):
-                    at.setdefault(c.op_id, i)
-            pool = list({c.op_id: c for item in items for c in claims_of(item)}.values())
-            return _max_by(self._scores(pool), at.get)
+                    if c.op_id not in at:
+                        at[c.op_id] = i
+                        pool.append(c)
+            return self._scores(pool), at.get
 
-        return lambda units: self._ranked(name, units, best)
+        return lambda units: self._ranked(name, units, scored)
 
 
 # --- assembly -------------------------------------------------------------------------------------
