@@ -1136,7 +1136,7 @@ def _greedy(
     if len(taken) < len(units):
         handle = handles.next(section)
         while True:
-            if ranked is None:
+            if ranked is None or not taken:
                 line = _omission(len(units) - len(taken), what, handle)
             else:
                 line = _ranked_omission(len(units) - len(taken), what, handle)
@@ -2200,7 +2200,9 @@ def _layout(
             break
         later_need += _need(us, limit, meter, name, left - share - later_need)
     fact_room = min(left, max(share, left - later_need))
-    built[SectionName.FACTS] = b = facts.layout(fact_room, handles, slack=left - fact_room)
+    # the counted line of the facts may use what the later sections do not need, not their room
+    slack = max(0, left - fact_room - later_need)
+    built[SectionName.FACTS] = b = facts.layout(fact_room, handles, slack=slack)
     left -= b.cost
     for name, us, what, limit in later:
         if name is SectionName.WORKING and units.clean_working is not None:
