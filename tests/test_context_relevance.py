@@ -23,6 +23,7 @@ from statefuse.context import (
 )
 from statefuse.ranker import LexicalRanker
 from statefuse.resolver import Conservative
+from statefuse.sync.replica import Replica
 from statefuse.testing import full_key_lines
 from statefuse.tokenizer import BpeTokenizer, CachedTokenizer
 
@@ -247,3 +248,34 @@ def test_the_working_set_is_cut_by_relevance_and_shown_oldest_first(texts, words
         assert max(scores.get(c, 0.0) for c in cut) <= min(scores.get(c, 0.0) for c in shown)
         if not any(scores.get(c) for c in (*shown, *cut)):  # the query names none: newest kept
             assert min(lamport[c] for c in shown) > max(lamport[c] for c in cut)
+
+
+def test_a_store_opened_on_its_derived_state_shows_the_conflict_a_question_names(tmp_path):
+    """However many facts share the question's words, a lazily opened SQLite replica reads
+    the conflict the question names, as a loaded replica shows it."""
+    path = tmp_path / "memory.db"
+    rep = Replica.open(path, space="s", create=True, clock=lambda: NOW)
+    with rep.batch():  # the conflict first, so it is not among the most recent claims
+        rep.add_claim("org", "wonka", "deadline", "first of may")
+        rep.add_claim("org", "wonka", "deadline", "end of june")
+        for i in range(80):  # short facts that match "wonka" better than the conflict's claims
+            rep.add_claim("org", "wonka", f"p{i}", f"v{i}")
+    rep.close()
+    query = "wonka"
+    lazy = Replica.open(path, clock=lambda: NOW)
+    try:
+        assert not lazy.loaded
+        ctx = lazy.context(query, budget=300)
+        assert "org/wonka/deadline: UNRESOLVED" in "\n".join(full_key_lines(ctx.text.splitlines()))
+        locus = next(iter(lazy.index.conflict_loci()))
+        assert lazy.index.conflict_matches(query, limit=4) == [locus]
+        assert lazy.index.conflict_matches("", limit=4) == []
+        assert lazy.index.conflict_matches(query, limit=0) == []
+    finally:
+        lazy.close()
+    full = Replica.open(path, clock=lambda: NOW, load="snapshot")
+    try:
+        ctx = full.context(query, budget=300)
+        assert "org/wonka/deadline: UNRESOLVED" in "\n".join(full_key_lines(ctx.text.splitlines()))
+    finally:
+        full.close()
