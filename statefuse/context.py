@@ -970,6 +970,26 @@ class _UnitList(Generic[_T]):
         return out
 
 
+def _best_scored(scores: Mapping[bytes, float], k: int) -> list[tuple[float, bytes]]:
+    """The first ``k`` positively scored claims as (-score, id), best first, equal scores by
+    claim id (all of them if fewer), found without sorting them all: the scores above the
+    cut (`heapq.nlargest`) are sorted, and of the claims tied at the cut (a query's common
+    word gives thousands of claims of one length one score) only the first few by id."""
+    if k >= len(scores):
+        return sorted((-sc, cid) for cid, sc in scores.items() if sc > 0)
+    cut = heapq.nlargest(k, scores.values())[-1]
+    if cut <= 0:
+        return sorted((-sc, cid) for cid, sc in scores.items() if sc > 0)
+    above = [(-sc, cid) for cid, sc in scores.items() if sc > cut]
+    above.sort()
+    tied = [cid for cid, sc in scores.items() if sc == cut]
+    if len(above) + len(tied) > k:
+        tied = heapq.nsmallest(k - len(above), tied)
+    else:
+        tied.sort()
+    return above + [(-cut, cid) for cid in tied]
+
+
 class _Order(Sequence[int]):
     """Positions in a section's own order, by relevance to a query: first the positions
     holding a claim the query scores above zero, each where its best claim comes in the
@@ -1001,27 +1021,11 @@ class _Order(Sequence[int]):
     def __len__(self) -> int:
         return self._n
 
-    def _best(self, k: int) -> list[tuple[float, bytes]]:
-        """The ``k`` best positive claims as (-score, id), in order (all if fewer)."""
-        scores = self._scores
-        if k >= len(scores):
-            return sorted((-sc, cid) for cid, sc in scores.items() if sc > 0)
-        cut = heapq.nlargest(k, scores.values())[-1]
-        if cut <= 0:
-            return sorted((-sc, cid) for cid, sc in scores.items() if sc > 0)
-        above = sorted((-sc, cid) for cid, sc in scores.items() if sc > cut)
-        tied = [cid for cid, sc in scores.items() if sc == cut]
-        if len(above) + len(tied) > k:
-            tied = heapq.nsmallest(k - len(above), tied)
-        else:
-            tied.sort()
-        return above + [(-cut, cid) for cid in tied]
-
     def _grow(self) -> None:
         """Place the positions of the next batch of best claims (phase 1), or end it."""
         where, seen, seq = self._where, self._seen, self._seq
         k = max(64, 2 * self._k)
-        best = self._best(k)
+        best = _best_scored(self._scores, k)
         for _, cid in best[self._k :]:
             i = where(cid)
             if i is not None and i not in seen:
@@ -1241,8 +1245,9 @@ class _Facts:
         scores, by_id = self._scores, self.prep.facts
         if len(self._best) < k and len(self._best) < len(scores):
             k = max(k, 2 * len(self._best), 64)
-            cut = heapq.nlargest(k, scores.values())[-1] if k < len(scores) else 0.0
-            top = sorted((-s, cid) for cid, s in scores.items() if s >= cut and s > 0)
+            top = _best_scored(scores, k)
+            if len(top) == k and any(cid not in by_id for _, cid in top):
+                top = _best_scored(scores, len(scores))  # a ranker that scored others too
             self._best = [by_id[cid] for _, cid in top if cid in by_id][:k]
         return self._best
 
