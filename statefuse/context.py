@@ -1879,9 +1879,11 @@ class _Relevance:
 
 class ContextCache:
     """Work kept between `assemble_context` calls: token counts per line (``tokenizer``, a
-    `CachedTokenizer`), words and postings per claim set (``ranker``), and for the last
-    ``views`` Views the View sorted into sections. Views are recognised by identity and held
-    while cached, so an id is never reused for another View. Caching never changes a result.
+    `CachedTokenizer`), words and postings per claim set (``ranker`` for the facts, and
+    ``candidate_ranker`` for the conflicts' candidates when ``ranker`` is a `LexicalRanker`),
+    and for the last ``views`` Views the View sorted into sections. Views are recognised by
+    identity and held while cached, so an id is never reused for another View. Caching never
+    changes a result.
     """
 
     __slots__ = ("_views", "candidate_ranker", "max_views", "ranker", "tokenizer")
