@@ -990,13 +990,13 @@ def _best_scored(scores: Mapping[bytes, float], k: int) -> list[tuple[float, byt
     cut = heapq.nlargest(k, scores.values())[-1]
     if cut <= 0:
         return sorted((-sc, cid) for cid, sc in scores.items() if sc > 0)
-    above = [(-sc, cid) for cid, sc in scores.items() if sc > cut]
+    hi = [(-sc, cid) for cid, sc in scores.items() if sc >= cut]  # one pass over the scores
+    if len(hi) <= k:
+        hi.sort()
+        return hi
+    above = [x for x in hi if x[0] != -cut]  # more than k: claims tied at the cut
     above.sort()
-    tied = [cid for cid, sc in scores.items() if sc == cut]
-    if len(above) + len(tied) > k:
-        tied = heapq.nsmallest(k - len(above), tied)
-    else:
-        tied.sort()
+    tied = heapq.nsmallest(k - len(above), [cid for s, cid in hi if s == -cut])
     return above + [(-cut, cid) for cid in tied]
 
 
