@@ -44,11 +44,12 @@ rest), and the later sections share what the facts leave, in the order above.
 Everything a context shows is ranked by the query. Facts are laid out by relevance. Needs
 review, conflicts, the working set and known unknowns keep their own order on screen (key
 order; oldest first), but when one does not fit, its items compete for its room by relevance
-(`_Relevance`, the facts' ranker: a conflict scores as its best candidate, whose words are the
-key's and that value's): every item left out ranks at or below every item shown, and the
-counted line says so (``… N less relevant unresolved conflicts not shown (expand: X1, or a
-narrower query)``). With no query, or a query that scores none of a section's items, the
-section is cut as before (the working set keeps its newest items).
+(`_Relevance`, the facts' ranker: a conflict ranks by its best candidate, whose words are the
+key's and that value's, after every conflict all of whose values the query matches): every
+item left out ranks at or below every item shown, and the counted line says so (``… N less
+relevant unresolved conflicts not shown (expand: X1, or a narrower query)``). With no query,
+or a query that scores none of a section's items, the section is cut as before (the working
+set keeps its newest items).
 """
 
 from __future__ import annotations
@@ -1002,48 +1003,59 @@ def _best_scored(scores: Mapping[bytes, float], k: int) -> list[tuple[float, byt
 
 class _Order(Sequence[int]):
     """Positions in a section's own order, by relevance to a query: first the positions
-    holding a claim the query scores above zero, each where its best claim comes in the
-    order of the claims by score (equal scores by claim id, as facts), then those it does
-    not score, in the section's order, then those whose every scored claim scores below
-    zero, by their best score.
+    holding a claim the query scores above zero (those whose every value it matches,
+    ``whole``, before the others; each group by its best claim, in the order of the claims by
+    score, equal scores by claim id, as facts), then those it does not score, in the
+    section's order, then those whose every scored claim scores below zero, by their best.
 
-    Made as far as it is read, from the claims' scores: the best claims are found without
-    sorting them all (`heapq.nlargest` over the scores, then only the claims at or above the
-    cut), and only their positions are looked up, so a section of thousands of conflicts
-    costs the few that fit."""
+    Made as far as it is read, from the claims' scores: the best claims are met in batches
+    without sorting them all (`_best_scored`), and a position is met at its best claim, so a
+    whole one is placed as soon as it is met; the others wait until every positively scored
+    claim is met. A section of thousands of conflicts costs about the few that fit."""
 
-    __slots__ = ("_k", "_n", "_phase", "_scores", "_seen", "_seq", "_where")
+    __slots__ = ("_heap", "_k", "_n", "_phase", "_scores", "_seen", "_seq", "_where", "_whole")
 
     def __init__(
         self,
         n: int,
         scores: Mapping[bytes, float],
         where: Callable[[bytes], int | None],
+        whole: Callable[[int], bool],
     ) -> None:
         self._n = n
         self._scores = scores
         self._where = where
+        self._whole = whole  # whether the query matches every value of the position
         self._seq: list[int] = []
         self._seen: set[int] = set()
-        self._k = 0  # best claims placed so far
+        #: Positions met that are not whole, by their best claim: (-score, claim id, position).
+        self._heap: list[tuple[float, bytes, int]] = []
+        self._k = 0  # best claims met so far
         self._phase = 1  # 1: placing positive positions; 2: all placed; 3: every position
 
     def __len__(self) -> int:
         return self._n
 
     def _grow(self) -> None:
-        """Place the positions of the next batch of best claims (phase 1), or end it."""
-        where, seen, seq = self._where, self._seen, self._seq
+        """Meet the next batch of best claims, placing whole positions as they are met (no
+        position met later outranks them); once every positive claim is met, place the
+        others (phase 1)."""
+        where, seen, heap, whole, seq = self._where, self._seen, self._heap, self._whole, self._seq
         k = max(64, 2 * self._k)
         best = _best_scored(self._scores, k)
-        for _, cid in best[self._k :]:
+        for neg, cid in best[self._k :]:
             i = where(cid)
             if i is not None and i not in seen:
-                seen.add(i)
-                seq.append(i)
-        if len(best) < k:
-            self._phase = 2
+                seen.add(i)  # met at its best claim: claims come best first
+                if whole(i):
+                    seq.append(i)
+                else:
+                    heapq.heappush(heap, (neg, cid, i))
         self._k = len(best)
+        if len(best) < k:
+            while heap:
+                seq.append(heapq.heappop(heap)[2])
+            self._phase = 2
 
     def _rest(self) -> None:
         """End phase 1: the positions left, unscored ones in order, then the ones whose
@@ -1794,12 +1806,20 @@ def _needs_review_line(c: ClaimAdded, what: str, was: str) -> str:
 # --- relevance of the other sections ------------------------------------------------------------
 
 
+def _always(i: int) -> bool:
+    return True
+
+
 class _Relevance:
     """Orders the sections after the facts by relevance to the query when they do not all
-    fit: conflicts (a conflict scores as its best candidate, whose words are the key's and
-    that candidate's value's, so a question naming the subject and relation finds it, and a
-    value named tells candidates apart), needs-review lines, working-set items and known
-    unknowns (a unit scores as its best claim), with the facts' ranker. Each section is
+    fit: conflicts (a conflict ranks by its best candidate's score, whose words are the key's
+    and that candidate's value's, so a question naming the subject and relation finds it and
+    a value named tells candidates apart; and a conflict every value of which the query
+    matches, as it does through the key's words, ranks before one where only some values
+    match: a question about Apple's CEO finds ``Apple Inc./ceo`` ahead of every conflict
+    over which company developed some product, ``Apple Inc.`` among them), needs-review
+    lines, working-set items and known unknowns (a unit ranks by its best claim), with the
+    facts' ranker. Each section is
     ranked in one call, once per assembly, and only when it is cut.
 
     ``candidates``: a ranker kept for the conflicts' candidates alone (`ContextCache` keeps
@@ -1825,11 +1845,16 @@ class _Relevance:
         name: SectionName,
         units: _UnitList[Any],
         scored: Callable[[], tuple[Mapping[bytes, float], Callable[[bytes], int | None]]],
+        whole: Callable[[Mapping[bytes, float]], Callable[[int], bool]] | None = None,
     ) -> _Reranked | None:
         if name not in self._orders:
             scores, where = scored()
             # the query ranks none of them: the section keeps its own order
-            self._orders[name] = _Order(len(units), scores, where) if any(scores.values()) else None
+            self._orders[name] = (
+                _Order(len(units), scores, where, _always if whole is None else whole(scores))
+                if any(scores.values())
+                else None
+            )
         order = self._orders[name]
         return None if order is None else _Reranked(units, order)
 
@@ -1851,7 +1876,16 @@ class _Relevance:
                 return self.candidates.scores(self.query, prep.candidate_corpus), where
             return self._scores(list(prep.candidates.values())), where
 
-        return self._ranked(SectionName.CONFLICTS, units, scored)
+        def whole(scores: Mapping[bytes, float]) -> Callable[[int], bool]:
+            def matched(i: int) -> bool:
+                # every value scored: the query's words are in the key (or in every value),
+                # not only in one value that happens to name what the question is about
+                groups = prep.conflicts[prep.conflict_keys[i]].groups
+                return all(any(scores.get(c.op_id, 0.0) > 0 for c in g) for g in groups)
+
+            return matched
+
+        return self._ranked(SectionName.CONFLICTS, units, scored, whole)
 
     def claims(
         self,

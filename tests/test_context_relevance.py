@@ -50,13 +50,20 @@ def conflict_ops(keys: list[tuple[str, str]], values: list[tuple[str, str]]) -> 
 
 
 def conflict_scores(view, query: str) -> dict:
-    """Each conflict's relevance by the ranker's score: its best candidate's."""
+    """Each conflict's relevance by the ranker's scores: whether every value of it scores
+    above zero (its key's words matched, or each value's), then its best candidate's score."""
     listed = [
         sc for sc in view.surfaced_conflicts if any(c.kind != "question" for c in sc.candidates)
     ]
     pool = [c for sc in listed for c in sc.candidates]
     scores = LexicalRanker().scores(query, pool)
-    return {sc.key: max(scores.get(c.op_id, 0.0) for c in sc.candidates) for sc in listed}
+    return {
+        sc.key: (
+            all(any(scores.get(c.op_id, 0.0) > 0 for c in g) for g in sc.groups),
+            max(scores.get(c.op_id, 0.0) for c in sc.candidates),
+        )
+        for sc in listed
+    }
 
 
 def conflicts_shown(view, ctx) -> set:
