@@ -286,3 +286,26 @@ def test_a_store_opened_on_its_derived_state_shows_the_conflict_a_question_names
         assert "org/wonka/deadline: UNRESOLVED" in "\n".join(full_key_lines(ctx.text.splitlines()))
     finally:
         full.close()
+
+
+def test_a_conflict_the_question_is_about_outranks_conflicts_where_a_value_names_its_subject():
+    """'Apple Inc.' is the subject asked about and also a value of many other conflicts (who
+    developed what): the conflict whose key the question names comes first."""
+    ops = [
+        w("a").claim("fact", "Apple Inc.", "ceo", "Tim Cook"),
+        w("b").claim("fact", "Apple Inc.", "ceo", "Vijay Mallya"),
+    ]
+    for product in ("iPod", "QuickTime", "GarageBand", "Safari", "Xcode", "Keynote"):
+        ops.append(w("a").claim("fact", product, "developer", "Google"))
+        ops.append(w("b").claim("fact", product, "developer", "Apple Inc."))
+    view = project(materialize(ops), LENS, resolver=Conservative())
+    query = "Who is the chief executive officer of Apple Inc.?"
+    score = conflict_scores(view, query)
+    # a shorter claim naming Apple Inc. as a value scores higher than the ceo claims
+    assert (
+        max(s for k, (_, s) in score.items() if k[2] == "developer")
+        > score[("fact", "Apple Inc.", "ceo")][1]
+    )
+    for cache in (None, ContextCache(tokenizer=TOK)):
+        ctx = assemble_context(view, query=query, budget=70, tokenizer=TOK, cache=cache)
+        assert conflicts_shown(view, ctx) == {("fact", "Apple Inc.", "ceo")}
