@@ -193,6 +193,12 @@ _TIES = (
     " WHERE ix_text MATCH ?) t JOIN ix_claim c ON c.n = t.rowid WHERE t.score = ?"
     " ORDER BY c.claim_id LIMIT ?"
 )
+# the matches on loci in conflict, with their scores (at most `MATCH_BUDGET` rows: see
+# `StoreIndex.conflict_matches`)
+_CONFLICT_MATCHES = (
+    "SELECT bm25(ix_text), c.claim_id, c.locus FROM ix_text JOIN ix_claim c ON c.n = ix_text.rowid"
+    " WHERE ix_text MATCH ? AND c.locus IN (SELECT locus FROM ix_conflict)"
+)
 # what `StoreIndex.state_of` reads of a claim
 _SLICE = "claim_id, active, data, locus"
 _RECENT = "SELECT locus FROM ix_claim WHERE active = 1 ORDER BY lamport DESC, claim_id DESC"
@@ -804,9 +810,11 @@ class StoreIndex:
         """The loci a context for ``query`` within ``budget`` tokens draws on, each once, in
         this order: every locus with an active identity or constraint claim (a context shows
         them whatever the query), the best matches for the query, the conflicts among the
-        query's next best matches (with no query words: the first conflicts by key), then the
-        loci of the most recent active claims (by lamport); each list after the first holds at
-        most ``budget // TOKENS_PER_LOCUS`` loci."""
+        query's next best matches and the conflicts whose own claims best match the query
+        (`conflict_matches`: the conflict a question is about, however many facts share its
+        words; with no query words: the first conflicts by key), then the loci of the most
+        recent active claims (by lamport); each list after the first holds at most ``budget //
+        TOKENS_PER_LOCUS`` loci."""
         self._check_present()
         db = self._db
         k = max(1, budget // TOKENS_PER_LOCUS)
@@ -826,6 +834,7 @@ class StoreIndex:
                     )
                 )
             out.update(dict.fromkeys([x for x in ranked if x in conflicted][:k]))
+            out.update(dict.fromkeys(self.conflict_matches(query, limit=k)))
         out.update(dict.fromkeys(_distinct(db.execute(_RECENT), k)))
         return list(out)
 
@@ -1039,6 +1048,33 @@ class StoreIndex:
         db.executemany(_TEXT_ADD, ((r[0], r[4]) for r in rows))
         db.commit()
         return cls(db)
+
+    def conflict_matches(self, query: str, *, limit: int) -> list[bytes]:
+        """The loci in conflict whose active claims best match ``query`` (BM25 over the words
+        `statefuse.ranker` sees in a claim: its key's and its value's), best first (equal
+        scores by claim id), each once, at most ``limit``: what a context must draw on to
+        show the conflict a question names, as a loaded replica's context ranks its
+        conflicts. The cost is bounded by what the rarer words match: the query's words are
+        looked up rarest first, as many as together match at most `MATCH_BUDGET` claims (a
+        word that alone matches more is left out, as `context_loci` leaves it)."""
+        self._check_present()
+        if limit <= 0:
+            return []
+        chosen: list[str] = []
+        total = 0
+        for df, w in self._frequencies(query):
+            if df == 0:
+                continue
+            if total + df > MATCH_BUDGET:
+                break
+            chosen.append(w)
+            total += df
+        expr = _match_expression(" ".join(chosen))
+        if expr is None:
+            return []
+        rows = self._db.execute(_CONFLICT_MATCHES, (expr,)).fetchall()
+        rows.sort(key=lambda r: (r[0], r[1]))
+        return _distinct(((r[2],) for r in rows), limit)
 
 
 def _claim_row(
