@@ -208,6 +208,12 @@ _FIRST_TWO = (
 )
 # how many claims match, counting no further than ? (FTS5 stops reading postings there)
 _COUNT_UPTO = "SELECT count(*) FROM (SELECT 1 FROM ix_text WHERE ix_text MATCH ? LIMIT ?)"
+# the matches on loci in conflict, with their scores (at most `MATCH_BUDGET` rows: see
+# `StoreIndex.conflict_matches`)
+_CONFLICT_MATCHES = (
+    "SELECT bm25(ix_text), c.claim_id, c.locus FROM ix_text JOIN ix_claim c ON c.n = ix_text.rowid"
+    " WHERE ix_text MATCH ? AND c.locus IN (SELECT locus FROM ix_conflict)"
+)
 # what `StoreIndex.state_of` reads of a claim
 _SLICE = "claim_id, active, data, locus"
 _RECENT = "SELECT locus FROM ix_claim WHERE active = 1 ORDER BY lamport DESC, claim_id DESC"
@@ -832,17 +838,22 @@ class StoreIndex:
         rare = [w for df, w in self._frequencies(query) if 2 * df <= n]
         return _match_expression(" ".join(rare)) if rare else None
 
-    def _bounded(self, query: str, limit: int) -> list[bytes]:
+    def _bounded(
+        self, query: str, limit: int, *, freq: list[tuple[int, str]] | None = None
+    ) -> list[bytes]:
         """The best matches for ``query`` a context draws on, at a cost bounded by what they
         are rather than by how many claims share a common word of it (BM25 scores every claim
         a query matches): first the claims that hold every word, then those that hold every
         word but the commonest, and so on down to the two rarest (few claims each, and the most
         to the point), then the claims that hold any of the rarest words, as many words as
         together match at most `MATCH_BUDGET` claims. The context ranks what it is given with
-        every word of the query again."""
+        every word of the query again. ``freq``: the query's words as `_frequencies` counts
+        them with the cap below, if counted already."""
         # rarest first; a word past MATCH_BUDGET is never chosen below, and its exact count
         # only places it after the rarer ones
-        freq = [(df, w) for df, w in self._frequencies(query, cap=MATCH_BUDGET + 1) if df > 0]
+        if freq is None:
+            freq = self._frequencies(query, cap=MATCH_BUDGET + 1)
+        freq = [(df, w) for df, w in freq if df > 0]
         ws = [w for _, w in freq]
         if not ws:
             return []
@@ -913,14 +924,17 @@ class StoreIndex:
         """The loci a context for ``query`` within ``budget`` tokens draws on, each once, in
         this order: every locus with an active identity or constraint claim (a context shows
         them whatever the query), the best matches for the query, the conflicts among the
-        query's next best matches (with no query words: the first conflicts by key), then the
-        loci of the most recent active claims (by lamport); each list after the first holds at
-        most ``budget // TOKENS_PER_LOCUS`` loci."""
+        query's next best matches and the conflicts whose own claims best match the query
+        (`conflict_matches`: the conflict a question is about, however many facts share its
+        words; with no query words: the first conflicts by key), then the loci of the most
+        recent active claims (by lamport); each list after the first holds at most ``budget //
+        TOKENS_PER_LOCUS`` loci."""
         self._check_present()
         db = self._db
         k = max(1, budget // TOKENS_PER_LOCUS)
         out = dict.fromkeys(r[0] for r in db.execute(_PINNED))
-        ranked = self._bounded(query, 2 * k)
+        freq = self._frequencies(query, cap=MATCH_BUDGET + 1)  # once for both searches
+        ranked = self._bounded(query, 2 * k, freq=freq)
         if not ranked:
             out.update(dict.fromkeys(self.conflict_loci(limit=k)))
         else:
@@ -935,6 +949,7 @@ class StoreIndex:
                     )
                 )
             out.update(dict.fromkeys([x for x in ranked if x in conflicted][:k]))
+            out.update(dict.fromkeys(self._conflict_matches(freq, k)))
         out.update(dict.fromkeys(_distinct(db.execute(_RECENT), k)))
         return list(out)
 
@@ -1148,6 +1163,40 @@ class StoreIndex:
         db.executemany(_TEXT_ADD, ((r[0], r[4]) for r in rows))
         db.commit()
         return cls(db)
+
+    def conflict_matches(self, query: str, *, limit: int) -> list[bytes]:
+        """The loci in conflict whose active claims best match ``query`` (BM25 over the words
+        `statefuse.ranker` sees in a claim: its key's and its value's), best first (equal
+        scores by claim id), each once, at most ``limit``: what a context must draw on to
+        show the conflict a question names, as a loaded replica's context ranks its
+        conflicts. The cost is bounded by what the rarer words match: the query's words are
+        looked up rarest first, as many as together match at most `MATCH_BUDGET` claims (a
+        word that alone matches more is left out, as `context_loci` leaves it)."""
+        self._check_present()
+        if limit <= 0:
+            return []
+        return self._conflict_matches(self._frequencies(query, cap=MATCH_BUDGET + 1), limit)
+
+    def _conflict_matches(self, freq: list[tuple[int, str]], limit: int) -> list[bytes]:
+        """`conflict_matches` of the query whose words `_frequencies` counted as ``freq`` (a
+        word counted short is past `MATCH_BUDGET`, where the choice below stops anyway)."""
+        if limit <= 0:
+            return []
+        chosen: list[str] = []
+        total = 0
+        for df, w in freq:
+            if df == 0:
+                continue
+            if total + df > MATCH_BUDGET:
+                break
+            chosen.append(w)
+            total += df
+        expr = _match_expression(" ".join(chosen))
+        if expr is None:
+            return []
+        rows = self._db.execute(_CONFLICT_MATCHES, (expr,)).fetchall()
+        rows.sort(key=lambda r: (r[0], r[1]))
+        return _distinct(((r[2],) for r in rows), limit)
 
 
 def _claim_row(

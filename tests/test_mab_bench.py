@@ -46,38 +46,58 @@ def test_normalize_is_mabs() -> None:
     assert bench.occurs("the Hague", "Capital: Hague.")
 
 
-def test_a_tiny_run_prints_every_row_and_writes_the_json(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+RUNS = ("default", "latest-wins", "decision")
+
+
+def run(tmp_path: Path, *args: str) -> tuple[list[dict], str, dict]:
     data = tmp_path / "dev.jsonl"
     data.write_text(json.dumps(DATASET) + "\n", encoding="utf-8")
     out = tmp_path / "run.json"
-    assert bench.main(["--data", str(data), "--json", str(out)]) == 0
+    assert bench.main(["--data", str(data), "--json", str(out), *args]) == 0
+    doc = json.loads(out.read_text())
+    return doc["rows"], doc["memory"], doc
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_a_tiny_run_prints_every_row_and_writes_the_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], store: str
+) -> None:
+    rows, memory, doc = run(tmp_path, "--store", store)
     table = capsys.readouterr().out
-    rows = json.loads(out.read_text())["rows"]
-    assert [(r["dataset"], r["measure"], r["resolver"]) for r in rows] == [
-        (d, m, r)
-        for d in ("tiny", "ALL")
-        for m, r in [
-            ("context", "default"),
-            ("context", "latest-wins"),
-            ("selection", "conservative"),
-            ("selection", "latest-wins"),
-        ]
+    assert doc["options"]["store"] == store
+    assert [(r["dataset"], r["measure"], r["run"]) for r in rows] == [
+        (d, m, r) for d in ("tiny", "ALL") for m in ("context", "selection") for r in RUNS
     ]
     assert all(r["questions"] == 1 for r in rows)  # Bob's key holds no conflict
-    latest = rows[3]
-    assert (latest["accuracy"], latest["false_certainty"], latest["conflict_recall"]) == (
-        100.0,
+    by = {(r["measure"], r["run"]): r for r in rows[:6]}
+    # the default policy leaves Ada's conflict for the planner: listed, and both cities shown
+    assert by["context", "default"]["conflict_shown"] == 100.0
+    assert by["context", "default"]["gold_shown"] == 100.0
+    assert by["context", "default"]["ms_per_context"] > 0
+    default = by["selection", "default"]
+    assert (default["accuracy"], default["false_certainty"], default["conflict_recall"]) == (
+        0.0,
         0.0,
         100.0,
     )
-    assert rows[2]["accuracy"] == 0.0 and rows[2]["conflict_listed"] == 100.0
-    assert rows[0]["conflict_shown"] == 100.0  # both of Ada's cities are in the context
+    # latest-wins and the decision select the newer city; the View says it was contested
+    recall = 100.0
+    for name in ("latest-wins", "decision"):
+        sel = by["selection", name]
+        assert (sel["accuracy"], sel["false_certainty"], sel["conflict_recall"]) == (
+            100.0,
+            0.0,
+            recall,
+        )
+        assert by["context", name]["gold_shown"] == 100.0
+    assert f"memory: {memory}" in table and "fact/<subject>/<relation>" in memory
     for r in rows:
-        assert f"{r['dataset']:<26}{r['measure']:<11}{r['resolver']}" in table
-    # LatestWins chose Rome: the context's line says it was contested, London beside it
-    assert rows[1]["mark_shown"] == 100.0 and rows[1]["conflict_shown"] == 100.0
-    assert rows[0]["mark_shown"] == 0.0  # the default resolver surfaced the conflict instead
-    (q,) = json.loads(out.read_text())["questions"]["tiny"]
-    assert q["selection"]["latest-wins"]["marked"] is True
+        assert f"{r['dataset']:<26}{r['run']:<13}" in table
+    # latest-wins and the decision chose Rome: the context's line says it was contested,
+    # London beside it; the default policy surfaced the conflict instead of marking a choice
+    for name in ("latest-wins", "decision"):
+        assert by["context", name]["contested_shown"] == 100.0
+        assert by["context", name]["conflict_shown"] == 100.0
+    assert by["context", "default"]["contested_shown"] == 0.0
+    (q,) = doc["questions"]["tiny"]
+    assert q["selection"]["latest-wins"]["contested"] is True

@@ -485,7 +485,8 @@ def test_ranking_in_one_statement_cuts_equal_scores_by_claim_id(tmp_path):
 )
 def test_a_context_counts_common_words_no_further_than_it_needs(store, ops, query, budget, limit):
     """`StoreIndex._bounded` counts a word's claims only up to past `MATCH_BUDGET` (a common
-    word's exact count reads all its postings): it picks the loci the exact counts pick."""
+    word's exact count reads all its postings): it, and the conflicts a context draws on,
+    pick the loci the exact counts pick."""
     from statefuse import storeindex
 
     ix = store.index()
@@ -495,8 +496,10 @@ def test_a_context_counts_common_words_no_further_than_it_needs(store, ops, quer
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(storeindex, "MATCH_BUDGET", budget)
         got = ix._bounded(query, limit)
+        loci = ix.context_loci(query, budget=16 * limit)
         mp.setattr(StoreIndex, "_frequencies", lambda self, q, cap=None: exact(self, q))
         assert got == ix._bounded(query, limit)
+        assert loci == ix.context_loci(query, budget=16 * limit)
 
 
 def test_two_common_words_are_counted_exactly_to_order_them(tmp_path, monkeypatch):
