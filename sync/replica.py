@@ -87,7 +87,7 @@ from statefuse.op import (
 )
 from statefuse.opset import OpSet
 from statefuse.projection import project
-from statefuse.ranker import Ranker
+from statefuse.ranker import LexicalRanker, Ranker
 from statefuse.registry import DEFAULT_REGISTRY, EXACT_CONTRACT, EXACT_REGISTRY, Registry
 from statefuse.registry.error import InputError, StateFuseError
 from statefuse.registry.normalizer import Normalizer
@@ -574,8 +574,10 @@ class Replica:
         self._registry_change: tuple[bytes, bytes] | None = None
         #: Caches `context` keeps between calls (made on first use).
         self._context_cache: ContextCache | None = None
-        #: Ops decoded from the derived state, by id, for the slices read next (`OpMemo`).
+        #: Ops decoded from the derived state, by id, for the slices read next (`OpMemo`),
+        #: and the caches of the contexts read from it (made on first use).
         self._op_memo = OpMemo()
+        self._slice_cache: ContextCache | None = None
         #: Where claim vectors are kept (`vectors`), and a hybrid ranker per embedder name.
         self._vectors: VectorStore | None = None
         self._rankers: dict[int, tuple[object, HybridRanker]] = {}
@@ -2751,9 +2753,10 @@ class Replica:
                 loci = ix.context_loci(query, budget=budget)
                 state = ix.state_of(loci, registry=self.registry, memo=self._op_memo)
                 totals = _totals(ix, state)
-            cache = self._context_cache
-            if cache is None:
-                cache = self._context_cache = ContextCache()
+            cache = self._slice_cache
+            if cache is None:  # the words of claims met, as many as a few slices' worth
+                ranker = LexicalRanker(max_entries=SLICE_WORDS)
+                cache = self._slice_cache = ContextCache(ranker=ranker)
             return context_for(
                 state,
                 lens,
@@ -3090,6 +3093,10 @@ class ConflictPage:
     state: State
     conflicts: tuple[ConflictSet, ...]
     total: int
+
+
+#: Most claims whose words a replica opened on its derived state keeps for its contexts.
+SLICE_WORDS = 65_536
 
 
 @dataclass(frozen=True, slots=True)
