@@ -212,8 +212,11 @@ _STEPS = textwrap.dedent(
     # the floor: the same steps again, each part timed apart, as `Replica.context` runs them
     from statefuse.context import ContextCache, context_for
     from statefuse.lens import Lens
+    from statefuse.sync import replica as module
     from statefuse.sync.replica import _totals
     cache, memo = ContextCache(), getattr(rep, "_op_memo", None)
+    scanning = getattr(module, "_Scanning", None)
+    ranked = {} if scanning is None else {"ranker": scanning(cache.ranker)}
     parts = {"write_s": [], "reads_s": [], "assembly_s": [], "slice_claims": []}
     for k in range(steps + 1):
         subject = f"step_{tag}f_{k}"
@@ -230,7 +233,7 @@ _STEPS = textwrap.dedent(
             totals = _totals(ix, state)
         t2 = time.perf_counter()
         ctx = context_for(state, Lens(now=rep._clock()), budget=budget, query=query,
-                          cache=cache, authors=rep.author_names(), totals=totals)
+                          cache=cache, authors=rep.author_names(), totals=totals, **ranked)
         t3 = time.perf_counter()
         assert f"working on item {k}" in ctx.text
         if k:
