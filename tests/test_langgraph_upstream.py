@@ -11,8 +11,9 @@ the store swapped for ours by the ``upstreamstore`` plugin (tests/upstreamstore.
   ``InMemoryStore(...)``, which becomes a `StateFuseStore` (vector search with LangGraph's
   ``index`` config, namespaces, filters, pages, the async batching).
 - **langgraph-checkpoint-sqlite** ``tests/test_store.py`` and ``tests/test_async_store.py``: the
-  tests that take the ``store`` fixture, which becomes ours (among them
-  ``test_large_batches_async``); the others build LangGraph's ``SqliteStore`` and are deselected.
+  tests that take the ``store`` fixture or call ``create_vector_store``, which make ours (among
+  them ``test_large_batches_async`` and the vector search tests); the few others build
+  LangGraph's ``SqliteStore`` itself or test its SQL helpers, and are deselected.
 
 Every test must pass except those in `EXPECTED_FAILURES`, each with the reason: a test there
 that starts passing fails this test too, so the list stays true. The reference run puts
@@ -54,6 +55,11 @@ SQLITE = Suite("langgraph-checkpoint-sqlite", ("tests/test_store.py", "tests/tes
 EXPECTED_FAILURES: dict[Suite, dict[str, str]] = {
     CHECKPOINT: {},
     SQLITE: {
+        "test_store.py::test_vector_store_initialization": (
+            "reads SqliteStore's own index key 'text_fields' and its SQLite connection "
+            "(store.conn) to find its vector tables; StateFuseStore takes LangGraph's 'fields' "
+            "(the swap passes text_fields as fields) and keeps vectors in the replica's store"
+        ),
         "test_store.py::test_sql_injection_vulnerability": (
             "expects SqliteStore's ValueError('Invalid filter key') for a filter key that is not "
             "a plain JSON path; StateFuseStore builds no SQL from filters, so any string names a "
@@ -150,7 +156,7 @@ def test_langgraphs_own_store_tests_pass_on_statefuse_store(suite, backend, tmp_
         outcomes, "expected to fail but did not (passed or not collected): update the list"
     )
     assert skipped == set(), _tail(outcomes, "an upstream test skipped")
-    assert len(outcomes) - len(failed) >= (100 if suite is CHECKPOINT else 40)
+    assert len(outcomes) - len(failed) >= (100 if suite is CHECKPOINT else 80)
     if suite is SQLITE:
         assert outcomes["test_async_store.py::test_large_batches_async"] == "passed"
 

@@ -3,23 +3,26 @@
 Loaded with ``-p upstreamstore`` into a pytest run over a LangGraph sdist's tests (see
 tests/test_langgraph_upstream.py). Before pytest reads a test module's fixtures, it swaps the
 module's store for ours, and nothing else: the ``store`` fixture (LangGraph's SQLite store suite)
-becomes a `StateFuseStore`, and the name ``InMemoryStore`` (langgraph-checkpoint's suite builds
+becomes a `StateFuseStore`, so does what its ``create_vector_store`` makes (a store with LangGraph's
+``index`` config), and the name ``InMemoryStore`` (langgraph-checkpoint's suite builds
 its stores with ``InMemoryStore(...)`` and ``InMemoryStore(index=...)``) becomes a `StateFuseStore`
 subclass that takes the same arguments. In a module whose ``store`` fixture is swapped, the tests
-that do not take it build LangGraph's own store (``SqliteStore(...)``) and test that: they are
-deselected (pytest's summary counts them).
+that use neither it nor ``create_vector_store`` build LangGraph's own store (``SqliteStore(...)``)
+or test its SQL helpers: they are deselected (pytest's summary counts them).
 
 ``STATEFUSE_UPSTREAM_BACKEND`` says which replica the store runs over: ``memory``
 (`Replica.memory`) or ``sqlite`` (`Replica.open` on a new file in ``STATEFUSE_UPSTREAM_DIR``);
-``langgraph`` puts LangGraph's own ``InMemoryStore`` in the ``store`` fixture instead, the
-reference run. Every store made is closed when its test ends.
+``langgraph`` puts LangGraph's own ``InMemoryStore`` in the ``store`` fixture and
+``create_vector_store`` instead, the reference run. Every store made is closed when its test ends.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +63,36 @@ class UpstreamStore(StateFuseStore):
 
 @pytest.fixture
 def store() -> Iterator[BaseStore]:
+    yield _make()
+
+
+@contextmanager
+def create_vector_store(
+    fake_embeddings: Any, text_fields: list[str] | None = None, *args: Any, **kwargs: Any
+) -> Iterator[StateFuseStore]:
+    """LangGraph's SQLite suite's ``create_vector_store`` (its ``text_fields`` are LangGraph's
+    ``fields``; the distance is cosine, the file is the backend's)."""
+    yield _make(_index(fake_embeddings, text_fields))
+
+
+@asynccontextmanager
+async def acreate_vector_store(
+    fake_embeddings: Any, conn_string: str = "", text_fields: list[str] | None = None
+) -> AsyncIterator[StateFuseStore]:
+    """The async suite's ``create_vector_store``, whose second argument is a connection string."""
+    yield _make(_index(fake_embeddings, text_fields))
+
+
+def _make(index: Any = None) -> BaseStore:
     # ``langgraph``: LangGraph's own InMemoryStore, the reference run
-    yield InMemoryStore() if BACKEND == "langgraph" else UpstreamStore()
+    return InMemoryStore(index=index) if BACKEND == "langgraph" else UpstreamStore(index=index)
+
+
+def _index(embeddings: Any, fields: list[str] | None) -> dict[str, Any]:
+    index: dict[str, Any] = {"dims": embeddings.dims, "embed": embeddings}
+    if fields is not None:
+        index["fields"] = fields
+    return index
 
 
 @pytest.hookimpl(wrapper=True)
@@ -71,6 +102,10 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Any:
         if hasattr(module, "store"):
             module.store = store
             _swapped.add(module.__name__)
+        made = getattr(module, "create_vector_store", None)
+        if made is not None:
+            is_async = inspect.isasyncgenfunction(inspect.unwrap(made))
+            module.create_vector_store = acreate_vector_store if is_async else create_vector_store
         if hasattr(module, "InMemoryStore") and BACKEND != "langgraph":
             module.InMemoryStore = UpstreamStore
     return (yield)
@@ -89,7 +124,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         module = getattr(item, "module", None)
         swapped = module is not None and module.__name__ in _swapped
-        uses = "store" in getattr(item, "fixturenames", ())
+        code = getattr(getattr(item, "obj", None), "__code__", None)
+        uses = "store" in getattr(item, "fixturenames", ()) or (
+            code is not None and "create_vector_store" in code.co_names
+        )
         (dropped if swapped and not uses else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
