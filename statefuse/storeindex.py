@@ -394,12 +394,14 @@ class StoreIndex:
             )
         if touched:
             self._judge_conflicts(touched, grouping, fresh)
+        moved: list[tuple[str, int]] = []
         if batch.lamport > int(meta.get("lamport") or 0):
-            self._set_meta("lamport", batch.lamport)
+            moved.append(("lamport", batch.lamport))
         if delta:
-            self._set_meta("active", int(meta.get("active") or 0) + delta)
+            moved.append(("active", int(meta.get("active") or 0) + delta))
         if upto != int(held):
-            self._set_meta("upto", upto)
+            moved.append(("upto", upto))
+        db.executemany(_SET_META, moved)
 
     def _drop_held(self, batch: _Split) -> None:
         """Forget the ops of ``batch`` the tables hold already (claims and retractions: what
