@@ -267,12 +267,16 @@ def test_a_flipped_byte_in_a_stored_change_is_found_at_the_next_open(tmp_path: P
     rep.close()
 
 
-def test_a_store_of_the_previous_release_builds_its_derived_state_once(tmp_path: Path) -> None:
-    """The schema-5 release's store (tests/fixtures) builds its derived state on its first
-    writable open, with progress, and then opens on it and answers as the full State does."""
+@pytest.mark.parametrize("release", ["release-schema5", "release-schema6"])
+def test_a_store_of_an_earlier_release_builds_its_derived_state_once(
+    tmp_path: Path, release: str
+) -> None:
+    """The schema-5 release's store (tests/fixtures), which has no derived state, and the
+    schema-6 release's, which has one in an earlier layout, build it on their first writable
+    open, with progress, and then open on it and answer as the full State does."""
     path = tmp_path / "release.sqlite"
-    shutil.copyfile(FIXTURES / "release-schema5.sqlite", path)
-    shutil.copyfile(FIXTURES / "release-schema5.sqlite.key", f"{path}.key")
+    shutil.copyfile(FIXTURES / f"{release}.sqlite", path)
+    shutil.copyfile(FIXTURES / f"{release}.sqlite.key", f"{path}.key")
     os.chmod(f"{path}.key", 0o600)
     with Replica.open(path, readonly=True) as rep:
         assert rep.loaded and rep.index is None  # not migrated by a read: nothing to use
