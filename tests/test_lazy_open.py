@@ -424,3 +424,42 @@ def test_a_text_no_claim_can_hold_finds_nothing_and_raises_nothing(tmp_path: Pat
         assert StateFuseStore(rep).get(("vendor",), "\ud800") is None
         assert "\ud800" not in rep.context("\ud800 acme").text
         assert not rep.loaded
+
+
+def test_readers_beside_an_open_writer_open_on_the_derived_state_and_keep_it(
+    tmp_path: Path,
+) -> None:
+    """Opening a connection beside a writer that holds the store open touches the -wal (run
+    as root, SQLite hands the log to the database file's owner at each open, which moves its
+    change time): that is no write, so a reader in this process or another still opens on the
+    derived state, and so does every open after the writer closes."""
+    path = tmp_path / "m.db"
+    _written(path)
+    script = (
+        "import sys\n"
+        "from statefuse.sync.replica import Replica\n"
+        "for readonly in (True, False):\n"
+        "    with Replica.open(sys.argv[1], readonly=readonly) as rep:\n"
+        "        print(rep.loaded, len(rep.state_for('vendor/acme/price').active_claims()))\n"
+    )
+    writer = Replica.open(path)
+    try:
+        assert not writer.loaded
+        writer.add_claim("vendor/acme/price", 7)  # the -wal now holds a commit
+        with Replica.open(path, readonly=True) as here:
+            assert not here.loaded
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(path)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+            check=False,
+        )
+        assert (done.returncode, done.stdout) == (0, "False 3\nFalse 3\n"), done.stderr
+        writer.add_claim("vendor/acme/city", "Lille")  # the writer goes on writing lean
+    finally:
+        writer.close()
+    with Replica.open(path, readonly=True) as rep:
+        assert not rep.loaded
+        assert "Lille" in {c.value for c in rep.state_for("vendor/acme/city").active_claims()}
