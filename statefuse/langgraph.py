@@ -49,7 +49,9 @@ score 0 and follow). A conflicted item matches a filter when one of its candidat
 scores its best candidate's score.
 
 Filters (``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``; a plain value means ``$eq``; a
-plain map matches the fields it names inside a map field): numbers compare as numbers (``1 ==
+plain map matches the fields it names inside a map field; a field name with dots, ``"user.level"``,
+that is not itself a field of the map names a nested field, as in LangGraph's SQLite and Postgres
+stores): numbers compare as numbers (``1 ==
 1.0``), and ``bool`` is not a number (``True != 1``); the ordering operators compare two numbers,
 or two strings (by code point), and any other pair does not match; a missing field never raises
 and matches nothing except ``$ne`` (a missing field is not equal to anything, as in MongoDB and
@@ -147,7 +149,8 @@ PREDICATE = "value"
 _LOOK_AHEAD = 16
 #: The one field of the value of an item under an unresolved conflict.
 CONFLICT_FIELD = "__conflict__"
-#: The root label LangGraph reserves for itself (puts under it are refused).
+#: The root label LangGraph reserves for itself: ``put`` refuses it (LangGraph's `BaseStore.put`
+#: checks it), while a `PutOp` given to ``batch`` may write there, as in LangGraph's own stores.
 RESERVED_ROOT = "langgraph"
 #: Vectors of retracted claims a store may keep before it prunes (see `StateFuseStore._prune`).
 PRUNE_MARGIN = 1024
@@ -436,18 +439,33 @@ _FieldTest = Callable[[bool, object], bool]
 
 def _compile(cond: Mapping[str, Any]) -> Callable[[object], bool]:
     """The test a (checked) filter map stands for, made once per search and run per item."""
-    tests = [(name, _compile_field(sub)) for name, sub in cond.items()]
+    tests = [(name, tuple(name.split(".")), _compile_field(sub)) for name, sub in cond.items()]
 
     def test(value: object) -> bool:
         if not isinstance(value, Mapping):
             return False
-        for name, field_test in tests:
+        for name, path, field_test in tests:
             v = value.get(name, _MISSING)
+            if v is _MISSING and len(path) > 1:
+                v = _at_path(value, path)
             if not field_test(v is not _MISSING, v):
                 return False
         return True
 
     return test
+
+
+def _at_path(value: Mapping[str, Any], path: tuple[str, ...]) -> object:
+    """The field a dotted filter name (``"user.level"``) reaches through nested maps, as in
+    LangGraph's SQLite and Postgres stores; `_MISSING` if a step is absent or not a map."""
+    at: object = value
+    for step in path:
+        if not isinstance(at, Mapping):
+            return _MISSING
+        at = at.get(step, _MISSING)
+        if at is _MISSING:
+            return _MISSING
+    return at
 
 
 def _compile_field(cond: object) -> _FieldTest:
@@ -1203,10 +1221,6 @@ class StateFuseStore(BaseStore):
             _check_labels(op.namespace, "namespace")
             return
         claim_namespace(op.namespace)
-        if op.namespace[0] == RESERVED_ROOT:
-            raise NamespaceError(
-                "namespace", "reserved-root", f"the root label {RESERVED_ROOT!r} is LangGraph's"
-            )
         if not key or len(key) > MAX_NAME_CHARS:
             raise LangGraphStoreError(
                 "key", "name-length", f"an item key is 1..{MAX_NAME_CHARS} characters"
