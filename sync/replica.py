@@ -74,7 +74,7 @@ from statefuse.history import HistoryEvent, key_history
 from statefuse.interpret import TurnInterpreter, check_interpretation
 from statefuse.keytext import key_parts, parse_key
 from statefuse.lens import Lens
-from statefuse.materializer import Materializer
+from statefuse.materializer import Materializer, materialize
 from statefuse.op import (
     MAX_LAMPORT,
     ClaimAdded,
@@ -94,6 +94,7 @@ from statefuse.registry.value import Value
 from statefuse.resolver import Resolver
 from statefuse.search import SearchHit, search_view
 from statefuse.state import ConflictSet, State, locus_of
+from statefuse.statediff import StateDiff, state_diff
 from statefuse.store import (
     DEFAULT_WAIT,
     EvictedRow,
@@ -155,6 +156,7 @@ from statefuse.sync.snapshot import (
 )
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
 from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change
+from statefuse.sync.version import Version, VersionError, counted, covered, version_of
 from statefuse.vectorstore import MemoryVectors, VectorStore
 from statefuse.view import SurfacedConflict
 from statefuse.writer import Writer
@@ -1885,10 +1887,51 @@ class Replica:
         return self.log.clock_jumps()
 
     @_locked
-    def state(self) -> State:
-        """The current memory (an immutable snapshot; later writes do not change it)."""
+    def state(self, *, at: Version | str | None = None) -> State:
+        """The current memory (an immutable snapshot; later writes do not change it), or with
+        ``at`` the memory at a version (`version`; a Version or its text): `materialize` of
+        the ops of the changes it covers, under the trust and the registry declaration in
+        force among them (SEMANTICS §9), the same on every replica that holds those changes.
+        ``state(at=self.version())`` equals ``state()``. Raises VersionError for a version
+        text that is not one, UnknownVersionError naming the changes this replica lacks."""
         self._check_open()
-        return self._mat.state()
+        if at is None:
+            return self._mat.state()
+        return self._state_of(self._covered(at))
+
+    @_locked
+    def version(self) -> Version:
+        """This replica's version: for each author, the heads of its accepted feed (pending
+        and quarantined changes are not in it). Loads the history on a lazy open."""
+        self._check_open()
+        return version_of(self.log.tips())
+
+    @_locked
+    def diff(self, before: Version | str, after: Version | str | None = None) -> StateDiff:
+        """What changed from the memory at ``before`` to the memory at ``after`` (default:
+        now): claims added and retracted (and by what), decisions made, conflicts opened and
+        closed (`statefuse.statediff`). Sensible for any two versions: going back shows what
+        was removed. Raises as `state` does."""
+        self._check_open()
+        later = self._mat.state() if after is None else self.state(at=after)
+        return state_diff(self.state(at=before), later)
+
+    def _covered(self, at: Version | str) -> dict[bytes, VerifiedChange]:
+        if isinstance(at, str):
+            at = Version.parse(at, field="at")
+        elif not isinstance(at, Version):
+            raise VersionError("at", "version-type", f"expected a Version, got {type(at).__name__}")
+        return covered(at, self.log.get, field="at")
+
+    def _state_of(self, changes: dict[bytes, VerifiedChange]) -> State:
+        """`materialize` of the counted ops among ``changes`` (a covered set), under the
+        declaration in force among them."""
+        counting = list(counted(changes, root=self.root, mode=self.mode))
+        declarations = [op for c in counting for op in c.ops if type(op) is RegistryDeclared]
+        declared = declaration_in_force(
+            declarations, mode=self.mode, root=self.root, creator=self.creator
+        )
+        return materialize(_state_ops(counting), registry=self._registry_of(declared))
 
     @_locked
     def state_for(self, prefix: str | Sequence[str] = (), *, scope: str | None = None) -> State:
