@@ -1966,17 +1966,20 @@ class Replica:
             return ix.state_of(ix.claim_loci(text), registry=self.registry)
 
     @_locked
-    def conflicts(self, *, limit: int | None = None) -> ConflictPage:
+    def conflicts(
+        self, *, limit: int | None = None, at: Version | str | None = None
+    ) -> ConflictPage:
         """The memory's conflicts in order of key and scope, the first ``limit`` of them (None:
         all), with a State to read their candidates and decisions from, and how many there are
         in all. On a store whose derived state is current this reads only the conflicts shown.
+        ``at``: the conflicts of the memory at that version (`state`; reads the whole history).
         Raises ReplicaError (field ``limit``) for a limit that is not a positive int."""
         self._check_open()
         if limit is not None and (type(limit) is not int or limit < 1):
             raise ReplicaError("limit", "positive", f"limit is a positive int, not {limit!r}")
-        ix = self.index if self._lazy else None
+        ix = self.index if self._lazy and at is None else None
         if ix is None:
-            state = self.state()
+            state = self.state(at=at)
             every = sorted(state.conflicts, key=_conflict_order)
             shown = every if limit is None else every[:limit]
             return ConflictPage(state, tuple(shown), len(every))
@@ -2328,21 +2331,29 @@ class Replica:
         of: str | tuple[str, str, str] | bytes | ClaimAdded,
         *,
         scope: str | None = None,
+        at: Version | str | None = None,
     ) -> list[HistoryEvent]:
         """Every assertion, retraction and decision of a key's claims, in lamport order (see
         `key_history`). ``of`` is the key (one ``"namespace/subject/predicate"`` string, or
         three parts) or a claim (the claim, its id, hex or a unique hex prefix: a string
         without ``/``), whose key's history it is; ``scope`` keeps one scope. Raises
-        KeyTextError for a key it cannot read, UnknownClaimError for an id it does not know."""
+        KeyTextError for a key it cannot read, UnknownClaimError for an id it does not know.
+        ``at``: the history as the memory at that version had it (`state`; reads the whole
+        history; a claim named by id is looked up in the memory at that version)."""
         if isinstance(of, tuple):
             if len(of) != 3 or not all(isinstance(p, str) for p in of):
                 raise ReplicaError("of", "key-parts", "a key is three strings")
             key = of
         elif isinstance(of, str) and "/" in of:
             key = parse_key(of)
+        elif at is not None:
+            c = _claim_in(self.state(at=at), of, "of")
+            key = (c.namespace, c.subject, c.predicate)
         else:
             c = self._claim(of, "of")
             key = (c.namespace, c.subject, c.predicate)
+        if at is not None:
+            return key_history(self.state(at=at), key, scope)
         # the key's rows alone on a store opened on its derived state (`state_for`)
         return key_history(self.state_for(key, scope=scope), key, scope)
 
@@ -2759,6 +2770,7 @@ class Replica:
         budget: int = DEFAULT_BUDGET,
         resolver: Resolver | None = None,
         embedder: object | None = None,
+        at: Version | str | None = None,
     ) -> Context:
         """The context an agent's next LLM call reads: the current memory through ``lens``
         (default: a viewer with no roles, at the replica clock's now, so expired claims are
@@ -2781,8 +2793,21 @@ class Replica:
         the store (`vectors`), so only claims never embedded by it are embedded. Reads the
         whole memory (a store opened on its derived state loads it). Raises EmbedderError
         when the embedder breaks its interface, and what the embedder raises.
+
+        ``at``: the context of the memory at that version (`state`): what an agent would have
+        read then, under today's lens. Reads the whole history; raises as `state` does.
         """
         self._check_open()
+        if at is not None:
+            return context_for(
+                self.state(at=at),
+                lens if lens is not None else Lens(now=self._clock()),
+                budget=budget,
+                query=query,
+                resolver=resolver,
+                ranker=None if embedder is None else self.ranker(embedder),
+                authors=self.author_names(),
+            )
         ix = self.index if self._lazy and embedder is None else None
         if ix is not None:  # opened on the derived state: read what this context needs
             lens = lens if lens is not None else Lens(now=self._clock())
@@ -3226,6 +3251,13 @@ def _from_writer_doc(
         return (seq, None if change is None else bytes.fromhex(change)), lamport
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _claim_in(state: State, ref: bytes | str | ClaimAdded, field: str) -> ClaimAdded:
+    try:
+        return state.claim(ref, field=field)
+    except ClaimLookupError as e:
+        raise UnknownClaimError(e.field, e.rule, e.message) from None
 
 
 def _state_ops(changes: Iterable[VerifiedChange]) -> Iterator[Op]:
