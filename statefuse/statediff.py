@@ -148,13 +148,17 @@ def _conflict(k: ConflictSet) -> str:
     return f"{format_key(k.key)}{scope}: {len(k.candidates)} candidates"
 
 
+def _author_hex(author: str | bytes) -> str:
+    return author.hex() if isinstance(author, bytes) else author
+
+
 def _claim_json(c: ClaimAdded) -> dict[str, Any]:
     return {
         "claim_id": c.claim_id.hex(),
         "key": format_key((c.namespace, c.subject, c.predicate)),
         "scope": c.scope,
         "value": json_value(c.value),
-        "author": c.author.hex(),
+        "author": _author_hex(c.author),
     }
 
 
@@ -162,7 +166,7 @@ def _retraction_json(r: ClaimRetracted) -> dict[str, Any]:
     return {
         "retraction_id": r.op_id.hex(),
         "reason": r.reason,
-        "author": r.author.hex(),
+        "author": _author_hex(r.author),
         "superseded_by": r.superseded_by.hex() if r.superseded_by is not None else None,
     }
 

@@ -1927,7 +1927,9 @@ class Replica:
         """`materialize` of the counted ops among ``changes`` (a covered set), under the
         declaration in force among them."""
         counting = list(counted(changes, root=self.root, mode=self.mode))
-        declarations = [op for c in counting for op in c.ops if type(op) is RegistryDeclared]
+        declarations: list[RegistryDeclared] = []
+        for c in counting:
+            declarations.extend(op for op in c.ops if type(op) is RegistryDeclared)  # type: ignore[misc,comparison-overlap]
         declared = declaration_in_force(
             declarations, mode=self.mode, root=self.root, creator=self.creator
         )
