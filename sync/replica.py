@@ -2797,12 +2797,14 @@ class Replica:
         when the embedder breaks its interface, and what the embedder raises.
 
         ``at``: the context of the memory at that version (`state`): what an agent would have
-        read then, under today's lens. Reads the whole history; raises as `state` does.
+        read then, under today's lens; the context records it (`Context.at`, ``"at"`` in its
+        JSON). Reads the whole history; raises as `state` does.
         """
         self._check_open()
         if at is not None:
-            return context_for(
-                self.state(at=at),
+            version = Version.parse(at, field="at") if isinstance(at, str) else at
+            made = context_for(
+                self.state(at=version),
                 lens if lens is not None else Lens(now=self._clock()),
                 budget=budget,
                 query=query,
@@ -2810,6 +2812,8 @@ class Replica:
                 ranker=None if embedder is None else self.ranker(embedder),
                 authors=self.author_names(),
             )
+            made.at = str(version)
+            return made
         ix = self.index if self._lazy and embedder is None else None
         if ix is not None:  # opened on the derived state: read what this context needs
             lens = lens if lens is not None else Lens(now=self._clock())

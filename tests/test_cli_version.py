@@ -70,6 +70,8 @@ def test_show_at_an_earlier_version_shows_what_memory_said_then(story):
     assert _ok(cwd, "conflicts", "--at", before) == "No conflicts.\n"
     context = _ok(cwd, "context", "--query", "rate limit", "--at", before)
     assert "1000" in context and "2000" not in context
+    doc = json.loads(_ok(cwd, "context", "--query", "rate limit", "--at", before, "--json"))
+    assert doc["at"] == before
 
 
 def test_diff_prints_one_line_per_change_and_json(story):

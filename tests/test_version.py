@@ -9,6 +9,7 @@ two hub replicas then receive every change in two different orders.
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -225,8 +226,6 @@ def test_join_is_the_least_upper_bound(a, b, c):
 def test_a_version_reads_back_from_its_text_and_its_json(v):
     assert Version.parse(str(v)) == v
     assert Version.from_json(v.to_json()) == v
-    import json
-
     assert Version.from_json(json.dumps(v.to_json())) == v
 
 
@@ -345,3 +344,6 @@ def test_a_reopened_store_reads_the_same_state_at_a_version(tmp_path):
         assert page.total == 0
         ctx = again.context("colour", at=v1)
         assert "red" in ctx.text and "blue" not in ctx.text
+        assert ctx.at == str(v1) and json.loads(ctx.to_json())["at"] == str(v1)
+        now_ctx = again.context("colour")
+        assert now_ctx.at is None and "at" not in json.loads(now_ctx.to_json())
