@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from statefuse import materialize
 from statefuse.op import Op
+from statefuse.registry import EXACT_REGISTRY, PredicateContract, Registry
 from statefuse.statediff import state_diff
 from statefuse.sync.change import VerifiedChange
 from statefuse.sync.declaration import SPACE_OP_TYPES
@@ -347,3 +348,19 @@ def test_a_reopened_store_reads_the_same_state_at_a_version(tmp_path):
         assert ctx.at == str(v1) and json.loads(ctx.to_json())["at"] == str(v1)
         now_ctx = again.context("colour")
         assert now_ctx.at is None and "at" not in json.loads(now_ctx.to_json())
+
+
+def test_the_registry_declared_at_a_version_is_the_one_its_state_uses():
+    money = Registry([PredicateContract("price", normalizer="money", params={"currency": "USD"})])
+    creator = Replica.memory(space=SPACE, registry=money)
+    creator.add_claim("vendor", "acme", "price", "USD 1,150")
+    creator.add_claim("vendor", "acme", "price", "1,150.00")
+    agreed = creator.version()
+    creator.declare_registry(EXACT_REGISTRY)
+    exact = creator.version()
+    assert creator.state(at=agreed).registry.fingerprint == money.fingerprint
+    assert creator.state(at=agreed).conflicts == ()  # one value in money's normal form
+    assert creator.state(at=exact).registry.fingerprint == EXACT_REGISTRY.fingerprint
+    assert len(creator.state(at=exact).conflicts) == 1
+    assert creator.state(at=exact).digest() == creator.state().digest()
+    assert [k.key for k in creator.diff(agreed).conflicts_opened] == [("vendor", "acme", "price")]
