@@ -20,6 +20,12 @@ Rows:
   100-op changes, one write transaction each (and per CPU second): what keeping the store's
   derived state adds to every durable write (`statefuse.storeindex`), the floor under
   ``append``.
+- ``floor: K hash-keyed index(es) alone, 100 rows a commit``: rows of K random 32-byte keys,
+  each key indexed, 100 rows a transaction, in a SQLite file with the store's settings (WAL,
+  ``synchronous=FULL``, the store's checkpoint size) and nothing else: the floor under any
+  on-disk index that finds a claim by hash (its id, its ref, its locus: K = 3). Each new row
+  lands on a random leaf page of each index, and the commit writes every page it touched to the
+  log: the cost of a durable append that keeps such an index, whatever else it does.
 - ``close, 10-op store``: `Replica.close` of a new store after ten 1-op changes, which saves
   its first snapshot.
 
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import statistics
 import sys
@@ -39,7 +46,7 @@ import time
 from pathlib import Path
 
 from benchmarks.report import load_average, machine_info, utc_stamp
-from statefuse.sqlitestore import SQLiteStore
+from statefuse.sqlitestore import WAL_AUTOCHECKPOINT, SQLiteStore
 from statefuse.store import StoreInfo, StoreWrite
 from statefuse.sync.declaration import SPACE_OP_TYPES
 from statefuse.sync.replica import Replica
@@ -121,6 +128,38 @@ def bench_index_apply(home: Path, changes: int, repeats: int) -> tuple[list[floa
         rates.append(n / (time.perf_counter() - start))
         cpu_rates.append(n / (time.process_time() - cpu))
         store.close()
+    return rates, cpu_rates
+
+
+def bench_hash_floor(
+    home: Path, changes: int, keys: int, repeats: int
+) -> tuple[list[float], list[float]]:
+    """Rows per second (and per CPU second) into a bare SQLite table whose ``keys`` random
+    32-byte columns are each indexed, ``changes`` transactions of 100 rows (see the module
+    docstring)."""
+    rates, cpu_rates = [], []
+    names = [f"k{i}" for i in range(keys)]
+    insert = f"INSERT INTO t ({', '.join(names)}) VALUES ({', '.join('?' * keys)})"
+    for r in range(repeats):
+        batches = [
+            [tuple(os.urandom(32) for _ in names) for _ in range(100)] for _ in range(changes)
+        ]
+        db = sqlite3.connect(home / f"floor{keys}-{r}.db", isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}")
+        columns = ", ".join(f"{k} BLOB NOT NULL" for k in names)
+        db.execute(f"CREATE TABLE t (n INTEGER PRIMARY KEY, {columns})")
+        for k in names:
+            db.execute(f"CREATE INDEX t_{k} ON t ({k})")
+        start, cpu = time.perf_counter(), time.process_time()
+        for rows in batches:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany(insert, rows)
+            db.execute("COMMIT")
+        rates.append(changes * 100 / (time.perf_counter() - start))
+        cpu_rates.append(changes * 100 / (time.process_time() - cpu))
+        db.close()
     return rates, cpu_rates
 
 
@@ -241,6 +280,25 @@ def main(argv: list[str] | None = None) -> int:
                 "samples": ci,
             }
         )
+        for keys, what in ((1, "1 hash-keyed index"), (3, "3 hash-keyed indexes")):
+            _log(f"floor: {what} alone")
+            rf, cf = bench_hash_floor(home, 100 if args.quick else 500, keys, repeats)
+            rows.append(
+                {
+                    "row": f"floor: {what} alone, 100 rows a commit",
+                    "median": statistics.median(rf),
+                    "unit": "ops/s",
+                    "samples": rf,
+                }
+            )
+            rows.append(
+                {
+                    "row": "  the same, ops per CPU second",
+                    "median": statistics.median(cf),
+                    "unit": "ops/s",
+                    "samples": cf,
+                }
+            )
         _log("close, 10-op store")
         tc = bench_close(home, 5 if args.quick else 15)
         rows.append(

@@ -25,20 +25,26 @@ from pathlib import Path
 SUFFIX = ".clean"
 
 
-def _identity(path: str, *, empty_is_none: bool = False) -> list[int] | None:
+def _identity(path: str, *, log: bool = False) -> list[int] | None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return None
-    if empty_is_none and st.st_size == 0:
-        return None
+    if log:
+        # A reader opening the store creates an empty -wal when there is none: no content, so
+        # the same as none (a write makes it non-empty, and changes its times). And SQLite,
+        # run as root, hands the -wal to the database file's owner each time a connection
+        # opens it (fchown), which moves its change time though nothing was written: the
+        # log's identity leaves the change time out (its size and modification time still
+        # move with every write; the database file keeps all of them).
+        if st.st_size == 0:
+            return None
+        return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
 def _seen(file: Path) -> dict[str, list[int] | None]:
-    # A reader opening the store creates an empty -wal when there is none: no content, so
-    # the same as none (a write makes it non-empty, and changes its times).
-    return {"db": _identity(str(file)), "wal": _identity(f"{file}-wal", empty_is_none=True)}
+    return {"db": _identity(str(file)), "wal": _identity(f"{file}-wal", log=True)}
 
 
 class Marker:

@@ -55,6 +55,8 @@ def value_text(value: Value) -> str:
     """A value as words to match: strings as they are, anything else as its JSON."""
     if isinstance(value, str):
         return value
+    if type(value) is int:  # its JSON, without the encoder (every write indexes its words)
+        return str(value)
     return json.dumps(json_value(value), ensure_ascii=False, sort_keys=True)
 
 

@@ -87,6 +87,7 @@ from statefuse.store import (
 )
 from statefuse.storeindex import StoreIndex
 from statefuse.storeindex import create_tables as create_index_tables
+from statefuse.storeindex import drop_tables as drop_index_tables
 from statefuse.vectorstore import SQLiteVectors
 
 try:  # POSIX; elsewhere the lock degrades to SQLite's own busy handling
@@ -98,6 +99,18 @@ except ImportError:  # pragma: no cover - not on the CI platform
 #: SQLite keeps it at offset 68 of the file header, so it tells a StateFuse store from any other
 #: SQLite file without reading a table.
 APPLICATION_ID = 0x53467573
+
+#: The first schema whose derived state this release reads (`SQLiteStore.index`): a read-only
+#: open of an older store loads the history instead.
+INDEX_SCHEMA = 7
+
+#: Pages the write-ahead log may hold before a writer copies them into the database file
+#: (SQLite's default is 1,000). A write of the derived state touches pages all over its
+#: hash-keyed indexes, hundreds per 100-op change: with the default, every other such commit
+#: ran a checkpoint that wrote those pages back and synced the file; with more room a page
+#: rewritten by many commits is copied back once. Durability does not depend on it (a commit
+#: is durable in the log, ``synchronous=FULL``); the log file grows to about this many pages.
+WAL_AUTOCHECKPOINT = 8_192
 
 #: The first 16 bytes of every SQLite 3 database file.
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -227,6 +240,14 @@ def _derived_state(db: sqlite3.Connection) -> None:
     create_index_tables(db)
 
 
+def _derived_state_layout(db: sqlite3.Connection) -> None:
+    """Schema 6 → 7: the derived state's tables in the layout that writes append where they can
+    (`statefuse.storeindex`): the old tables are dropped and the new ones created empty, so the
+    first writer builds them from the ops, as after schema 5 → 6."""
+    drop_index_tables(db)
+    create_index_tables(db)
+
+
 #: Schema steps: ``_MIGRATIONS[v]`` turns a version-``v`` store into version ``v + 1``; the caller
 #: runs each inside a transaction and sets ``user_version`` in the same one.
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
@@ -236,6 +257,7 @@ _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     3: _publish_marks,
     4: _pending_index,
     5: _derived_state,
+    6: _derived_state_layout,
 }
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -378,6 +400,7 @@ def _connect_rw(path: Path, wait: float) -> sqlite3.Connection:
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=wait)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
+    db.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}")
     return db
 
 
@@ -1405,10 +1428,11 @@ class SQLiteStore:
     def index(self) -> StoreIndex:
         """The derived state of this store (`statefuse.storeindex`) on its connection: the
         caller's transactions (`write_transaction`, `read_transaction`) hold its writes and
-        reads. On a read-only open of a store older than schema 6 it says it was never built.
+        reads. On a read-only open of a store older than `INDEX_SCHEMA` it says it was never
+        built (schema 6 held an earlier layout of it, rebuilt by the first writable open).
         Bound to the connection of the moment: ask again after `rebuild`, which reopens."""
         with self._sqlite("while opening the derived state") as db:
-            return StoreIndex(db, present=self._schema(db) >= 6)
+            return StoreIndex(db, present=self._schema(db) >= INDEX_SCHEMA)
 
     def vectors(self) -> SQLiteVectors:
         """The embedding vectors kept in this file (`statefuse.vectorstore`), through this
@@ -1558,7 +1582,7 @@ class SQLiteStore:
 
     def apply_repair(self, plan: RepairPlan) -> None:
         with self._transaction("applying a repair") as db:
-            if plan and self._schema(db) >= 6:
+            if plan and self._schema(db) >= INDEX_SCHEMA:
                 # rows leave the accepted changes: the derived state no longer holds, and is
                 # built again by the replica's next writable load
                 StoreIndex(db).drop()

@@ -35,8 +35,9 @@ if TYPE_CHECKING:
 #: Version 5 stores each pending change's index (author, seq, prev) beside its bytes, so a replica
 #: restores its pending area without verifying it again, and tallies evictions (`Store.evictions`).
 #: Version 6 adds the derived state (`statefuse.storeindex`): tables created empty, built by the
-#: first writer.
-SCHEMA_VERSION = 6
+#: first writer. Version 7 lays the derived state out so that writes append where they can (its
+#: tables are dropped and built again from the ops by the first writer).
+SCHEMA_VERSION = 7
 
 #: Most authors the eviction tally names one by one per area; the rest are added up under the
 #: empty author (the totals always count every eviction).

@@ -79,14 +79,16 @@ TABLES: tuple[str, ...] = (
     # the claims a context shows whatever the query (`_PINNED` must repeat this condition)
     "CREATE INDEX ix_claim_pinned ON ix_claim (namespace, subject, predicate, scope)"
     " WHERE active = 1 AND (layer = 'identity' OR kind = 'constraint' OR constraint_kind <> '')",
-    # one row per locus ever claimed: the key order of loci without a key index on every claim
+    # one row per locus ever claimed: the key order of loci without a key index on every claim.
+    # Keyed by the key alone: a locus is found by its hash through ix_claim_locus, so a new
+    # locus costs no insert at a random place of a hash-ordered tree
     "CREATE TABLE ix_locus ("
-    " locus BLOB PRIMARY KEY,"
+    " locus BLOB NOT NULL,"
     " namespace TEXT NOT NULL,"
     " subject TEXT NOT NULL,"
     " predicate TEXT NOT NULL,"
-    " scope TEXT NOT NULL)",
-    "CREATE INDEX ix_locus_key ON ix_locus (namespace, subject, predicate, scope)",
+    " scope TEXT NOT NULL,"
+    " UNIQUE (namespace, subject, predicate, scope))",
     # the ref retractions a claim re-asserts past (most claims have none)
     "CREATE TABLE ix_reassert ("
     " claim_id BLOB NOT NULL,"
@@ -158,6 +160,12 @@ _SET_META = (
     "INSERT INTO ix_meta (key, value) VALUES (?, ?)"
     " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 )
+# what `StoreIndex.apply` checks and moves, in one read
+_APPLY_META = (
+    "SELECT key, value FROM ix_meta WHERE key IN ('upto', 'registry', 'lamport', 'active')"
+)
+# whether any retraction is held (a store of claims alone never looks one up)
+_ANY_RETRACTION = "SELECT 1 FROM ix_retraction LIMIT 1"
 _TEXT_ADD = "INSERT INTO ix_text (rowid, words) VALUES (?, ?)"
 _TEXT_REMOVE = "INSERT INTO ix_text (ix_text, rowid, words) VALUES ('delete', ?, ?)"
 _CHANGED_COLUMNS = "n, locus, namespace, subject, predicate, scope, words"
@@ -208,6 +216,29 @@ def create_tables(db: sqlite3.Connection) -> None:
     """Create the (empty) tables of the derived state, inside the caller's transaction."""
     for statement in TABLES:
         db.execute(statement)
+
+
+def drop_tables(db: sqlite3.Connection) -> None:
+    """Drop every table of the derived state (whatever layout an earlier schema gave them,
+    their indexes and the text index's own tables with them), inside the caller's
+    transaction: the derived state is rebuilt from the ops, never carried over."""
+    names = [
+        r[0]
+        for r in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'ix\\_%' ESCAPE '\\'"
+            " AND sql LIKE 'CREATE VIRTUAL TABLE%'"
+        )
+    ]
+    for name in names:  # first: dropping a virtual table drops its shadow tables
+        db.execute(f'DROP TABLE "{name}"')
+    names = [
+        r[0]
+        for r in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'ix\\_%' ESCAPE '\\'"
+        )
+    ]
+    for name in names:
+        db.execute(f'DROP TABLE "{name}"')
 
 
 def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterator[Sequence[Any]]:
@@ -332,40 +363,52 @@ class StoreIndex:
         ``index-registry`` when ``registry`` is not the one the tables were built under (then
         `rebuild`), ``index-upto`` when ``upto`` goes backwards."""
         self._check_present()
-        held = self.upto
+        db = self._db
+        meta = dict(db.execute(_APPLY_META))
+        held = meta.get("upto")
         if held is None:
             raise StoreError(
                 "index", "index-not-built", "the derived state was never built: rebuild it first"
             )
-        if upto < held:
+        if upto < int(held):
             raise StoreError(
                 "upto", "index-upto", f"the derived state covers position {held}, not {upto}"
             )
-        if self.registry_fingerprint() != registry.fingerprint:
+        fingerprint = meta.get("registry")
+        if fingerprint is None or bytes(fingerprint) != registry.fingerprint:
             raise StoreError(
                 "registry",
                 "index-registry",
                 "the derived state was built under another registry: rebuild it",
             )
-        db = self._db
         batch = _Split(ops)
         self._drop_held(batch)
-        db.executemany(_INSERT_RETRACTION, map(_retraction_row, batch.retractions.values()))
+        if batch.retractions:
+            db.executemany(_INSERT_RETRACTION, map(_retraction_row, batch.retractions.values()))
         grouping = Index(registry)
         touched: dict[bytes, tuple[str, str, str, str]] = {}
+        fresh: dict[bytes, set[bytes]] = {}
         delta = 0
         if batch.claims:
-            delta += self._add_claims(batch.claims, grouping, touched)
+            delta += self._add_claims(batch.claims, grouping, touched, fresh)
         if batch.retractions:
-            delta -= self._retract(batch.retractions, touched)
-        db.executemany(_INSERT_DECISION, map(_decision_row, batch.decisions.values()))
-        db.executemany(_INSERT_EVIDENCE, ((e.op_id, e.encode()) for e in batch.evidence.values()))
-        self._judge_conflicts(touched, grouping)
-        if batch.lamport > self.lamport():
-            self._set_meta("lamport", batch.lamport)
+            delta -= self._retract(batch.retractions, touched, fresh)
+        if batch.decisions:
+            db.executemany(_INSERT_DECISION, map(_decision_row, batch.decisions.values()))
+        if batch.evidence:
+            db.executemany(
+                _INSERT_EVIDENCE, ((e.op_id, e.encode()) for e in batch.evidence.values())
+            )
+        if touched:
+            self._judge_conflicts(touched, grouping, fresh)
+        moved: list[tuple[str, int]] = []
+        if batch.lamport > int(meta.get("lamport") or 0):
+            moved.append(("lamport", batch.lamport))
         if delta:
-            self._set_meta("active", self.active_count() + delta)
-        self._set_meta("upto", upto)
+            moved.append(("active", int(meta.get("active") or 0) + delta))
+        if upto != int(held):
+            moved.append(("upto", upto))
+        db.executemany(_SET_META, moved)
 
     def _drop_held(self, batch: _Split) -> None:
         """Forget the ops of ``batch`` the tables hold already (claims and retractions: what
@@ -388,58 +431,84 @@ class StoreIndex:
         claims: dict[bytes, ClaimAdded],
         grouping: Index,
         touched: dict[bytes, tuple[str, str, str, str]],
+        fresh: dict[bytes, set[bytes]],
     ) -> int:
         """Insert new claims, each active unless a held retraction (those of this batch
-        included) retracts it; returns how many are active."""
+        included) retracts it; returns how many are active. ``fresh`` gets the loci no claim
+        was held on before, each with the group ids of its (new) active claims: their conflict
+        rows are judged from these alone (`_judge_conflicts`)."""
         db = self._db
-        ids = list(claims)
         killed: set[bytes] = set()
-        for part in _chunks(ids):
-            killed.update(
-                r[0]
-                for r in db.execute(
-                    f"SELECT target_id FROM ix_retraction WHERE target_id IN ({_marks(len(part))})",
-                    part,
-                )
-            )
         by_ref: dict[bytes, list[bytes]] = {}
-        refs = list({c.claim_ref for c in claims.values()})
-        for part in _chunks(refs):
-            for ref, rid in db.execute(
-                "SELECT target_ref, op_id FROM ix_retraction"
-                f" WHERE target_ref IN ({_marks(len(part))})",
-                part,
+        if db.execute(_ANY_RETRACTION).fetchone() is not None:
+            for part in _chunks(list(claims)):
+                killed.update(
+                    r[0]
+                    for r in db.execute(
+                        "SELECT target_id FROM ix_retraction"
+                        f" WHERE target_id IN ({_marks(len(part))})",
+                        part,
+                    )
+                )
+            refs = list({c.claim_ref for c in claims.values()})
+            for part in _chunks(refs):
+                for ref, rid in db.execute(
+                    "SELECT target_ref, op_id FROM ix_retraction"
+                    f" WHERE target_ref IN ({_marks(len(part))})",
+                    part,
+                ):
+                    by_ref.setdefault(ref, []).append(rid)
+        keys: dict[bytes, tuple[str, str, str, str]] = {}
+        loci: list[bytes] = []
+        for c in claims.values():
+            lk = (c.namespace, c.subject, c.predicate, c.scope)
+            locus = _locus_of_key(lk)
+            keys[locus] = lk
+            loci.append(locus)
+        new = dict(keys)
+        for part in _chunks(list(keys)):
+            for (locus,) in db.execute(
+                f"SELECT DISTINCT locus FROM ix_claim WHERE locus IN ({_marks(len(part))})", part
             ):
-                by_ref.setdefault(ref, []).append(rid)
+                del new[locus]
         (top,) = db.execute("SELECT coalesce(max(n), 0) FROM ix_claim").fetchone()
         grouping.claims = claims
         rows = []
         text = []
         reasserts: list[tuple[bytes, bytes]] = []
         active_n = 0
-        for i, (cid, c) in enumerate(claims.items(), start=int(top) + 1):
-            active = cid not in killed and not any(
-                r not in c.reasserts for r in by_ref.get(c.claim_ref, ())
+        n = int(top)
+        for (cid, c), locus in zip(claims.items(), loci, strict=True):
+            n += 1
+            refs_held = by_ref.get(c.claim_ref) if by_ref else None
+            active = cid not in killed and not (
+                refs_held and any(r not in c.reasserts for r in refs_held)
             )
-            lk = (c.namespace, c.subject, c.predicate, c.scope)
-            locus = _locus_of_key(lk)
             ws = " ".join(_doc_words(c))
-            rows.append(_claim_row(i, c, locus, grouping, active, ws))
-            reasserts.extend((cid, r) for r in c.reasserts)
+            row = _claim_row(n, c, locus, grouping, active, ws)
+            rows.append(row)
+            if c.reasserts:
+                reasserts.extend((cid, r) for r in c.reasserts)
             if active:
                 active_n += 1
-                text.append((i, ws))
-                touched[locus] = lk
+                text.append((n, ws))
+                touched[locus] = keys[locus]
+                if locus in new:
+                    fresh.setdefault(locus, set()).add(row[4])
         db.executemany(_INSERT_CLAIM, rows)
-        db.executemany(_INSERT_LOCUS, _locus_rows(rows))
-        db.executemany(_INSERT_REASSERT, reasserts)
-        db.executemany(_TEXT_ADD, text)
+        if new:
+            db.executemany(_INSERT_LOCUS, ((lc, *lk) for lc, lk in new.items()))
+        if reasserts:
+            db.executemany(_INSERT_REASSERT, reasserts)
+        if text:
+            db.executemany(_TEXT_ADD, text)
         return active_n
 
     def _retract(
         self,
         retractions: dict[bytes, ClaimRetracted],
         touched: dict[bytes, tuple[str, str, str, str]],
+        fresh: dict[bytes, set[bytes]],
     ) -> int:
         """Retract the held active claims new retractions name; returns how many."""
         db = self._db
@@ -462,16 +531,32 @@ class StoreIndex:
         db.executemany(_TEXT_REMOVE, ((row[0], row[6]) for row in changed.values()))
         for row in changed.values():
             touched[row[1]] = (row[2], row[3], row[4], row[5])
+            fresh.pop(row[1], None)  # judged from the table, not the batch alone
         return len(changed)
 
     def _judge_conflicts(
-        self, touched: dict[bytes, tuple[str, str, str, str]], grouping: Index
+        self,
+        touched: dict[bytes, tuple[str, str, str, str]],
+        grouping: Index,
+        fresh: dict[bytes, set[bytes]],
     ) -> None:
         """Make the conflict rows of the touched loci say what their active claims say: more
-        than one value group under a functional predicate (SEMANTICS §5)."""
+        than one value group under a functional predicate (SEMANTICS §5). A locus first
+        claimed in this batch (``fresh``) holds only the batch's claims and no conflict row
+        yet: judged from the group ids at hand, with no read of the tables."""
         db = self._db
-        functional = [lc for lc, lk in touched.items() if grouping.functional(lk[0], lk[2])]
         split: set[bytes] = set()
+        held: list[bytes] = []
+        for lc, lk in touched.items():
+            if not grouping.functional(lk[0], lk[2]):
+                if lc not in fresh:
+                    held.append(lc)
+            elif lc in fresh:
+                if len(fresh[lc]) > 1:
+                    split.add(lc)
+            else:
+                held.append(lc)
+        functional = [lc for lc in held if grouping.functional(touched[lc][0], touched[lc][2])]
         for part in _chunks(functional):
             split.update(
                 r[0]
@@ -482,10 +567,18 @@ class StoreIndex:
                     part,
                 )
             )
-        db.executemany(_INSERT_CONFLICT, ((lc, *touched[lc]) for lc in split))
-        db.executemany(
-            "DELETE FROM ix_conflict WHERE locus = ?", ((lc,) for lc in touched if lc not in split)
-        )
+        if split:
+            db.executemany(_INSERT_CONFLICT, ((lc, *touched[lc]) for lc in split))
+        stale: list[bytes] = []
+        for part in _chunks([lc for lc in held if lc not in split]):
+            stale.extend(
+                r[0]
+                for r in db.execute(
+                    f"SELECT locus FROM ix_conflict WHERE locus IN ({_marks(len(part))})", part
+                )
+            )
+        if stale:
+            db.executemany("DELETE FROM ix_conflict WHERE locus = ?", ((lc,) for lc in stale))
 
     def rebuild(
         self,

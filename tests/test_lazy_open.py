@@ -267,12 +267,16 @@ def test_a_flipped_byte_in_a_stored_change_is_found_at_the_next_open(tmp_path: P
     rep.close()
 
 
-def test_a_store_of_the_previous_release_builds_its_derived_state_once(tmp_path: Path) -> None:
-    """The schema-5 release's store (tests/fixtures) builds its derived state on its first
-    writable open, with progress, and then opens on it and answers as the full State does."""
+@pytest.mark.parametrize("release", ["release-schema5", "release-schema6"])
+def test_a_store_of_an_earlier_release_builds_its_derived_state_once(
+    tmp_path: Path, release: str
+) -> None:
+    """The schema-5 release's store (tests/fixtures), which has no derived state, and the
+    schema-6 release's, which has one in an earlier layout, build it on their first writable
+    open, with progress, and then open on it and answer as the full State does."""
     path = tmp_path / "release.sqlite"
-    shutil.copyfile(FIXTURES / "release-schema5.sqlite", path)
-    shutil.copyfile(FIXTURES / "release-schema5.sqlite.key", f"{path}.key")
+    shutil.copyfile(FIXTURES / f"{release}.sqlite", path)
+    shutil.copyfile(FIXTURES / f"{release}.sqlite.key", f"{path}.key")
     os.chmod(f"{path}.key", 0o600)
     with Replica.open(path, readonly=True) as rep:
         assert rep.loaded and rep.index is None  # not migrated by a read: nothing to use
@@ -420,3 +424,42 @@ def test_a_text_no_claim_can_hold_finds_nothing_and_raises_nothing(tmp_path: Pat
         assert StateFuseStore(rep).get(("vendor",), "\ud800") is None
         assert "\ud800" not in rep.context("\ud800 acme").text
         assert not rep.loaded
+
+
+def test_readers_beside_an_open_writer_open_on_the_derived_state_and_keep_it(
+    tmp_path: Path,
+) -> None:
+    """Opening a connection beside a writer that holds the store open touches the -wal (run
+    as root, SQLite hands the log to the database file's owner at each open, which moves its
+    change time): that is no write, so a reader in this process or another still opens on the
+    derived state, and so does every open after the writer closes."""
+    path = tmp_path / "m.db"
+    _written(path)
+    script = (
+        "import sys\n"
+        "from statefuse.sync.replica import Replica\n"
+        "for readonly in (True, False):\n"
+        "    with Replica.open(sys.argv[1], readonly=readonly) as rep:\n"
+        "        print(rep.loaded, len(rep.state_for('vendor/acme/price').active_claims()))\n"
+    )
+    writer = Replica.open(path)
+    try:
+        assert not writer.loaded
+        writer.add_claim("vendor/acme/price", 7)  # the -wal now holds a commit
+        with Replica.open(path, readonly=True) as here:
+            assert not here.loaded
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(path)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+            check=False,
+        )
+        assert (done.returncode, done.stdout) == (0, "False 3\nFalse 3\n"), done.stderr
+        writer.add_claim("vendor/acme/city", "Lille")  # the writer goes on writing lean
+    finally:
+        writer.close()
+    with Replica.open(path, readonly=True) as rep:
+        assert not rep.loaded
+        assert "Lille" in {c.value for c in rep.state_for("vendor/acme/city").active_claims()}

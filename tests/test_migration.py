@@ -3,7 +3,9 @@ never changed by a read-only one, and never damaged by an open that fails.
 
 The fixture (tests/fixtures/release-schema5.*) was written by the schema-5 release with
 tests/fixtures/make_release_store.py; its JSON says what that script wrote (the claims, which it
-retracted and how, the conflicts and the decision, the pending and the quarantined change). Every
+retracted and how, the conflicts and the decision, the pending and the quarantined change).
+tests/fixtures/release-schema6.* was written by the same script with the schema-6 release, whose
+derived state had an earlier layout: its first writable open drops it and builds it again. Every
 test works on a copy in ``tmp_path``, through the API and through the ``statefuse`` CLI run as a
 real process; the ones that need a read-only or a full file system make one (tests/mounts.py).
 """
@@ -31,13 +33,16 @@ from statefuse.sync.replica import Replica
 FIXTURES = Path(__file__).parent / "fixtures"
 RELEASE = FIXTURES / "release-schema5"
 WRITTEN: dict[str, Any] = json.loads(RELEASE.with_suffix(".json").read_text())
+#: The store the schema-6 release wrote (its derived state built, in the layout of schema 6).
+RELEASE_6 = FIXTURES / "release-schema6"
+WRITTEN_6: dict[str, Any] = json.loads(RELEASE_6.with_suffix(".json").read_text())
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _copy(directory: Path, name: str = "release.sqlite") -> Path:
+def _copy(directory: Path, name: str = "release.sqlite", release: Path = RELEASE) -> Path:
     path = directory / name
-    shutil.copyfile(f"{RELEASE}.sqlite", path)
-    shutil.copyfile(f"{RELEASE}.sqlite.key", f"{path}.key")
+    shutil.copyfile(f"{release}.sqlite", path)
+    shutil.copyfile(f"{release}.sqlite.key", f"{path}.key")
     Path(f"{path}.key").chmod(0o600)
     return path
 
@@ -77,47 +82,49 @@ def _key_of(parts: list[str] | tuple[str, ...]) -> str:
     return "/".join(parts)
 
 
-def _conflicts_written() -> set[tuple[str, str, tuple[str, ...]]]:
-    return {(c["key"], c["scope"], tuple(sorted(c["values"]))) for c in WRITTEN["conflicts"]}
+def _conflicts_written(written: dict[str, Any] = WRITTEN) -> set[tuple[str, str, tuple[str, ...]]]:
+    return {(c["key"], c["scope"], tuple(sorted(c["values"]))) for c in written["conflicts"]}
 
 
 # --- what the release wrote, checked on an open replica -----------------------------------------
 
 
-def _check_replica_holds_what_was_written(rep: Replica, *, new: int = 0) -> None:
+def _check_replica_holds_what_was_written(
+    rep: Replica, *, new: int = 0, written: dict[str, Any] = WRITTEN
+) -> None:
     """``rep`` holds what the fixture's JSON says was written (and at most ``new`` changes more,
     which added no conflict)."""
     state = rep.state()
-    for c in WRITTEN["claims"]:
+    for c in written["claims"]:
         cid = bytes.fromhex(c["id"])
         claim = state.claims[cid]
         assert (_key_of(claim.key), claim.scope, claim.value) == (c["key"], c["scope"], c["value"])
-        assert claim.author.hex() == WRITTEN["authors"][c["author"]]["id"]
+        assert claim.author.hex() == written["authors"][c["author"]]["id"]
         assert state.is_active(cid) is (c["status"] == "active"), c
-    active = sum(c["status"] == "active" for c in WRITTEN["claims"])
+    active = sum(c["status"] == "active" for c in written["claims"])
     assert active <= len(state.active_claims()) <= active + new
     values = {cid: c.value for cid, c in state.claims.items()}
     conflicts = {
         (_key_of(c.key), c.scope, tuple(sorted(str(values[i]) for i in c.candidates)))
         for c in state.conflicts
     }
-    assert conflicts == _conflicts_written()
-    (decided,) = WRITTEN["decisions"]
+    assert conflicts == _conflicts_written(written)
+    (decided,) = written["decisions"]
     decision = next(d for d in state.decisions if d.op_id.hex() == decided["id"])
     conflict = next(c for c in state.conflicts if _key_of(c.key) == decided["key"])
     assert state.decision_for(conflict) == decision
     chosen = next(
         c["id"]
-        for c in WRITTEN["claims"]
+        for c in written["claims"]
         if c["key"] == decided["key"] and c["value"] == decided["value"]
     )
     assert state.decision_selects(decision, bytes.fromhex(chosen))
-    assert [c.change_id.hex() for c in rep.pending()] == WRITTEN["pending"]
-    assert [r.key.hex() for r in rep.quarantine()] == [q["key"] for q in WRITTEN["quarantine"]]
+    assert [c.change_id.hex() for c in rep.pending()] == written["pending"]
+    assert [r.key.hex() for r in rep.quarantine()] == [q["key"] for q in written["quarantine"]]
     for who in ("alice", "bob"):
-        author = WRITTEN["authors"][who]
+        author = written["authors"][who]
         assert rep.author_name(bytes.fromhex(author["id"])) == author["name"]
-    assert WRITTEN["accepted_changes"] <= len(rep) <= WRITTEN["accepted_changes"] + new
+    assert written["accepted_changes"] <= len(rep) <= written["accepted_changes"] + new
 
 
 def test_the_json_describes_a_store_with_every_kind_of_row_a_release_writes():
@@ -183,6 +190,51 @@ def test_a_release_store_opened_read_only_is_read_in_full_and_left_byte_for_byte
     finally:
         rep.close()
     assert _digest(path) == before and _schema(path) == 5
+
+
+def _ix_locus_table(path: Path) -> str:
+    """How the file declares the derived state's table of loci (its layout tells the schemas
+    apart), read without changing the file."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'ix_locus'").fetchone()
+        return str(sql)
+    finally:
+        db.close()
+
+
+def test_a_schema_6_store_has_its_derived_state_built_again_in_the_current_layout(tmp_path):
+    """The schema-6 release kept its derived state in an earlier layout (a locus row keyed by
+    its hash): a read-only open leaves the file byte for byte and reads the history in full,
+    not the old tables; the first writable open drops them, builds them again from the ops
+    (watermark at the last position) and every later open reads the memory from them."""
+    assert WRITTEN_6["schema"] == 6
+    assert _schema(Path(f"{RELEASE_6}.sqlite"), immutable=True) == 6
+    path = _copy(tmp_path, release=RELEASE_6)
+    assert "locus BLOB PRIMARY KEY" in _ix_locus_table(path)
+    before = _digest(path)
+    with Replica.open(path, readonly=True) as rep:
+        assert rep.loaded and rep.index is None
+        _check_replica_holds_what_was_written(rep, written=WRITTEN_6)
+        digest = rep.state().digest()
+    assert _digest(path) == before and _schema(path) == 6
+
+    with Replica.open(path) as rep:
+        index = rep.index
+        assert index is not None and index.upto == rep.store.last_position()
+        assert rep.state().digest() == digest
+        _check_replica_holds_what_was_written(rep, written=WRITTEN_6)
+    assert _schema(path) == SCHEMA_VERSION
+
+    with Replica.open(path, readonly=True) as rep:
+        assert not rep.loaded  # opened on the derived state built above
+        assert rep.state().digest() == digest
+        _check_replica_holds_what_was_written(rep, written=WRITTEN_6)
+    with Replica.open(path) as rep:
+        new = rep.add_claim("project/omega/status", "started")
+    with Replica.open(path, readonly=True) as rep:
+        assert not rep.loaded and rep.state().is_active(new.claim_id)
+    assert "UNIQUE (namespace, subject, predicate, scope)" in _ix_locus_table(path)
 
 
 def test_the_cli_reads_a_release_store_without_changing_it_then_migrates_it_on_a_write(tmp_path):

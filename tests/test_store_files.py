@@ -196,7 +196,7 @@ def test_a_new_store_is_marked_as_statefuse_and_appears_whole(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["s.db", "s.db-shm", "s.db-wal", "s.db.lock"]
     store.close()
     assert sorted(os.listdir(tmp_path)) == ["s.db", "s.db.lock"]  # no temporary file left
-    assert _header(path) == (SCHEMA_VERSION, APPLICATION_ID) == (6, APPLICATION_ID)
+    assert _header(path) == (SCHEMA_VERSION, APPLICATION_ID) == (7, APPLICATION_ID)
     db = sqlite3.connect(path)
     (store_id,) = db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
     db.close()
