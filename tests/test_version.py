@@ -113,7 +113,7 @@ def _ops_of(hub: Replica, ids: set[bytes]) -> list[Op]:
     return [op for c in changes for op in c.ops if not isinstance(op, SPACE_OP_TYPES)]
 
 
-@settings(deadline=None, max_examples=40)
+@settings(deadline=None)
 @given(
     steps=st.lists(step, min_size=6, max_size=30),
     data=st.data(),
@@ -134,7 +134,7 @@ def test_state_at_a_version_is_materialize_of_the_changes_it_covers_on_every_rep
         assert r.state(at=r.version()).digest() == r.state().digest()
 
 
-@settings(deadline=None, max_examples=40)
+@settings(deadline=None)
 @given(steps=st.lists(step, min_size=6, max_size=30), data=st.data())
 def test_a_diff_applied_to_the_earlier_state_gives_the_later_one(steps, data):
     reps, marks = _run(steps)
@@ -173,16 +173,18 @@ def _forked(r: Replica) -> bool:
     return bool(r.forks())
 
 
-@settings(deadline=None, max_examples=40)
+@settings(deadline=None)
 @given(steps=st.lists(step, min_size=6, max_size=30))
 def test_a_replica_version_only_grows_and_a_merge_joins_versions(steps):
     reps, marks = _run(steps)
     del marks
-    a, b = reps[1], reps[2]  # feeds that never fork
+    a, b = reps[1], reps[2]  # their own feeds never fork (they may hold author 0's fork)
     va, vb = a.version(), b.version()
     a.merge(b)
     assert va <= a.version() and vb <= a.version()
-    assert a.version() == va | vb | a.version()
+    if not a.forks():  # the join reads feeds as lines: on a fork it keeps the top heads only
+        assert a.version() == va | vb
+        assert a.state(at=va | vb).digest() == a.state().digest()
 
 
 # --- the value type -----------------------------------------------------------------------------
