@@ -1913,15 +1913,28 @@ class Replica:
         closed (`statefuse.statediff`). Sensible for any two versions: going back shows what
         was removed. Raises as `state` does."""
         self._check_open()
-        later = self._mat.state() if after is None else self.state(at=after)
-        return state_diff(self.state(at=before), later)
+        earlier = self._state_of(self._covered(before, "before"))
+        later = (
+            self._mat.state() if after is None else self._state_of(self._covered(after, "after"))
+        )
+        return state_diff(earlier, later)
 
-    def _covered(self, at: Version | str) -> dict[bytes, VerifiedChange]:
+    @_locked
+    def covers(self, version: Version | str, other: Version | str) -> bool:
+        """Whether ``version`` covers every change ``other`` covers, following the changes'
+        ``prev`` links: exact on forked feeds too, where the pure ``other <= version`` reads
+        each feed as a line. Raises as `state` does (fields ``version`` and ``other``)."""
+        self._check_open()
+        return self._covered(other, "other").keys() <= self._covered(version, "version").keys()
+
+    def _covered(self, at: Version | str, field: str = "at") -> dict[bytes, VerifiedChange]:
         if isinstance(at, str):
-            at = Version.parse(at, field="at")
+            at = Version.parse(at, field=field)
         elif not isinstance(at, Version):
-            raise VersionError("at", "version-type", f"expected a Version, got {type(at).__name__}")
-        return covered(at, self.log.get, field="at")
+            raise VersionError(
+                field, "version-type", f"expected a Version, got {type(at).__name__}"
+            )
+        return covered(at, self.log.get, field=field)
 
     def _state_of(self, changes: dict[bytes, VerifiedChange]) -> State:
         """`materialize` of the counted ops among ``changes`` (a covered set), under the

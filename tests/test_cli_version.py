@@ -104,9 +104,9 @@ def test_at_refuses_a_time_a_bad_version_and_a_version_of_changes_it_lacks(story
     _ok(other, "init", "--space", "ops")
     _ok(other, "claim", "ops/api/rate_limit", "5")
     foreign = _ok(other, "version").strip()
-    for argv in (("show", "--at", foreign), ("diff", foreign)):
+    for argv, field in ((("show", "--at", foreign), "at"), (("diff", foreign), "before")):
         done = _run(cwd, *argv)
         assert done.returncode == 1 and done.stdout == ""
-        assert done.stderr.startswith("Error: at: this replica lacks 1 change(s)")
+        assert done.stderr.startswith(f"Error: {field}: this replica lacks 1 change(s)")
         assert Version.parse(foreign).authors()[0].hex()[:12] in done.stderr
         assert "Traceback" not in done.stderr

@@ -275,6 +275,9 @@ def test_a_version_naming_changes_this_replica_lacks_names_them_and_changes_noth
     with pytest.raises(UnknownVersionError) as e:
         a.state(at=b.version())
     assert e.value.field == "at" and e.value.rule == "known-changes"
+    with pytest.raises(UnknownVersionError) as e:
+        a.diff(a.version(), b.version())
+    assert e.value.field == "after"
     assert e.value.missing == ((KEYS[1].author, 1, b.version().heads[0][1][0][1]),)
     assert KEYS[1].author.hex()[:12] in str(e.value)
     assert a.state().digest() == before
@@ -307,6 +310,10 @@ def test_a_forked_feed_lists_both_branch_heads_and_each_branch_reads_alone():
     assert hub.state(at=hub.version()).digest() == hub.state().digest()
     assert hub.state(at=one.version()).digest() == one.state().digest()
     assert hub.state(at=two.version()).digest() == two.state().digest()
+    # the pure order reads the feed as a line (seq 2 above seq 1); the replica follows prev
+    assert two.version() <= one.version()
+    assert not hub.covers(one.version(), two.version())
+    assert hub.covers(hub.version(), two.version()) and hub.covers(hub.version(), one.version())
 
 
 def test_the_trust_in_force_at_a_version_decides_what_counts_there():
