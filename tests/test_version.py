@@ -21,6 +21,7 @@ from statefuse.op import Op
 from statefuse.registry import EXACT_REGISTRY, PredicateContract, Registry
 from statefuse.statediff import state_diff
 from statefuse.sync.change import VerifiedChange
+from statefuse.sync.changelog import ChangeLog
 from statefuse.sync.declaration import SPACE_OP_TYPES
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import OwnFeedWarning, Replica
@@ -373,3 +374,62 @@ def test_the_registry_declared_at_a_version_is_the_one_its_state_uses():
     assert len(creator.state(at=exact).conflicts) == 1
     assert creator.state(at=exact).digest() == creator.state().digest()
     assert [k.key for k in creator.diff(agreed).conflicts_opened] == [("vendor", "acme", "price")]
+
+
+# --- closed spaces: the trust in force at a version, against the change log's own verdicts --------
+
+ROOT = SigningKey.from_seed(b"\x05" * 32)
+trust_claim = st.tuples(st.just("claim"), st.integers(0, 2), st.sampled_from(VALUES))
+trust_pull = st.tuples(st.just("pull"), st.integers(0, 2))  # the root takes in a writer's changes
+trust_step = st.one_of(
+    trust_claim,
+    trust_claim,
+    trust_pull,
+    trust_pull,
+    st.tuples(st.just("admit"), st.integers(0, 2)),
+    st.tuples(st.just("admit"), st.integers(0, 2)),
+    st.tuples(st.just("revoke"), st.integers(0, 2)),
+    st.tuples(st.just("push"), st.integers(0, 2)),  # a writer takes in the root's
+    st.tuples(
+        st.just("mark"),
+    ),
+)
+
+
+@settings(deadline=None)
+@given(steps=st.lists(trust_step, min_size=8, max_size=30), data=st.data())
+def test_in_a_closed_space_state_at_a_version_counts_what_the_trust_then_counted(steps, data):
+    def closed(key: SigningKey) -> Replica:
+        return Replica.memory(
+            space=SPACE, key=key, mode=TrustMode.CLOSED, root=ROOT.author, clock=lambda: 1000
+        )
+
+    root, writers = closed(ROOT), [closed(k) for k in KEYS]
+    marks: list[Mark] = []
+    for s in steps:
+        kind = s[0]
+        if kind == "claim":
+            writers[s[1]].add_claim("p", "x", "colour", s[2])
+        elif kind == "admit":
+            root.admit(KEYS[s[1]].author)
+        elif kind == "revoke":
+            root.revoke(KEYS[s[1]].author)
+        elif kind == "pull":
+            root.merge(writers[s[1]])
+        elif kind == "push":
+            writers[s[1]].merge(root)
+        else:
+            marks.append(Mark(root))
+    marks.append(Mark(root))
+    changes = _every_change([root, *writers])
+    hub = closed(SigningKey.from_seed(b"\x06" * 32))
+    for cid in data.draw(st.permutations(sorted(changes)), label="order"):
+        hub.receive([changes[cid]])
+    for m in marks:
+        log = ChangeLog(SPACE, root=ROOT.author, mode=TrustMode.CLOSED)
+        for cid in sorted(m.held):  # the change log parks what comes early: any order does
+            log.receive(changes[cid], seen_ms=0)
+        expected = log.materialize(registry=root.registry).digest()
+        assert m.digest == expected
+        assert root.state(at=m.version).digest() == expected
+        assert hub.state(at=m.version).digest() == expected
