@@ -27,7 +27,9 @@ Rows (medians of ``--repeat`` runs, default 5; each figure beside the issue's ta
 - **agent step**: in one child process, after open and one warm-up step, ``--steps`` steps
   (default 100), each ``add_claim`` on a new key then ``Replica.context`` (budget 2,000 tokens)
   for a query naming that key; the step median, and the process's resident memory after them
-  (peak, and current from ``/proc/self/status``).
+  (peak, and current from ``/proc/self/status``). Then the floor: as many steps again, each
+  part timed on its own as `Replica.context` runs it (the write; the slice's reads from the
+  derived state; the context assembled over the slice with the caches carried).
 
 The targets are the issue's, stated for a 1M-claim store (the agent step also for 100k); at
 other sizes the target column still shows them, so the gap reads the same at every size.
@@ -207,8 +209,40 @@ _STEPS = textwrap.dedent(
             times.append(dt)
     peak = rss("VmHWM:")  # this program's own peak (see _OPEN)
     now = rss()
+    # the floor: the same steps again, each part timed apart, as `Replica.context` runs them
+    from statefuse.context import ContextCache, context_for
+    from statefuse.lens import Lens
+    from statefuse.sync import replica as module
+    from statefuse.sync.replica import _totals
+    cache, memo = ContextCache(), getattr(rep, "_op_memo", None)
+    scanning = getattr(module, "_Scanning", None)
+    ranked = {} if scanning is None else {"ranker": scanning(cache.ranker)}
+    parts = {"write_s": [], "reads_s": [], "assembly_s": [], "slice_claims": []}
+    for k in range(steps + 1):
+        subject = f"step_{tag}f_{k}"
+        query = f"What is the status of {subject}?"
+        t0 = time.perf_counter()
+        rep.add_claim("agents", subject, "status", f"working on item {k}",
+                      provenance="agent step")
+        t1 = time.perf_counter()
+        ix = rep.index
+        with rep.store.read_transaction():
+            loci = ix.context_loci(query, budget=budget)
+            extra = {} if memo is None else {"memo": memo}
+            state = ix.state_of(loci, registry=rep.registry, **extra)
+            totals = _totals(ix, state)
+        t2 = time.perf_counter()
+        ctx = context_for(state, Lens(now=rep._clock()), budget=budget, query=query,
+                          cache=cache, authors=rep.author_names(), totals=totals, **ranked)
+        t3 = time.perf_counter()
+        assert f"working on item {k}" in ctx.text
+        if k:
+            parts["write_s"].append(t1 - t0)
+            parts["reads_s"].append(t2 - t1)
+            parts["assembly_s"].append(t3 - t2)
+            parts["slice_claims"].append(len(state.claims))
     rep.close()
-    print(json.dumps({"step_s": times, "peak_rss": peak, "rss": now}))
+    print(json.dumps({"step_s": times, "peak_rss": peak, "rss": now, **parts}))
     """
 )
 
@@ -352,8 +386,29 @@ def bench_steps(path: Path, *, claims: int, steps: int, progress: Progress) -> l
     progress(f"agent step: {steps} steps ...")
     r = _child(_STEPS, str(path), str(steps), str(BUDGET), utc_stamp())
     times = [float(t) for t in r["step_s"]]  # type: ignore[attr-defined]
+
+    def part(name: str) -> list[float]:
+        return [float(t) for t in r[name]]  # type: ignore[attr-defined]
+
+    held = statistics.median(part("slice_claims"))
     return [
         Row(section, "agent step (write 1 claim + context)", times, step_target(claims)),
+        # the floor: what each part of the same steps costs on its own (again `steps` of them)
+        Row(section, "  floor: the write (add_claim)", part("write_s"), None),
+        Row(
+            section,
+            "  floor: the slice's reads",
+            part("reads_s"),
+            None,
+            note=f"context_loci + state_of + counts; a median {held:,.0f} claims read",
+        ),
+        Row(
+            section,
+            "  floor: assembly over the slice",
+            part("assembly_s"),
+            None,
+            note="context_for with the caches carried: projection, ranking, token counts, layout",
+        ),
         Row(
             section,
             f"peak RSS after open + {steps} steps",

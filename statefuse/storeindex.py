@@ -51,6 +51,9 @@ _CHUNK = 500
 COMMON_FROM = 1_000
 #: Most claims the rarer words of a context's query may match together (`StoreIndex._bounded`).
 MATCH_BUDGET = 1_000
+#: Most claims a word's count is read up to by matching it (`StoreIndex._frequencies`); past
+#: that FTS5's vocabulary counts faster.
+COUNT_MOST = 16_384
 #: Context tokens per locus `StoreIndex.context_loci` reckons with when it sizes its lists.
 TOKENS_PER_LOCUS = 16
 
@@ -201,6 +204,18 @@ _TIES = (
     " WHERE ix_text MATCH ?) t JOIN ix_claim c ON c.n = t.rowid WHERE t.score = ?"
     " ORDER BY c.claim_id LIMIT ?"
 )
+# every match's locus in (score, claim id) order (for expressions known to match few claims)
+_RANKED_FEW = (
+    "SELECT c.locus FROM ix_text JOIN ix_claim c ON c.n = ix_text.rowid"
+    " WHERE ix_text MATCH ? ORDER BY bm25(ix_text), c.claim_id"
+)
+# the loci of two matches, any two (FTS5 scores nothing without bm25())
+_FIRST_TWO = (
+    "SELECT c.locus FROM (SELECT rowid FROM ix_text WHERE ix_text MATCH ? LIMIT 2) t"
+    " JOIN ix_claim c ON c.n = t.rowid"
+)
+# how many claims match, counting no further than ? (FTS5 stops reading postings there)
+_COUNT_UPTO = "SELECT count(*) FROM (SELECT 1 FROM ix_text WHERE ix_text MATCH ? LIMIT ?)"
 # the matches on loci in conflict, with their scores (at most `MATCH_BUDGET` rows: see
 # `StoreIndex.conflict_matches`)
 _CONFLICT_MATCHES = (
@@ -254,6 +269,44 @@ def _decode(datas: Sequence[bytes]) -> list[Op]:
     """Ops from bytes this index stored: they were verified on ingest, so the batch decoder's
     checks of the canonical form are all that runs (no signature, no trust work)."""
     return _decode_ops(datas) if datas else []
+
+
+#: Most ops an `OpMemo` keeps by default (about 1 KB each: a few MB).
+MEMO_OPS = 8_192
+
+
+class OpMemo:
+    """Ops decoded from the derived state's rows, kept by op id for the reads to come.
+
+    Why: an agent step reads about the same slice again after each write (the recent keys,
+    the pinned ones), and decoding its ops again is the larger part of reading it. An op id
+    is the hash of the op's bytes, so an op kept under its id is the op any later row with
+    that id decodes to: keeping one never changes an answer. At most ``max_ops`` are kept;
+    when full it forgets everything (the next reads fill it again with what they use)."""
+
+    __slots__ = ("_ops", "max_ops")
+
+    def __init__(self, *, max_ops: int = MEMO_OPS) -> None:
+        self.max_ops = max_ops
+        self._ops: dict[bytes, Op] = {}
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def decode(self, rows: Sequence[tuple[bytes, bytes]]) -> list[Op]:
+        """The ops of ``rows`` (op id, canonical bytes), in order: those kept from before,
+        the others decoded (`_decode`) and kept under their ids."""
+        ops = self._ops
+        missing = {oid: data for oid, data in rows if oid not in ops}
+        if not missing:
+            return [ops[oid] for oid, _ in rows]
+        if len(ops) + len(missing) > self.max_ops:
+            ops.clear()
+            missing = {oid: data for oid, data in rows}
+        made = dict(zip(missing, _decode(list(missing.values())), strict=True))
+        if len(made) <= self.max_ops:
+            ops.update((oid, op) for oid, op in made.items() if op.op_id == oid)
+        return [made[oid] if oid in made else ops[oid] for oid, _ in rows]
 
 
 class _Split:
@@ -668,7 +721,12 @@ class StoreIndex:
     # --- reads -----------------------------------------------------------------------------------
 
     def state_of(
-        self, loci: Iterable[bytes], *, registry: Registry, retracted: bool = True
+        self,
+        loci: Iterable[bytes],
+        *,
+        registry: Registry,
+        retracted: bool = True,
+        memo: OpMemo | None = None,
     ) -> State:
         """The State of the ops on ``loci`` and on every locus their claims' ``depends_on``
         names (by claim id or ref), transitively: on ``loci`` it answers what the State of the
@@ -679,8 +737,12 @@ class StoreIndex:
         thousands of times costs what its active claims cost), keeping only the retracted
         claims a dependency names: active claims, conflicts, decisions and stale marks on
         ``loci`` are still exact; `State.retracted`, `State.all_claims` and the digest cover
-        only what was read."""
+        only what was read.
+
+        ``memo``: ops decoded by earlier reads (`OpMemo`), used and filled by this one; the
+        State is the same with or without it."""
         self._check_present()
+        memo = OpMemo(max_ops=0) if memo is None else memo
         claims: dict[bytes, ClaimAdded] = {}
         gone: set[bytes] = set()  # the retracted claims read
         seen_loci: set[bytes] = set()
@@ -691,28 +753,30 @@ class StoreIndex:
         while frontier or deps:
             seen_loci.update(frontier)
             rows = self._rows("ix_claim", _SLICE, "locus", frontier, only_active)
-            deps |= self._take_claims(rows, claims, gone)
+            deps |= self._take_claims(rows, claims, gone, memo)
             deps -= seen_deps
             seen_deps |= deps
             # the claims the dependencies name, by id or ref, retracted ones included
             named = self._rows("ix_claim", _SLICE, "claim_id", list(deps))
             named += self._rows("ix_claim", _SLICE, "ref", list(deps))
-            deps = self._take_claims(named, claims, gone) - seen_deps
+            deps = self._take_claims(named, claims, gone, memo) - seen_deps
             frontier = sorted({r[3] for r in named} - seen_loci)
-        ids = (gone if not retracted else claims.keys()) | seen_deps
+        # a retraction by id always retracts its target, so only retracted claims (and what a
+        # dependency names) can be the target of one: active claims need no lookup by id
+        ids = gone | seen_deps
         refs = {claims[c].claim_ref for c in (gone if not retracted else claims)} | seen_deps
         retractions: dict[bytes, ClaimRetracted] = {}
         rows = self._rows("ix_retraction", "op_id, data", "target_id", list(ids))
         rows += self._rows("ix_retraction", "op_id, data", "target_ref", list(refs))
-        for r in _decode(list({oid: data for oid, data in rows}.values())):
+        for r in memo.decode(list({oid: (oid, data) for oid, data in rows}.values())):
             retractions[r.op_id] = r  # type: ignore[assignment]
         decisions: dict[bytes, DecisionAdded] = {}
-        rows = self._rows("ix_decision", "data", "locus", list(seen_loci))
-        for d in _decode([r[0] for r in rows]):
+        rows = self._rows("ix_decision", "op_id, data", "locus", list(seen_loci))
+        for d in memo.decode(rows):
             decisions[d.op_id] = d  # type: ignore[assignment]
         evidence: dict[bytes, EvidenceAdded] = {}
         cited = list({e for c in claims.values() for e in c.evidence})
-        for e in _decode([r[0] for r in self._rows("ix_evidence", "data", "op_id", cited)]):
+        for e in memo.decode(self._rows("ix_evidence", "op_id, data", "op_id", cited)):
             evidence[e.op_id] = e  # type: ignore[assignment]
         return Materializer.from_checked(
             claims, retractions, evidence, decisions, registry=registry
@@ -734,13 +798,17 @@ class StoreIndex:
 
     @staticmethod
     def _take_claims(
-        rows: list[tuple[Any, ...]], claims: dict[bytes, ClaimAdded], gone: set[bytes]
+        rows: list[tuple[Any, ...]],
+        claims: dict[bytes, ClaimAdded],
+        gone: set[bytes],
+        memo: OpMemo,
     ) -> set[bytes]:
-        """Decode `_SLICE` rows of claims not in ``claims`` yet into it, noting the retracted
-        ones in ``gone``; returns what the new claims depend on."""
+        """Decode `_SLICE` rows of claims not in ``claims`` yet into it (through ``memo``),
+        noting the retracted ones in ``gone``; returns what the new claims depend on."""
         fresh = list({r[0]: r for r in rows if r[0] not in claims}.values())
         deps: set[bytes] = set()
-        for (_, active, _, _), c in zip(fresh, _decode([r[2] for r in fresh]), strict=True):
+        decoded = memo.decode([(r[0], r[2]) for r in fresh])
+        for (_, active, _, _), c in zip(fresh, decoded, strict=True):
             claims[c.op_id] = c  # type: ignore[assignment]
             if not active:
                 gone.add(c.op_id)
@@ -809,21 +877,48 @@ class StoreIndex:
             return []
         return self._ranked(expr, limit)
 
-    def _frequencies(self, query: str) -> list[tuple[int, str]]:
-        """``query``'s words with how many active claims hold each, rarest first."""
+    def _frequencies(self, query: str, *, cap: int | None = None) -> list[tuple[int, str]]:
+        """``query``'s words with how many active claims hold each, rarest first.
+
+        With ``cap``: a word held by ``cap`` claims or more may say ``cap`` (or more) instead
+        of its count, as long as one word at most does (it then sorts last, where its count
+        would put it): a word's count costs what its postings hold (FTS5 reads them all), and
+        a common word's exact count is what a context's search needs least. Words that reach
+        the cap together are counted again up to eight times as far, then exactly."""
         ws = sorted(set(words(query)))
         if not ws:
             return []
+        db = self._db
+        out: dict[str, int] = {}
+        # a word that is one FTS5 token as it is can be counted by matching it, as far as needed
+        left = [w for w in ws if w.isascii() and w.isalnum() and w == w.lower()] if cap else []
+        exact = [w for w in ws if w not in left]
+        while cap is not None and left:
+            for w in left:
+                (n,) = db.execute(_COUNT_UPTO, (f'"{w}"', cap)).fetchone()
+                out[w] = int(n)
+            left = [w for w in left if out[w] >= cap]
+            if len(left) < 2:
+                break
+            # several words reach the cap: count them further (their order is needed)
+            cap = cap * 8 if cap * 8 <= COUNT_MOST else None
+        if cap is None:
+            exact += left
+        for w in exact:
+            out[w] = self._vocabulary_count(w)
+        if left and cap is not None and any(out[w] >= cap for w in exact):
+            out[left[0]] = self._vocabulary_count(left[0])  # another word is as common
+        return sorted((n, w) for w, n in out.items())
+
+    def _vocabulary_count(self, word: str) -> int:
+        """How many active claims hold ``word`` (one FTS5 token), from FTS5's vocabulary."""
         db = self._db
         db.execute(
             "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ix_text_vocab"
             " USING fts5vocab(main, 'ix_text', 'row')"
         )
-        out = []
-        for w in ws:
-            row = db.execute("SELECT doc FROM temp.ix_text_vocab WHERE term = ?", (w,)).fetchone()
-            out.append((0 if row is None else int(row[0]), w))
-        return sorted(out)
+        row = db.execute("SELECT doc FROM temp.ix_text_vocab WHERE term = ?", (word,)).fetchone()
+        return 0 if row is None else int(row[0])
 
     def _expression(self, query: str) -> str | None:
         """The FTS5 query for ``query``'s words, without the words held by more than half of
@@ -836,22 +931,29 @@ class StoreIndex:
         rare = [w for df, w in self._frequencies(query) if 2 * df <= n]
         return _match_expression(" ".join(rare)) if rare else None
 
-    def _bounded(self, query: str, limit: int) -> list[bytes]:
+    def _bounded(
+        self, query: str, limit: int, *, freq: list[tuple[int, str]] | None = None
+    ) -> list[bytes]:
         """The best matches for ``query`` a context draws on, at a cost bounded by what they
         are rather than by how many claims share a common word of it (BM25 scores every claim
         a query matches): first the claims that hold every word, then those that hold every
         word but the commonest, and so on down to the two rarest (few claims each, and the most
         to the point), then the claims that hold any of the rarest words, as many words as
         together match at most `MATCH_BUDGET` claims. The context ranks what it is given with
-        every word of the query again."""
-        freq = [(df, w) for df, w in self._frequencies(query) if df > 0]  # rarest first
+        every word of the query again. ``freq``: the query's words as `_frequencies` counts
+        them with the cap below, if counted already."""
+        # rarest first; a word past MATCH_BUDGET is never chosen below, and its exact count
+        # only places it after the rarer ones
+        if freq is None:
+            freq = self._frequencies(query, cap=MATCH_BUDGET + 1)
+        freq = [(df, w) for df, w in freq if df > 0]
         ws = [w for _, w in freq]
         if not ws:
             return []
         found: dict[bytes, None] = {}
         for m in range(len(ws), 1, -1):
             every = " AND ".join('"' + w.replace('"', '""') + '"' for w in ws[:m])
-            found.update(dict.fromkeys(self._ranked(every, limit)))
+            found.update(dict.fromkeys(self._ranked(every, limit, most=freq[0][0])))
             if len(found) >= limit:
                 return list(found)[:limit]
         chosen: list[str] = []
@@ -863,15 +965,27 @@ class StoreIndex:
             total += df
         expr = _match_expression(" ".join(chosen))
         if expr is not None:
-            found.update(dict.fromkeys(self._ranked(expr, limit)))
+            found.update(dict.fromkeys(self._ranked(expr, limit, most=total)))
         return list(found)[:limit]
 
-    def _ranked(self, expr: str, limit: int) -> list[bytes]:
+    def _ranked(self, expr: str, limit: int, *, most: int | None = None) -> list[bytes]:
         """The first ``limit`` distinct loci of the matches of ``expr`` in (score, claim id)
         order. FTS5 sorts only the best few (never every match) by score; the matches tied
         with the last one kept are cut by claim id (fetched again only when they run past
-        what was fetched), so the cut never depends on the order rows were written in."""
+        what was fetched), so the cut never depends on the order rows were written in.
+        ``most``: how many claims ``expr`` can match at most; when that is `MATCH_BUDGET` or
+        fewer, one statement joins every match to its claim and sorts them in that order
+        (BM25 scores every match either way; this saves the second read of the claims).
+        With ``most`` given, a single match is found without scoring anything."""
         db = self._db
+        if most is not None:
+            # one match or none needs no score: BM25 weighs a word by how many claims hold
+            # it, which FTS5 counts by reading every posting of each word
+            first = db.execute(_FIRST_TWO, (expr,)).fetchall()
+            if len(first) < 2:
+                return [r[0] for r in first]
+            if most <= MATCH_BUDGET:
+                return _distinct(db.execute(_RANKED_FEW, (expr,)), limit)
         want = limit * 2 + 16
         while True:
             fetch = 2 * want + 1
@@ -912,7 +1026,8 @@ class StoreIndex:
         db = self._db
         k = max(1, budget // TOKENS_PER_LOCUS)
         out = dict.fromkeys(r[0] for r in db.execute(_PINNED))
-        ranked = self._bounded(query, 2 * k)
+        freq = self._frequencies(query, cap=MATCH_BUDGET + 1)  # once for both searches
+        ranked = self._bounded(query, 2 * k, freq=freq)
         if not ranked:
             out.update(dict.fromkeys(self.conflict_loci(limit=k)))
         else:
@@ -927,7 +1042,7 @@ class StoreIndex:
                     )
                 )
             out.update(dict.fromkeys([x for x in ranked if x in conflicted][:k]))
-            out.update(dict.fromkeys(self.conflict_matches(query, limit=k)))
+            out.update(dict.fromkeys(self._conflict_matches(freq, k)))
         out.update(dict.fromkeys(_distinct(db.execute(_RECENT), k)))
         return list(out)
 
@@ -1153,9 +1268,16 @@ class StoreIndex:
         self._check_present()
         if limit <= 0:
             return []
+        return self._conflict_matches(self._frequencies(query, cap=MATCH_BUDGET + 1), limit)
+
+    def _conflict_matches(self, freq: list[tuple[int, str]], limit: int) -> list[bytes]:
+        """`conflict_matches` of the query whose words `_frequencies` counted as ``freq`` (a
+        word counted short is past `MATCH_BUDGET`, where the choice below stops anyway)."""
+        if limit <= 0:
+            return []
         chosen: list[str] = []
         total = 0
-        for df, w in self._frequencies(query):
+        for df, w in freq:
             if df == 0:
                 continue
             if total + df > MATCH_BUDGET:

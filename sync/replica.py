@@ -52,7 +52,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from operator import attrgetter, itemgetter
@@ -87,6 +87,7 @@ from statefuse.op import (
 )
 from statefuse.opset import OpSet
 from statefuse.projection import project
+from statefuse.ranker import LexicalRanker, Ranker
 from statefuse.registry import DEFAULT_REGISTRY, EXACT_CONTRACT, EXACT_REGISTRY, Registry
 from statefuse.registry.error import InputError, StateFuseError
 from statefuse.registry.normalizer import Normalizer
@@ -107,6 +108,7 @@ from statefuse.store import (
     StoreInfo,
     StoreWrite,
 )
+from statefuse.storeindex import OpMemo
 from statefuse.sync.author import (
     AuthorNamed,
     check_author_name,
@@ -574,6 +576,10 @@ class Replica:
         self._registry_change: tuple[bytes, bytes] | None = None
         #: Caches `context` keeps between calls (made on first use).
         self._context_cache: ContextCache | None = None
+        #: Ops decoded from the derived state, by id, for the slices read next (`OpMemo`),
+        #: and the caches of the contexts read from it (made on first use).
+        self._op_memo = OpMemo()
+        self._slice_cache: ContextCache | None = None
         #: Where claim vectors are kept (`vectors`), and a hybrid ranker per embedder name.
         self._vectors: VectorStore | None = None
         self._rankers: dict[int, tuple[object, HybridRanker]] = {}
@@ -2832,14 +2838,20 @@ class Replica:
             lens = lens if lens is not None else Lens(now=self._clock())
             with self.store.read_transaction():
                 loci = ix.context_loci(query, budget=budget)
-                state = ix.state_of(loci, registry=self.registry)
+                state = ix.state_of(loci, registry=self.registry, memo=self._op_memo)
                 totals = _totals(ix, state)
+            cache = self._slice_cache
+            if cache is None:  # the words of claims met, as many as a few slices' worth
+                ranker = LexicalRanker(max_entries=SLICE_WORDS)
+                cache = self._slice_cache = ContextCache(ranker=ranker)
             return context_for(
                 state,
                 lens,
                 budget=budget,
                 query=query,
                 resolver=resolver,
+                ranker=_Scanning(cache.ranker),
+                cache=cache,
                 authors=self.author_names(),
                 totals=totals,
             )
@@ -3168,6 +3180,23 @@ class ConflictPage:
     state: State
     conflicts: tuple[ConflictSet, ...]
     total: int
+
+
+#: Most claims whose words a replica opened on its derived state keeps for its contexts.
+SLICE_WORDS = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class _Scanning:
+    """The ranker of a context read from the derived state: ``inner``'s scores of the claims
+    handed over, read as a plain sequence. Each call ranks a slice of its own, which no
+    later call carries over, so one pass over its claims (``inner`` keeps their words by
+    id) costs less than postings built for it; the floats are the same either way."""
+
+    inner: Ranker
+
+    def scores(self, query: str, claims: Sequence[ClaimAdded]) -> Mapping[bytes, float]:
+        return self.inner.scores(query, list(claims))
 
 
 def _totals(ix: StoreIndex, state: State) -> ContextTotals | None:

@@ -19,10 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from statefuse.context import context_for
 from statefuse.lens import Lens
 from statefuse.state import State
 from statefuse.sync.key import SigningKey
-from statefuse.sync.replica import Replica, StoreDamagedError
+from statefuse.sync.replica import Replica, StoreDamagedError, _totals
 from statefuse.testing import assert_index_agrees, state_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -424,6 +425,40 @@ def test_a_text_no_claim_can_hold_finds_nothing_and_raises_nothing(tmp_path: Pat
         assert StateFuseStore(rep).get(("vendor",), "\ud800") is None
         assert "\ud800" not in rep.context("\ud800 acme").text
         assert not rep.loaded
+
+
+def _sliced(rep: Replica, query: str, lens: Lens, budget: int) -> str:
+    """The context of ``query`` read from the derived state with nothing kept from before:
+    the slice `StoreIndex.context_loci` names, read and laid out afresh."""
+    ix = rep.index
+    assert ix is not None
+    with rep.store.read_transaction():
+        state = ix.state_of(ix.context_loci(query, budget=budget), registry=rep.registry)
+        totals = _totals(ix, state)
+    return context_for(
+        state, lens, budget=budget, query=query, authors=rep.author_names(), totals=totals
+    ).text
+
+
+def test_an_agent_loop_reads_through_its_caches_what_a_fresh_read_gives(tmp_path: Path) -> None:
+    """Write, then read a small context, in turn: the replica keeps decoded ops and the
+    context's caches between calls (`OpMemo`, `ContextCache`); each context is the one read
+    afresh from the derived state, for slices smaller than the memory too."""
+    path = tmp_path / "m.db"
+    _written(path)
+    lens = Lens(now=NOW)
+    with Replica.open(path, clock=_clock) as rep:
+        for i in range(40):
+            rep.add_claim(f"task/t{i % 13}/status", f"step {i} of the zeta rollout")
+            if i % 5 == 0:
+                rep.update("vendor/acme/city", f"city {i}")
+            if i % 7 == 3:
+                rep.retract(rep.state_for(f"task/t{i % 13}").active_claims()[0], reason="done")
+            for query in (f"status of t{i % 13}", "acme price", "zeta rollout", ""):
+                got = rep.context(query, lens=lens, budget=160)
+                assert got.text == _sliced(rep, query, lens, 160)
+        assert not rep.loaded
+        assert len(rep._op_memo) > 0
 
 
 def test_readers_beside_an_open_writer_open_on_the_derived_state_and_keep_it(

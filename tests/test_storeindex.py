@@ -18,6 +18,7 @@ from statefuse.registry import DEFAULT_REGISTRY
 from statefuse.sqlitestore import _MIGRATIONS, SQLiteStore
 from statefuse.state import locus_of
 from statefuse.store import StoreError, StoreInfo
+from statefuse.storeindex import OpMemo, _match_expression
 from statefuse.testing import SCOPES, TEST_REGISTRY, op_lists, state_summary
 
 REG = TEST_REGISTRY
@@ -426,4 +427,124 @@ def test_a_context_finds_the_claim_holding_every_word_however_common_the_words_a
     assert ix.search("zeta", limit=5) == [_locus(target)]
     # the two common words together: the claims holding both come first
     assert ix.context_loci("order status", budget=budget)[0] == _locus(target)
+    store.close()
+
+
+@given(memories(), st.data())
+def test_a_memo_of_decoded_ops_never_changes_a_slice(store, ops, data):
+    """`OpMemo` keeps ops decoded by earlier reads (an agent step reads about the same slice
+    after each write): a slice read through it, however full, small or stale its content,
+    is the slice read without it."""
+    ix = store.index()
+    with store.write_transaction():
+        ix.rebuild(ops, upto=1, registry=REG)
+    memo = OpMemo(max_ops=data.draw(st.sampled_from((0, 1, 5, 40, 10_000))))
+    loci = ix.loci(active=False)
+    for _ in range(3):
+        some = data.draw(st.lists(st.sampled_from(loci), max_size=6)) if loci else []
+        retracted = data.draw(st.booleans())
+        got = ix.state_of(some, registry=REG, retracted=retracted, memo=memo)
+        want = ix.state_of(some, registry=REG, retracted=retracted)
+        assert state_summary(got) == state_summary(want)
+        assert got.digest() == want.digest()
+        assert len(memo) <= memo.max_ops
+
+
+@given(memories(), st.sampled_from(("price owner", "1000 dana", "a b c", "alpha", "1", "zz")))
+def test_ranking_few_matches_in_one_statement_answers_as_the_window_does(store, ops, query):
+    """`StoreIndex._ranked` joins every match to its claim when few can match (``most``):
+    the same loci in the same order as FTS5's window of the best, cut by claim id."""
+    ix = store.index()
+    with store.write_transaction():
+        ix.rebuild(ops, upto=1, registry=REG)
+    expr = _match_expression(query)
+    assert expr is not None
+    for limit in (1, 2, 3, 10, 1000):
+        assert ix._ranked(expr, limit, most=0) == ix._ranked(expr, limit)
+
+
+def test_ranking_in_one_statement_cuts_equal_scores_by_claim_id(tmp_path):
+    store = SQLiteStore(tmp_path / "s.db")
+    store.initialize(INFO)
+    w = Writer("w1", registry=REG, clock=lambda: 0)
+    ops = [w.claim("proj", f"s{i:03}", "note", "same word") for i in range(150)]
+    by_id = [_locus(c) for c in sorted(ops, key=lambda c: c.claim_id)]
+    ix = store.index()
+    with store.write_transaction():
+        ix.rebuild(ops[::-1], upto=0, registry=REG)
+    for limit in (1, 5, 40, 149, 150, 151):
+        assert ix._ranked('"same"', limit, most=len(ops)) == by_id[:limit]
+    store.close()
+
+
+@given(
+    memories(),
+    st.sampled_from(("price owner", "1000 dana", "a b c", "alpha 1 2", "1", "owner w1 3 é")),
+    st.integers(1, 6),
+    st.integers(1, 40),
+)
+def test_a_context_counts_common_words_no_further_than_it_needs(store, ops, query, budget, limit):
+    """`StoreIndex._bounded` counts a word's claims only up to past `MATCH_BUDGET` (a common
+    word's exact count reads all its postings): it, and the conflicts a context draws on,
+    pick the loci the exact counts pick."""
+    from statefuse import storeindex
+
+    ix = store.index()
+    with store.write_transaction():
+        ix.rebuild(ops, upto=1, registry=REG)
+    exact = StoreIndex._frequencies
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(storeindex, "MATCH_BUDGET", budget)
+        got = ix._bounded(query, limit)
+        loci = ix.context_loci(query, budget=16 * limit)
+        mp.setattr(StoreIndex, "_frequencies", lambda self, q, cap=None: exact(self, q))
+        assert got == ix._bounded(query, limit)
+        assert loci == ix.context_loci(query, budget=16 * limit)
+
+
+def test_two_common_words_are_counted_exactly_to_order_them(tmp_path, monkeypatch):
+    """Past `MATCH_BUDGET` a word's count is cut short, unless two words are: then which of
+    them a context drops first from its query follows their exact counts, not their names."""
+    from statefuse import storeindex
+
+    monkeypatch.setattr(storeindex, "MATCH_BUDGET", 5)
+    store = SQLiteStore(tmp_path / "s.db")
+    store.initialize(INFO)
+    w = Writer("w1", registry=REG, clock=lambda: 0)
+    both = w.claim("notes", "n1", "text", "zzz aaa bbb")
+    with_b = w.claim("notes", "n2", "text", "zzz bbb")
+    with_a = w.claim("notes", "n3", "text", "zzz aaa")
+    ops = [both, with_b, with_a]
+    ops += [w.claim("notes", f"a{i}", "text", f"aaa {i}") for i in range(30)]  # aaa: 32
+    ops += [w.claim("notes", f"b{i}", "text", f"bbb {i}") for i in range(20)]  # bbb: 22
+    with store.write_transaction():
+        store.index().rebuild(ops, upto=1, registry=REG)
+    ix = store.index()
+    # every word, then all but the commonest (aaa): the claims holding zzz and bbb come next
+    assert ix._bounded("zzz aaa bbb", 10) == [_locus(both), _locus(with_b), _locus(with_a)]
+    store.close()
+
+
+@pytest.mark.parametrize("most", [16_384, 6])
+def test_a_word_counted_in_full_orders_with_one_counted_short(tmp_path, monkeypatch, most):
+    """A word FTS5 counts from its vocabulary (not a plain lower-case ASCII word) as common
+    as the one counted short: both are counted in full, so the rarer one comes first; and
+    past `COUNT_MOST` words are counted in full from the start."""
+    from statefuse import storeindex
+
+    monkeypatch.setattr(storeindex, "MATCH_BUDGET", 5)
+    monkeypatch.setattr(storeindex, "COUNT_MOST", most)
+    store = SQLiteStore(tmp_path / "s.db")
+    store.initialize(INFO)
+    w = Writer("w1", registry=REG, clock=lambda: 0)
+    both = w.claim("notes", "n1", "text", "zzz aaa ééé")
+    with_e = w.claim("notes", "n2", "text", "zzz ééé")
+    with_a = w.claim("notes", "n3", "text", "zzz aaa")
+    ops = [both, with_e, with_a]
+    ops += [w.claim("notes", f"a{i}", "text", f"aaa {i}") for i in range(30)]  # aaa: 32
+    ops += [w.claim("notes", f"e{i}", "text", f"ééé {i}") for i in range(23)]  # ééé: 25
+    with store.write_transaction():
+        store.index().rebuild(ops, upto=1, registry=REG)
+    ix = store.index()
+    assert ix._bounded("zzz aaa ééé", 10) == [_locus(both), _locus(with_e), _locus(with_a)]
     store.close()
