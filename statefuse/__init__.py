@@ -109,6 +109,7 @@ from statefuse.state import (
     group_id_of,
     locus_of,
 )
+from statefuse.statediff import RetractedClaim, StateDiff, state_diff
 from statefuse.storeindex import StoreIndex
 from statefuse.tokenizer import (
     BpeTokenizer,
@@ -216,6 +217,7 @@ __all__ = [
     "ResolverConfigError",
     "ResolverInput",
     "ResolverInputError",
+    "RetractedClaim",
     "RetractionRequest",
     "SearchHit",
     "Section",
@@ -228,6 +230,7 @@ __all__ = [
     "StaleNote",
     "StaleReason",
     "State",
+    "StateDiff",
     "StateFuseError",
     "StoreDamagedError",
     "StoreError",
@@ -241,9 +244,12 @@ __all__ = [
     "TurnInterpreter",
     "TwoSpacesError",
     "UnknownClaimError",
+    "UnknownVersionError",
     "Value",
     "ValueRuleError",
     "ValueTypeError",
+    "Version",
+    "VersionError",
     "View",
     "Writer",
     "__version__",
@@ -274,6 +280,7 @@ __all__ = [
     "rrf",
     "run_resolver",
     "save_registry",
+    "state_diff",
 ]
 
 #: Names served from the layer above (`sync`): the replica signs and verifies changes, so it lives
@@ -281,6 +288,9 @@ __all__ = [
 #: imports ``sync`` at import time, keeping the layering one-way).
 _FROM_SYNC = {
     "Replica": "statefuse.sync.replica",
+    "Version": "statefuse.sync.version",
+    "VersionError": "statefuse.sync.version",
+    "UnknownVersionError": "statefuse.sync.version",
     "MergeReport": "statefuse.sync.replica",
     "ReplicaError": "statefuse.sync.replica",
     "UnknownClaimError": "statefuse.sync.replica",

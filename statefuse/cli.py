@@ -67,6 +67,7 @@ from statefuse.view import json_value
 if TYPE_CHECKING:
     from statefuse.sync.pending import Bounds
     from statefuse.sync.replica import MergeReport, Replica
+    from statefuse.sync.version import Version
 
 Key = tuple[str, str, str]
 
@@ -716,7 +717,9 @@ def _cmd_show(s: Session) -> int:
     a = s.args
     prefix = parse_key_prefix(a.prefix) if a.prefix is not None else ()
     rep = s.replica(readonly=True)
-    state, names = rep.state_for(prefix, scope=a.scope), rep.author_names()
+    at = _at(a)
+    state = rep.state_for(prefix, scope=a.scope) if at is None else rep.state(at=at)
+    names = rep.author_names()
     claims = state.active_claims()
     if prefix or a.scope is not None:
         claims = [
@@ -809,7 +812,7 @@ def _conflict_json(conflict: ConflictSet, state: State, names: AuthorNames) -> d
 def _cmd_conflicts(s: Session) -> int:
     rep = s.replica(readonly=True)
     limit = _conflict_limit(s.args.limit)
-    page, names = rep.conflicts(limit=limit), rep.author_names()
+    page, names = rep.conflicts(limit=limit, at=_at(s.args)), rep.author_names()
     state, shown = page.state, page.conflicts
     more = page.total - len(shown)
     text = "\n\n".join(_conflict_text(c, state, names) for c in shown) or "No conflicts."
@@ -853,7 +856,9 @@ def _cmd_history(s: Session) -> int:
     key = parse_key(a.key)
     rep = s.replica(readonly=True)
     names = rep.author_names()
-    events = key_history(rep.state_for(key, scope=a.scope), key, a.scope)
+    at = _at(a)
+    state = rep.state_for(key, scope=a.scope) if at is None else rep.state(at=at)
+    events = key_history(state, key, a.scope)
     rows = [
         [
             str(e.lamport),
@@ -872,6 +877,47 @@ def _cmd_history(s: Session) -> int:
         else f"No history for {format_key(key)}."
     )
     s.emit({"key": list(key), "events": [_event_json(e, names) for e in events]}, text)
+    return EXIT_OK
+
+
+def _at(a: argparse.Namespace) -> Version | None:
+    """``--at VERSION`` -> the Version (None: not given). A time is refused by name: the store
+    does not record when it received each change, so a time names no set of changes."""
+    from statefuse.sync.version import Version
+
+    text = getattr(a, "at", None)
+    if text is None:
+        return None
+    if not text.startswith("v1:") and text[:4].isdigit():
+        raise CliError(
+            "--at",
+            "version-not-time",
+            f"--at takes a version (`statefuse version` prints one), not a time ({text!r}):"
+            " this store does not record when it received each change",
+        )
+    return Version.parse(text, field="--at")
+
+
+def _cmd_version(s: Session) -> int:
+    rep = s.replica(readonly=True)
+    version = rep.version()
+    s.emit({"version": str(version), **version.to_json()}, str(version))
+    return EXIT_OK
+
+
+def _cmd_diff(s: Session) -> int:
+    from statefuse.sync.version import Version
+
+    a = s.args
+    before = Version.parse(a.before, field="V1")
+    after = None if a.after is None else Version.parse(a.after, field="V2")
+    rep = s.replica(readonly=True)
+    diff = rep.diff(before, after)
+    later = str(rep.version()) if after is None else str(after)
+    s.emit(
+        {"from": str(before), "to": later, **diff.to_json()},
+        "\n".join(diff.lines()) or "No changes.",
+    )
     return EXIT_OK
 
 
@@ -2082,20 +2128,36 @@ def _decide_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scope", default="global", help="where the decision applies")
 
 
+def _at_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--at",
+        metavar="VERSION",
+        help="read the memory at this version (`statefuse version`; loads the whole history)",
+    )
+
+
 def _show_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "prefix", metavar="PREFIX", nargs="?", help="namespace[/subject[/predicate]] to show"
     )
     p.add_argument("--scope", help="only claims in this scope")
+    _at_argument(p)
 
 
 def _conflicts_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", metavar="N", help="show at most N conflicts (default: all)")
+    _at_argument(p)
 
 
 def _history_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("key", metavar="KEY", help="namespace/subject/predicate")
     p.add_argument("--scope", help="only this scope")
+    _at_argument(p)
+
+
+def _diff_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("before", metavar="V1", help="the earlier version (`statefuse version`)")
+    p.add_argument("after", metavar="V2", nargs="?", help="the later version (default: now)")
 
 
 def _file_argument(p: argparse.ArgumentParser) -> None:
@@ -2297,6 +2359,7 @@ def _context_arguments(p: argparse.ArgumentParser) -> None:
         help="how conflicts are resolved (default conservative)",
     )
     _embedder_argument(p)
+    _at_argument(p)
 
 
 def _embedder_argument(p: argparse.ArgumentParser) -> None:
@@ -2366,7 +2429,7 @@ def _cmd_context(s: Session) -> int:
     if a.budget < 1:
         raise CliError("--budget", "positive", "the budget is a positive number of tokens")
     context = replica.context(
-        a.query, lens=lens, budget=a.budget, resolver=resolver, embedder=embedder
+        a.query, lens=lens, budget=a.budget, resolver=resolver, embedder=embedder, at=_at(a)
     )
     s.emit(json.loads(context.to_json()) if s.json else None, context.text)
     return EXIT_OK
@@ -2383,6 +2446,8 @@ COMMANDS: tuple[Command, ...] = (
         "conflicts", "list conflicts with their candidates", _conflicts_arguments, _cmd_conflicts
     ),
     Command("history", "every assertion and retraction of a key", _history_arguments, _cmd_history),
+    Command("version", "this replica's version (its changes so far)", _no_arguments, _cmd_version),
+    Command("diff", "what changed between two versions", _diff_arguments, _cmd_diff),
     Command("decide", "decide a conflict for one candidate", _decide_arguments, _cmd_decide),
     Command("export", "write every change to a signed bundle file", _file_argument, _cmd_export),
     Command("import", "verify and take in a bundle file", _file_argument, _cmd_import),

@@ -324,6 +324,7 @@ class Context:
     __slots__ = (
         "_expanded",
         "_omitted",
+        "at",
         "budget",
         "contested",
         "excluded",
@@ -375,6 +376,9 @@ class Context:
         #: registry's policy or a resolver chose it over other values the lens sees) and the
         #: handle that lists the other values' claims when the line does not list them.
         self.contested: Mapping[bytes, tuple[Contest, str | None]] = dict(contested or {})
+        #: The version of the memory this context was made at (its text), when the caller
+        #: read at one (`Replica.context(at=...)`); None for a context of the memory now.
+        self.at: str | None = None
 
     @property
     def omitted(self) -> dict[str, tuple[bytes, ...]]:
@@ -403,7 +407,9 @@ class Context:
         return next((s for s in self.sections if s.name is name), None)
 
     def to_dict(self) -> dict[str, Any]:
+        at = {} if self.at is None else {"at": self.at}
         return {
+            **at,
             "version": CONTEXT_FORMAT_VERSION,
             "query": self.query,
             "budget": self.budget,

@@ -60,6 +60,10 @@
     │   │       │                           read-only, or without its key file)
     │   │       └── StoreDamagedError       ... on a store that failed verification on open
     │   │                                   (read-only until `statefuse repair`)
+    │   ├── VersionError (ValueError)       a version text / JSON / value that breaks its format
+    │   │   │                               (``statefuse.sync.version``)
+    │   │   └── UnknownVersionError         ... naming changes this replica does not hold
+    │   │                                   (also a LookupError; ``.missing`` lists them)
     │   ├── BundleError (ValueError)        a bundle file that is truncated, altered, for another
     │   │                                   space or not signed by its exporter (imports nothing)
     │   └── SyncError (RuntimeError)        HTTP sync failed: PeerUnreachableError,

@@ -82,6 +82,7 @@ from statefuse.sync.trust import (
     trust_state,
 )
 from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change, verify_changes
+from statefuse.sync.version import UnknownVersionError, Version, VersionError
 
 if TYPE_CHECKING:
     from statefuse.sync.follower import Follower, FollowError, FollowStatus, PeerStatus
@@ -144,9 +145,12 @@ __all__ = [
     "TrustMode",
     "TrustState",
     "TrustWriter",
+    "UnknownVersionError",
     "UnverifiedChange",
     "VerificationError",
     "VerifiedChange",
+    "Version",
+    "VersionError",
     "author_names",
     "check_author_name",
     "reconcile_in_memory",

@@ -605,6 +605,13 @@ class ChangeLog:
         tips = [c for c in mine if c.change_id not in named]
         return sorted(tips, key=lambda c: (c.seq, c.change_id), reverse=True)
 
+    def tips(self) -> list[VerifiedChange]:
+        """Every author's heads (`heads`) at once: the accepted changes no accepted change
+        names as ``prev``, sorted by (author, seq, change_id). What a version lists."""
+        named = {c.prev for c in self._accepted.values()}
+        tips = [c for cid, c in self._accepted.items() if cid not in named]
+        return sorted(tips, key=lambda c: (c.author, c.seq, c.change_id))
+
     def declarations(self) -> list[RegistryDeclared]:
         """The registry declarations of the accepted changes that count (see
         `sync.declaration.declaration_in_force` for which one is in force)."""

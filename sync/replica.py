@@ -74,7 +74,7 @@ from statefuse.history import HistoryEvent, key_history
 from statefuse.interpret import TurnInterpreter, check_interpretation
 from statefuse.keytext import key_parts, parse_key
 from statefuse.lens import Lens
-from statefuse.materializer import Materializer
+from statefuse.materializer import Materializer, materialize
 from statefuse.op import (
     MAX_LAMPORT,
     ClaimAdded,
@@ -95,6 +95,7 @@ from statefuse.registry.value import Value
 from statefuse.resolver import Resolver
 from statefuse.search import SearchHit, search_view
 from statefuse.state import ConflictSet, State, locus_of
+from statefuse.statediff import StateDiff, state_diff
 from statefuse.store import (
     DEFAULT_WAIT,
     EvictedRow,
@@ -157,6 +158,7 @@ from statefuse.sync.snapshot import (
 )
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
 from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change
+from statefuse.sync.version import Version, VersionError, counted, covered, version_of
 from statefuse.vectorstore import MemoryVectors, VectorStore
 from statefuse.view import SurfacedConflict
 from statefuse.writer import Writer
@@ -1891,10 +1893,66 @@ class Replica:
         return self.log.clock_jumps()
 
     @_locked
-    def state(self) -> State:
-        """The current memory (an immutable snapshot; later writes do not change it)."""
+    def state(self, *, at: Version | str | None = None) -> State:
+        """The current memory (an immutable snapshot; later writes do not change it), or with
+        ``at`` the memory at a version (`version`; a Version or its text): `materialize` of
+        the ops of the changes it covers, under the trust and the registry declaration in
+        force among them (SEMANTICS §9), the same on every replica that holds those changes.
+        ``state(at=self.version())`` equals ``state()``. Raises VersionError for a version
+        text that is not one, UnknownVersionError naming the changes this replica lacks."""
         self._check_open()
-        return self._mat.state()
+        if at is None:
+            return self._mat.state()
+        return self._state_of(self._covered(at))
+
+    @_locked
+    def version(self) -> Version:
+        """This replica's version: for each author, the heads of its accepted feed (pending
+        and quarantined changes are not in it). Loads the history on a lazy open."""
+        self._check_open()
+        return version_of(self.log.tips())
+
+    @_locked
+    def diff(self, before: Version | str, after: Version | str | None = None) -> StateDiff:
+        """What changed from the memory at ``before`` to the memory at ``after`` (default:
+        now): claims added and retracted (and by what), decisions made, conflicts opened and
+        closed (`statefuse.statediff`). Sensible for any two versions: going back shows what
+        was removed. Raises as `state` does."""
+        self._check_open()
+        earlier = self._state_of(self._covered(before, "before"))
+        later = (
+            self._mat.state() if after is None else self._state_of(self._covered(after, "after"))
+        )
+        return state_diff(earlier, later)
+
+    @_locked
+    def covers(self, version: Version | str, other: Version | str) -> bool:
+        """Whether ``version`` covers every change ``other`` covers, following the changes'
+        ``prev`` links: exact on forked feeds too, where the pure ``other <= version`` reads
+        each feed as a line. Raises as `state` does (fields ``version`` and ``other``)."""
+        self._check_open()
+        return self._covered(other, "other").keys() <= self._covered(version, "version").keys()
+
+    def _covered(self, at: Version | str, field: str = "at") -> dict[bytes, VerifiedChange]:
+        if isinstance(at, str):
+            at = Version.parse(at, field=field)
+        elif not isinstance(at, Version):
+            raise VersionError(
+                field, "version-type", f"expected a Version, got {type(at).__name__}"
+            )
+        return covered(at, self.log.get, field=field)
+
+    def _state_of(self, changes: dict[bytes, VerifiedChange]) -> State:
+        """`materialize` of the counted ops among ``changes`` (a covered set), under the
+        declaration in force among them."""
+        counting = list(counted(changes, root=self.root, mode=self.mode))
+        declarations: list[RegistryDeclared] = []
+        for c in counting:
+            declarations.extend(op for op in c.ops if type(op) is RegistryDeclared)  # type: ignore[misc,comparison-overlap]
+        declared = declaration_in_force(
+            declarations, mode=self.mode, root=self.root, creator=self.creator
+        )
+        return materialize(_state_ops(counting), registry=self._registry_of(declared))
 
     @_locked
     def state_for(self, prefix: str | Sequence[str] = (), *, scope: str | None = None) -> State:
@@ -1929,17 +1987,20 @@ class Replica:
             return ix.state_of(ix.claim_loci(text), registry=self.registry)
 
     @_locked
-    def conflicts(self, *, limit: int | None = None) -> ConflictPage:
+    def conflicts(
+        self, *, limit: int | None = None, at: Version | str | None = None
+    ) -> ConflictPage:
         """The memory's conflicts in order of key and scope, the first ``limit`` of them (None:
         all), with a State to read their candidates and decisions from, and how many there are
         in all. On a store whose derived state is current this reads only the conflicts shown.
+        ``at``: the conflicts of the memory at that version (`state`; reads the whole history).
         Raises ReplicaError (field ``limit``) for a limit that is not a positive int."""
         self._check_open()
         if limit is not None and (type(limit) is not int or limit < 1):
             raise ReplicaError("limit", "positive", f"limit is a positive int, not {limit!r}")
-        ix = self.index if self._lazy else None
+        ix = self.index if self._lazy and at is None else None
         if ix is None:
-            state = self.state()
+            state = self.state(at=at)
             every = sorted(state.conflicts, key=_conflict_order)
             shown = every if limit is None else every[:limit]
             return ConflictPage(state, tuple(shown), len(every))
@@ -2291,21 +2352,29 @@ class Replica:
         of: str | tuple[str, str, str] | bytes | ClaimAdded,
         *,
         scope: str | None = None,
+        at: Version | str | None = None,
     ) -> list[HistoryEvent]:
         """Every assertion, retraction and decision of a key's claims, in lamport order (see
         `key_history`). ``of`` is the key (one ``"namespace/subject/predicate"`` string, or
         three parts) or a claim (the claim, its id, hex or a unique hex prefix: a string
         without ``/``), whose key's history it is; ``scope`` keeps one scope. Raises
-        KeyTextError for a key it cannot read, UnknownClaimError for an id it does not know."""
+        KeyTextError for a key it cannot read, UnknownClaimError for an id it does not know.
+        ``at``: the history as the memory at that version had it (`state`; reads the whole
+        history; a claim named by id is looked up in the memory at that version)."""
         if isinstance(of, tuple):
             if len(of) != 3 or not all(isinstance(p, str) for p in of):
                 raise ReplicaError("of", "key-parts", "a key is three strings")
             key = of
         elif isinstance(of, str) and "/" in of:
             key = parse_key(of)
+        elif at is not None:
+            c = _claim_in(self.state(at=at), of, "of")
+            key = (c.namespace, c.subject, c.predicate)
         else:
             c = self._claim(of, "of")
             key = (c.namespace, c.subject, c.predicate)
+        if at is not None:
+            return key_history(self.state(at=at), key, scope)
         # the key's rows alone on a store opened on its derived state (`state_for`)
         return key_history(self.state_for(key, scope=scope), key, scope)
 
@@ -2722,6 +2791,7 @@ class Replica:
         budget: int = DEFAULT_BUDGET,
         resolver: Resolver | None = None,
         embedder: object | None = None,
+        at: Version | str | None = None,
     ) -> Context:
         """The context an agent's next LLM call reads: the current memory through ``lens``
         (default: a viewer with no roles, at the replica clock's now, so expired claims are
@@ -2744,8 +2814,25 @@ class Replica:
         the store (`vectors`), so only claims never embedded by it are embedded. Reads the
         whole memory (a store opened on its derived state loads it). Raises EmbedderError
         when the embedder breaks its interface, and what the embedder raises.
+
+        ``at``: the context of the memory at that version (`state`): what an agent would have
+        read then, under today's lens; the context records it (`Context.at`, ``"at"`` in its
+        JSON). Reads the whole history; raises as `state` does.
         """
         self._check_open()
+        if at is not None:
+            version = Version.parse(at, field="at") if isinstance(at, str) else at
+            made = context_for(
+                self.state(at=version),
+                lens if lens is not None else Lens(now=self._clock()),
+                budget=budget,
+                query=query,
+                resolver=resolver,
+                ranker=None if embedder is None else self.ranker(embedder),
+                authors=self.author_names(),
+            )
+            made.at = str(version)
+            return made
         ix = self.index if self._lazy and embedder is None else None
         if ix is not None:  # opened on the derived state: read what this context needs
             lens = lens if lens is not None else Lens(now=self._clock())
@@ -3212,6 +3299,13 @@ def _from_writer_doc(
         return (seq, None if change is None else bytes.fromhex(change)), lamport
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _claim_in(state: State, ref: bytes | str | ClaimAdded, field: str) -> ClaimAdded:
+    try:
+        return state.claim(ref, field=field)
+    except ClaimLookupError as e:
+        raise UnknownClaimError(e.field, e.rule, e.message) from None
 
 
 def _state_ops(changes: Iterable[VerifiedChange]) -> Iterator[Op]:
