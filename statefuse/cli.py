@@ -130,11 +130,34 @@ def value_from_json(v: Any) -> Value:
 _TOO_DEEP = object()
 
 
-def parse_value(text: str) -> Value:
-    """A VALUE argument: JSON when it parses as JSON, else the string itself. Raises CliError
-    (rule ``value-depth``) for JSON nested deeper than Python can read."""
+def _clip(text: str, most: int = 60) -> str:
+    """``text`` quoted for a message, cut to ``most`` characters."""
+    return repr(text if len(text) <= most else text[:most] + "…")
+
+
+#: The first characters of a VALUE that means JSON: one that starts so and does not parse is
+#: a typo rather than a string (``'{"a": 1'``), refused unless ``--string`` says otherwise.
+_JSON_OPENERS = ("{", "[", '"')
+
+
+def parse_value(text: str, *, as_string: bool = False) -> Value:
+    """A VALUE argument: JSON when it parses as JSON, else the string itself; ``as_string``
+    (``--string``): the string itself always. Raises CliError (rule ``json-syntax``) for a
+    value that starts as JSON does (``{``, ``[`` or ``"``) and does not parse, and (rule
+    ``value-depth``) for JSON nested deeper than Python can read."""
+    if as_string:
+        return text
     try:
         parsed = json.loads(text, parse_constant=_no_constants)
+    except json.JSONDecodeError as exc:
+        if text.lstrip().startswith(_JSON_OPENERS):
+            raise CliError(
+                "VALUE",
+                "json-syntax",
+                f"VALUE {_clip(text)} looks like JSON but does not parse ({exc.msg} at"
+                f" character {exc.pos}): fix it, or pass --string to store it as a string",
+            ) from None
+        return text
     except ValueError:
         return text
     except RecursionError:
@@ -579,8 +602,16 @@ def _assert(s: Session, *, update: bool) -> tuple[Replica, ClaimAdded]:
     """``claim`` and ``update``: the same arguments, `Replica.add_claim` or `Replica.update`."""
     a = s.args
     key = parse_key(a.key)
-    value = parse_value(a.value)
+    value = parse_value(a.value, as_string=a.string)
     rep = s.replica()
+    near = rep.near_key(key)
+    if near is not None:
+        what = "namespace" if len(near) == 1 else "subject"
+        warnings.warn(
+            f"{format_key(key)} starts a new {what}, one edit away from the existing"
+            f" `{format_key(near)}`: check the spelling",
+            stacklevel=2,
+        )
     # only a dependency named by a hex prefix needs the whole memory to resolve it
     state = rep.state() if a.depends_on else None
     depends = [resolve_claim(state, d).claim_id for d in a.depends_on] if state else []
@@ -637,7 +668,7 @@ def _cmd_retract(s: Session) -> int:
 
 def _cmd_supersede(s: Session) -> int:
     a = s.args
-    value = parse_value(a.value)
+    value = parse_value(a.value, as_string=a.string)
     rep = s.replica()
     old = resolve_claim(rep.state(), a.claim)
     new, r = rep.supersede(old, value, a.reason)
@@ -729,7 +760,12 @@ def _cmd_show(s: Session) -> int:
     notes = {c.op_id: claim_notes(c, state) for c in claims}
     if s.json:  # build only the form asked for: a memory may hold many claims
         claims_json = [{**_claim_json(c, state, names), "notes": notes[c.op_id]} for c in claims]
-        s.emit({"claims": claims_json}, "")
+        data: dict[str, Any] = {"claims": claims_json}
+        if not claims and prefix and at is None:
+            near = rep.nearest_prefix(prefix)
+            if near is not None:
+                data["did_you_mean"] = format_key(near)
+        s.emit(data, "")
         return EXIT_OK
     cell = _memo_cell()
     authors: dict[bytes | str, str] = {}
@@ -745,8 +781,17 @@ def _cmd_show(s: Session) -> int:
         for c in claims
     ]
     header = ["ID", "KEY", "SCOPE", "VALUE", "AUTHOR", "NOTE"]
-    s.emit(None, table(header, rows) if rows else "No active claims.")
+    s.emit(None, table(header, rows) if rows else _no_claims(rep, a.prefix, prefix, at))
     return EXIT_OK
+
+
+def _no_claims(rep: Replica, text: str | None, prefix: tuple[str, ...], at: object) -> str:
+    """What ``show`` says when it lists nothing: under a prefix that names no key, the
+    nearest one that does (a typo), read from the key index."""
+    near = rep.nearest_prefix(prefix) if prefix and at is None else None
+    if near is None:
+        return "No active claims."
+    return f"No claims under `{text}` (did you mean `{format_key(near)}`?)"
 
 
 def _memo_cell() -> Callable[[Value], str]:
@@ -2083,6 +2128,7 @@ def _name_arguments(p: argparse.ArgumentParser) -> None:
 def _claim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("key", metavar="KEY", help="namespace/subject/predicate")
     p.add_argument("value", metavar="VALUE", help="JSON if it parses, else a string")
+    _string_argument(p)
     p.add_argument("--scope", default="global", help="global, task:ID, session:ID, hypothetical")
     p.add_argument(
         "--confidence",
@@ -2106,6 +2152,14 @@ def _claim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expires", metavar="MS", type=int, help="expiry, ms since the epoch")
 
 
+def _string_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--string",
+        action="store_true",
+        help="store VALUE as a string as it is, even when it looks like JSON",
+    )
+
+
 def _retract_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("claim", metavar="CLAIM", help="claim id or a unique prefix (8+ hex digits)")
     p.add_argument("--reason", default="", help="why it is retracted")
@@ -2119,6 +2173,7 @@ def _retract_arguments(p: argparse.ArgumentParser) -> None:
 def _supersede_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("claim", metavar="CLAIM", help="the claim to replace")
     p.add_argument("value", metavar="VALUE", help="the new value")
+    _string_argument(p)
     p.add_argument("--reason", default="", help="why it changed")
 
 

@@ -159,6 +159,7 @@ from statefuse.sync.snapshot import (
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
 from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change
 from statefuse.sync.version import Version, VersionError, counted, covered, version_of
+from statefuse.typo import nearest
 from statefuse.vectorstore import MemoryVectors, VectorStore
 from statefuse.view import SurfacedConflict
 from statefuse.writer import Writer
@@ -1972,6 +1973,56 @@ class Replica:
         with self.store.read_transaction():
             loci = ix.loci(prefix=parts, scope=scope, active=False)
             return ix.state_of(loci, registry=self.registry)
+
+    @_locked
+    def key_names(self, prefix: str | Sequence[str] = (), *, limit: int = 1000) -> list[str]:
+        """The distinct next parts of the keys with an active claim under ``prefix`` (the
+        namespaces for no prefix, a namespace's subjects, a subject's predicates), in code
+        point order, at most ``limit``. On a store opened on its derived state this reads
+        only the key index, not the history."""
+        self._check_open()
+        parts = _prefix_parts(prefix)
+        if len(parts) > 2:
+            return []
+        ix = self.index if self._lazy else None
+        if ix is not None:
+            with self.store.read_transaction():
+                return ix.key_names(parts, limit=limit)
+        n = len(parts)
+        names = {
+            key[n]
+            for c in self.state().active_claims()
+            if (key := (c.namespace, c.subject, c.predicate))[:n] == parts
+        }
+        return sorted(names)[:limit]
+
+    def nearest_prefix(self, prefix: str | Sequence[str]) -> tuple[str, ...] | None:
+        """For a key prefix with no active claim under it, the nearest one that has some: the
+        first part that names nothing replaced by the existing name nearest to it (at most
+        `statefuse.typo.SUGGEST_DISTANCE` edits away), the parts after it kept. None when
+        ``prefix`` has claims or nothing is near. What "did you mean" shows for a typo."""
+        parts = _prefix_parts(prefix)
+        for i, part in enumerate(parts):
+            names = self.key_names(parts[:i])
+            if part in names:
+                continue
+            best = nearest(part, names)
+            return None if best is None else (*parts[:i], best, *parts[i + 1 :])
+        return None
+
+    def near_key(self, key: str | Sequence[str]) -> tuple[str, ...] | None:
+        """When writing ``key`` would create a new namespace next to an existing one a single
+        edit away (or a new subject next to one a single edit away in the same namespace),
+        that existing prefix; else None. What a write warns about once (a typo makes a new key
+        rather than an error)."""
+        parts = _prefix_parts(key)
+        for i, part in enumerate(parts[:2]):
+            names = self.key_names(parts[:i])
+            if part in names:
+                continue
+            best = nearest(part, names, most=1)
+            return None if best is None else (*parts[:i], best)
+        return None
 
     @_locked
     def claim_state(self, text: str) -> State:

@@ -1,0 +1,121 @@
+"""What a new user meets in the first hour, through the real command line (each command its
+own process, in a temporary directory): typos pointed out rather than taken in silence, a
+value that looks like JSON but does not parse refused, a lost key file with one way back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from statefuse.sync.replica import Replica
+from statefuse.typo import edit_distance, nearest
+
+
+def _statefuse(store: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ}
+    env.pop("STATEFUSE_STORE", None)
+    return subprocess.run(
+        [sys.executable, "-m", "statefuse", "--store", str(store), *argv],
+        capture_output=True,
+        text=True,
+        cwd=store.parent,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    path = tmp_path / "team.db"
+    assert _statefuse(path, "init", "--space", "team").returncode == 0
+    made = _statefuse(path, "claim", "project/launch/deadline", '"2026-05-01"')
+    assert made.returncode == 0, made.stderr
+    return path
+
+
+# --- typos ----------------------------------------------------------------------------------------
+
+
+def test_edit_distance_counts_one_edit_each_and_stops_past_the_bound() -> None:
+    assert edit_distance("project", "projct", most=2) == 1
+    assert edit_distance("project", "porject", most=2) == 1  # two neighbours swapped
+    assert edit_distance("launch", "lunch", most=2) == 1
+    assert edit_distance("abc", "xyz", most=1) == 2
+    assert nearest("projct", ["alpha", "project", "projects"]) == "project"
+    assert nearest("ab", ["zz"]) is None
+    assert nearest("x", ["y"]) is None  # a one-letter name is never "near" another
+
+
+def test_show_under_a_misspelt_prefix_names_the_nearest_existing_one(store: Path) -> None:
+    shown = _statefuse(store, "show", "projct")
+    assert (shown.returncode, shown.stdout, shown.stderr) == (
+        0,
+        "No claims under `projct` (did you mean `project`?)\n",
+        "",
+    )
+    shown = _statefuse(store, "show", "project/lanch")
+    assert shown.stdout == "No claims under `project/lanch` (did you mean `project/launch`?)\n"
+    as_json = json.loads(_statefuse(store, "--json", "show", "projct").stdout)
+    assert as_json == {"claims": [], "did_you_mean": "project"}
+    assert _statefuse(store, "show", "elsewhere").stdout == "No active claims.\n"
+
+
+def test_the_suggestion_reads_the_key_index_not_the_history(store: Path) -> None:
+    rep = Replica.open(store, readonly=True)
+    try:
+        assert not rep.loaded
+        assert rep.nearest_prefix("projct") == ("project",)
+        assert rep.nearest_prefix("project/launch/deadlin") == ("project", "launch", "deadline")
+        assert rep.nearest_prefix("project") is None
+        assert rep.key_names() == ["project"]
+        assert not rep.loaded
+    finally:
+        rep.close()
+
+
+def test_a_write_next_to_a_near_identical_key_warns_once(store: Path) -> None:
+    made = _statefuse(store, "claim", "projct/launch/owner", "ann")
+    assert made.returncode == 0
+    warnings = [line for line in made.stderr.splitlines() if line]
+    assert warnings == [
+        "Warning: projct/launch/owner starts a new namespace, one edit away from the existing"
+        " `project`: check the spelling"
+    ]
+    made = _statefuse(store, "claim", "project/lunch/owner", "ann")
+    assert made.stderr.splitlines() == [
+        "Warning: project/lunch/owner starts a new subject, one edit away from the existing"
+        " `project/launch`: check the spelling"
+    ]
+    again = _statefuse(store, "claim", "project/launch/owner", "bob")  # an existing subject
+    assert (again.returncode, again.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("value", ['{"a": 1', "[1,", '"open'])
+def test_a_value_that_looks_like_json_but_does_not_parse_is_refused(
+    store: Path, value: str
+) -> None:
+    refused = _statefuse(store, "claim", "project/launch/note", value)
+    assert refused.returncode == 1
+    assert refused.stdout == ""
+    (line,) = refused.stderr.splitlines()
+    assert line.startswith(f"Error: VALUE {value!r} looks like JSON but does not parse")
+    assert line.endswith("fix it, or pass --string to store it as a string")
+    assert _statefuse(store, "show", "project/launch/note").stdout == "No active claims.\n"
+    kept = _statefuse(store, "claim", "project/launch/note", value, "--string")
+    assert kept.returncode == 0, kept.stderr
+    shown = json.loads(_statefuse(store, "--json", "show", "project/launch/note").stdout)
+    assert [c["value"] for c in shown["claims"]] == [value]
+
+
+def test_a_plain_string_value_is_still_a_string(store: Path) -> None:
+    assert _statefuse(store, "claim", "project/launch/note", "ship it").returncode == 0
+    assert _statefuse(store, "supersede", "--help").returncode == 0
+    shown = json.loads(_statefuse(store, "--json", "show", "project/launch/note").stdout)
+    assert [c["value"] for c in shown["claims"]] == ["ship it"]
