@@ -473,6 +473,14 @@ def _cmd_init(s: Session) -> int:
         # (registry-mismatch), so a re-run init never hides a contract it did not declare
         known = _registry_file(a.registry) if a.registry is not None else None
         rep = s.open(space=a.space, registry=known)
+        if rep.key_missing:
+            raise CliError(
+                "--store",
+                "no-key",
+                f"store {s.path} holds space {rep.space!r} but its key file"
+                f" {key_path(s.path)} is missing, so it is read-only: restore the key file from a"
+                " backup, or give the store a new author key with: statefuse keys new",
+            )
         pinned = a.creator is not None and rep.pin_creator(_creator_arg(rep, a.creator))
         named = name is not None and rep.declare_name(name) is not None
         news = [f"its creator is now {_creator_who(rep)}"] if pinned else []
@@ -1681,7 +1689,56 @@ def _cmd_keys(s: Session) -> int:
         return _keys_admit(s)
     if sub == "revoke":
         return _keys_revoke(s)
+    if sub == "new":
+        return _keys_new(s)
     return _keys_show(s)
+
+
+def _keys_new(s: Session) -> int:
+    """``keys new``: the way back from a lost key file (docs/operations.md, "I lost my key
+    file")."""
+    from statefuse.sync.replica import key_path, new_author_key
+
+    if not s.path.exists():
+        raise CliError("--store", "no-such-store", f"no store at {s.path}")
+    rep = s.open(readonly=True)
+    old, mode, root, creator = rep.author, rep.mode.value, rep.root, rep.creator
+    s.close()
+    key = new_author_key(s.path, wait=s.args.wait)
+    lines = [
+        ("author", key.author.hex()),
+        ("key file", f"{key_path(s.path)} (private: never share it)"),
+        ("old author", f"{old.hex()} (its changes stay; it writes here no more)"),
+    ]
+    notes = []
+    if mode == "closed":
+        if root == old:
+            notes.append(
+                "the lost key was this closed space's root: nobody can admit the new author;"
+                " restore the old key file from a backup if you can"
+            )
+        else:
+            notes.append(
+                f"closed space: the root must admit the new author before its writes count"
+                f" (on the root's store: statefuse keys admit {key.author.hex()})"
+            )
+    elif creator == old:
+        notes.append(
+            "the lost key was the space's creator: registry declarations by the new author"
+            " do not count"
+        )
+    s.emit(
+        {
+            "author": key.author.hex(),
+            "key_file": str(key_path(s.path)),
+            "old_author": old.hex(),
+            "notes": notes,
+        },
+        f"New author key for {s.path}: it writes again\n"
+        + fields(lines)
+        + "".join(f"\nNote: {n}" for n in notes),
+    )
+    return EXIT_OK
 
 
 def _keys_show(s: Session) -> int:
@@ -2370,8 +2427,11 @@ def _nats_login_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _keys_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="keys_command", metavar="{show,admit,revoke}")
+    sub = p.add_subparsers(dest="keys_command", metavar="{show,admit,revoke,new}")
     show = sub.add_parser("show", help="this replica's key, the root and every known author")
+    new = sub.add_parser(
+        "new", help="give a store whose key file is lost a new author key, so it writes again"
+    )
     admit = sub.add_parser("admit", help="admit an author (root key only)")
     admit.add_argument("author", metavar="AUTHOR", help="author id (64 hex digits)")
     admit.add_argument("--role", action="append", default=[], help="a role to grant (repeat)")
@@ -2385,7 +2445,7 @@ def _keys_arguments(p: argparse.ArgumentParser) -> None:
         " this store knows, on every branch of a forked feed)",
     )
     revoke.add_argument("--reason", default="", help="why")
-    for each in (show, admit, revoke):
+    for each in (show, admit, revoke, new):
         _global_options(each, suppress=True)
 
 

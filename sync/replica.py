@@ -614,7 +614,8 @@ class Replica:
                 "no-key",
                 "no author key for this store"
                 + (f" (expected at {key_path(path)})" if path is not None else "")
-                + ": it opened read-only; restore the key file to write",
+                + ": it opened read-only; restore the key file to write, or give the store a"
+                " new author key (CLI: statefuse keys new)",
             )
         #: What failed verification when the store was opened (None: it verified).
         self.damage: Damage | None = None
@@ -1878,6 +1879,12 @@ class Replica:
         """True when writes and receives are refused: opened read-only, without the author key,
         or on a damaged store (`damage`)."""
         return self._readonly is not None or self.damage is not None
+
+    @property
+    def key_missing(self) -> bool:
+        """True when the store opened read-only because its author key file is missing (the
+        way back: restore the file, or `new_author_key`; CLI ``statefuse keys new``)."""
+        return self._readonly is not None and self._readonly.rule == "no-key"
 
     @_locked
     def forks(self) -> list[Fork]:
@@ -3539,6 +3546,42 @@ def _seen(record: QuarantineRecord, now: int) -> QuarantineRecord:
 
 def _load_key(kpath: Path) -> SigningKey:
     return SigningKey.load(kpath)
+
+
+def new_author_key(path: str | os.PathLike[str], *, wait: float = DEFAULT_WAIT) -> SigningKey:
+    """Give the store at ``path``, whose key file is lost, a new author key: generated, saved
+    to its key file (mode 0600, bound to the store) and made the store's author, so that the
+    store writes again, as a new author. The old author's changes stay and count as before;
+    what the old key alone could do (sign as that author, act as a closed space's root,
+    declare the open space's registry as its creator) is not given to the new one.
+
+    Raises StoreError: ``no-such-store`` for a missing store, ``key-exists`` when the key file
+    is there (a store keeps its key; nothing is written), and what opening for writing
+    raises (``busy``, ``not-a-store``)."""
+    from statefuse.sqlitestore import SQLiteStore
+
+    path = Path(path)
+    if not path.exists():
+        raise StoreError("path", "no-such-store", f"no store at {path}")
+    kpath = key_path(path)
+    if kpath.exists():
+        raise StoreError(
+            "key",
+            "key-exists",
+            f"{kpath} exists: this store has its key, and keeps it (to write with another key,"
+            " remove that file first)",
+        )
+    store = SQLiteStore(path, create=False, wait=wait)
+    try:
+        info = store.info()
+        if info is None:
+            raise StoreError("path", "not-a-store", f"{path} was never initialized as a store")
+        key = SigningKey.generate()
+        info = store.rebind(key.author)
+        key.bound(info.store_id).save(kpath)
+        return key
+    finally:
+        store.close()
 
 
 def _check_key(key: SigningKey, info: StoreInfo, path: Path, *, adopt_key: bool) -> None:

@@ -119,3 +119,48 @@ def test_a_plain_string_value_is_still_a_string(store: Path) -> None:
     assert _statefuse(store, "supersede", "--help").returncode == 0
     shown = json.loads(_statefuse(store, "--json", "show", "project/launch/note").stdout)
     assert [c["value"] for c in shown["claims"]] == ["ship it"]
+
+
+# --- a lost key file ------------------------------------------------------------------------------
+
+
+def test_init_on_a_store_whose_key_is_lost_says_so_and_the_way_back(store: Path) -> None:
+    Path(f"{store}.key").unlink()
+    again = _statefuse(store, "init", "--space", "team")
+    assert (again.returncode, again.stdout) == (1, "")
+    assert again.stderr == (
+        f"Error: store {store} holds space 'team' but its key file {store}.key is missing, so it"
+        " is read-only: restore the key file from a backup, or give the store a new author key"
+        " with: statefuse keys new\n"
+    )
+
+
+def test_keys_new_gives_a_store_whose_key_is_lost_a_new_author_that_writes(store: Path) -> None:
+    old = json.loads(_statefuse(store, "--json", "show").stdout)["claims"][0]["author"]
+    Path(f"{store}.key").unlink()
+    refused = _statefuse(store, "claim", "project/launch/owner", "ann")
+    assert refused.returncode == 1 and "statefuse keys new" in refused.stderr
+    made = _statefuse(store, "--json", "keys", "new")
+    assert made.returncode == 0, made.stderr
+    report = json.loads(made.stdout)
+    assert report["old_author"] == old and report["author"] != old
+    assert (Path(f"{store}.key").stat().st_mode & 0o777) == 0o600
+    wrote = _statefuse(store, "claim", "project/launch/owner", "ann")
+    assert wrote.returncode == 0, wrote.stderr
+    shown = json.loads(_statefuse(store, "--json", "show").stdout)["claims"]
+    assert {("/".join(c["key"]), c["author"]) for c in shown} == {
+        ("project/launch/deadline", old),
+        ("project/launch/owner", report["author"]),
+    }
+    assert _statefuse(store, "verify").returncode == 0
+    ok = _statefuse(store, "init", "--space", "team")
+    assert ok.returncode == 0 and "nothing changed" in ok.stdout
+    kept = _statefuse(store, "keys", "new")  # a store that has its key keeps it
+    assert kept.returncode == 1
+    assert kept.stderr == (
+        f"Error: {store}.key exists: this store has its key, and keeps it (to write with another"
+        " key, remove that file first)\n"
+    )
+    assert (
+        json.loads(_statefuse(store, "--json", "keys", "show").stdout)["you"] == (report["author"])
+    )
