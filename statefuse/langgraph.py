@@ -92,24 +92,33 @@ from heapq import merge
 from operator import mul
 from typing import Any, cast
 
-from langchain_core.embeddings import Embeddings
-from langgraph.store.base import (
-    BaseStore,
-    GetOp,
-    IndexConfig,
-    InvalidNamespaceError,
-    Item,
-    ListNamespacesOp,
-    MatchCondition,
-    Op,
-    PutOp,
-    Result,
-    SearchItem,
-    SearchOp,
-    ensure_embeddings,
-    get_text_at_path,
-    tokenize_path,
-)
+try:
+    from langchain_core.embeddings import Embeddings
+    from langgraph.store.base import (
+        BaseStore,
+        GetOp,
+        IndexConfig,
+        InvalidNamespaceError,
+        Item,
+        ListNamespacesOp,
+        MatchCondition,
+        Op,
+        PutOp,
+        Result,
+        SearchItem,
+        SearchOp,
+        ensure_embeddings,
+        get_text_at_path,
+        tokenize_path,
+    )
+except ModuleNotFoundError as exc:  # the extra is not installed (or only in part)
+    if (exc.name or "").split(".")[0] not in ("langgraph", "langchain_core"):
+        raise
+    raise ModuleNotFoundError(
+        f"statefuse.langgraph needs the langgraph extra (no module {exc.name!r}):"
+        " pip install 'statefuse[langgraph]'",
+        name=exc.name,
+    ) from None
 
 from statefuse.authorname import AuthorNames
 from statefuse.embedder import float32

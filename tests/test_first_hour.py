@@ -164,3 +164,41 @@ def test_keys_new_gives_a_store_whose_key_is_lost_a_new_author_that_writes(store
     assert (
         json.loads(_statefuse(store, "--json", "keys", "show").stdout)["you"] == (report["author"])
     )
+
+
+# --- an extra that is not installed ---------------------------------------------------------------
+
+_WITHOUT_LANGGRAPH = """
+import sys
+
+class Missing:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("langgraph", "langchain_core"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, Missing())
+for name in [m for m in sys.modules if m.split(".")[0] in ("langgraph", "langchain_core")]:
+    del sys.modules[name]
+try:
+    import statefuse.langgraph
+except ModuleNotFoundError as exc:
+    print(exc.name)
+    print(exc)
+"""
+
+
+def test_importing_the_langgraph_store_without_the_extra_names_the_install_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_LANGGRAPH],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    name, message = done.stdout.splitlines()
+    assert name == "langchain_core"
+    assert message == (
+        "statefuse.langgraph needs the langgraph extra (no module 'langchain_core'):"
+        " pip install 'statefuse[langgraph]'"
+    )
