@@ -765,10 +765,15 @@ def _cmd_show(s: Session) -> int:
             c for c in claims if _key_of(c)[: len(prefix)] == prefix and a.scope in (None, c.scope)
         ]
     claims = sorted(claims, key=_SHOW_ORDER)
+    limit = _conflict_limit(a.limit)
+    more = 0 if limit is None else max(0, len(claims) - limit)
+    claims = claims if limit is None else claims[:limit]
     notes = {c.op_id: claim_notes(c, state) for c in claims}
     if s.json:  # build only the form asked for: a memory may hold many claims
         claims_json = [{**_claim_json(c, state, names), "notes": notes[c.op_id]} for c in claims]
         data: dict[str, Any] = {"claims": claims_json}
+        if limit is not None:
+            data["more"] = more
         if not claims and prefix and at is None:
             near = rep.nearest_prefix(prefix)
             if near is not None:
@@ -789,7 +794,10 @@ def _cmd_show(s: Session) -> int:
         for c in claims
     ]
     header = ["ID", "KEY", "SCOPE", "VALUE", "AUTHOR", "NOTE"]
-    s.emit(None, table(header, rows) if rows else _no_claims(rep, a.prefix, prefix, at))
+    text = table(header, rows) if rows else _no_claims(rep, a.prefix, prefix, at)
+    if more:
+        text += f"\n{plural(more, 'more claim')} not shown ({len(claims) + more} in all)."
+    s.emit(None, text)
     return EXIT_OK
 
 
@@ -911,7 +919,10 @@ def _cmd_history(s: Session) -> int:
     names = rep.author_names()
     at = _at(a)
     state = rep.state_for(key, scope=a.scope) if at is None else rep.state(at=at)
-    events = key_history(state, key, a.scope)
+    every = key_history(state, key, a.scope)
+    limit = _conflict_limit(a.limit)
+    left_out = 0 if limit is None else max(0, len(every) - limit)
+    events = every[left_out:]  # the latest: what happened last matters most
     rows = [
         [
             str(e.lamport),
@@ -929,7 +940,10 @@ def _cmd_history(s: Session) -> int:
         if rows
         else f"No history for {format_key(key)}."
     )
-    s.emit({"key": list(key), "events": [_event_json(e, names) for e in events]}, text)
+    if left_out:
+        text = f"{plural(left_out, 'earlier event')} not shown ({len(every)} in all).\n" + text
+    data = {"key": list(key), "events": [_event_json(e, names) for e in events]}
+    s.emit({**data, "more": left_out}, text)
     return EXIT_OK
 
 
@@ -2253,6 +2267,7 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
         "prefix", metavar="PREFIX", nargs="?", help="namespace[/subject[/predicate]] to show"
     )
     p.add_argument("--scope", help="only claims in this scope")
+    p.add_argument("--limit", metavar="N", help="show at most N claims (default: all)")
     _at_argument(p)
 
 
@@ -2264,6 +2279,7 @@ def _conflicts_arguments(p: argparse.ArgumentParser) -> None:
 def _history_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("key", metavar="KEY", help="namespace/subject/predicate")
     p.add_argument("--scope", help="only this scope")
+    p.add_argument("--limit", metavar="N", help="show the latest N events (default: all)")
     _at_argument(p)
 
 
@@ -2457,6 +2473,12 @@ def _context_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--query", required=True, help="what the planner is asking (ranks the facts)")
     # statefuse.context.DEFAULT_BUDGET (not imported here: it would slow every command's start)
     p.add_argument("--budget", type=int, default=2000, help="token budget (default 2000)")
+    p.add_argument(
+        "--limit",
+        metavar="N",
+        help="with --json, list at most N claim ids under each omission handle (default 20;"
+        " the counts are given in full)",
+    )
     p.add_argument("--role", action="append", default=[], help="a viewer role (repeat)")
     p.add_argument("--task", help="the viewer's task (opens task:TASK claims)")
     p.add_argument("--session", help="the viewer's session (opens session:SESSION claims)")
@@ -2546,8 +2568,26 @@ def _cmd_context(s: Session) -> int:
     context = replica.context(
         a.query, lens=lens, budget=a.budget, resolver=resolver, embedder=embedder, at=_at(a)
     )
-    s.emit(json.loads(context.to_json()) if s.json else None, context.text)
+    s.emit(_context_json(context, _conflict_limit(a.limit) or 0) if s.json else None, context.text)
     return EXIT_OK
+
+
+#: Claim ids ``context --json`` lists under each omission handle when ``--limit`` is not given.
+CONTEXT_OMITTED_IDS = 20
+
+
+def _context_json(context: Any, limit: int) -> dict[str, Any]:
+    """`Context.to_dict` with each omission handle's claim ids cut to the first ``limit``
+    (default `CONTEXT_OMITTED_IDS`): a large memory omits most of its claims, and their ids
+    would make the document grow with the memory (4.5 MB at 60k claims). What is cut is counted:
+    ``omitted_counts`` (per handle, in all) and ``omitted_left_out`` (ids not listed)."""
+    data: dict[str, Any] = context.to_dict()
+    most = limit or CONTEXT_OMITTED_IDS
+    omitted: dict[str, list[str]] = data["omitted"]
+    data["omitted_counts"] = {h: len(ids) for h, ids in omitted.items()}
+    data["omitted_left_out"] = sum(max(0, len(ids) - most) for ids in omitted.values())
+    data["omitted"] = {h: ids[:most] for h, ids in omitted.items()}
+    return data
 
 
 COMMANDS: tuple[Command, ...] = (

@@ -296,6 +296,8 @@ class Conflicts(TypedDict):
     """The conflicts of the memory."""
 
     conflicts: list[ConflictInfo]
+    total: Annotated[int, Field(description="how many conflicts match, shown or not")]
+    left_out: Annotated[int, Field(description="how many matching conflicts limit left out")]
 
 
 class Decided(TypedDict):
@@ -333,6 +335,7 @@ class History(TypedDict):
 
     key: str
     events: list[Event]
+    left_out: Annotated[int, Field(description="how many earlier events limit left out")]
 
 
 class PeerSync(TypedDict):
@@ -881,10 +884,13 @@ class _Tools:
         include_decided: Annotated[
             bool, Field(description="also list conflicts a decision settles")
         ] = False,
+        limit: Annotated[
+            int, Field(ge=1, le=MAX_LIMIT, description="most conflicts to return")
+        ] = DEFAULT_LIMIT,
     ) -> Annotated[CallToolResult, Conflicts]:
-        """Where sources disagree: every unresolved conflict with each candidate value, who
-        asserted it (author id and declared name) and from where (provenance). Decide one with
-        `decide`."""
+        """Where sources disagree: the unresolved conflicts (the first ``limit``, by key), each
+        with its candidate values, who asserted them (author id and declared name) and from
+        where (provenance); says how many were left out. Decide one with `decide`."""
         parts: tuple[str, ...] = ()
         if prefix:
             with _argument("prefix"):
@@ -901,10 +907,17 @@ class _Tools:
                 ),
                 key=lambda c: (c.key, c.scope),
             )
+            total, found = len(found), found[:limit]
             infos = [_conflict_info(c, state, names) for c in found]
-            lines = [plural(len(infos), "conflict") + ("" if include_decided else " undecided")]
+            lines = [plural(total, "conflict") + ("" if include_decided else " undecided")]
+            if total > len(found):
+                lines[0] += (
+                    f", {len(found)} shown ({total - len(found)} left out: pass a larger limit"
+                    " or a prefix)"
+                )
             lines += [_conflict_line(c, state, names) for c in found]
-        return _answer("\n".join(lines), Conflicts(conflicts=infos))
+        result = Conflicts(conflicts=infos, total=total, left_out=total - len(found))
+        return _answer("\n".join(lines), result)
 
     def decide(
         self,
@@ -952,14 +965,20 @@ class _Tools:
         self,
         key: _Key,
         scope: Annotated[str | None, Field(description="only this scope")] = None,
+        limit: Annotated[
+            int, Field(ge=1, le=MAX_LIMIT, description="most events to return (the latest)")
+        ] = DEFAULT_LIMIT,
     ) -> Annotated[CallToolResult, History]:
-        """Every assertion, retraction and decision of a key's claims, in lamport order, with
-        who (author id and declared name) and why."""
+        """The assertions, retractions and decisions of a key's claims, in lamport order (the
+        latest ``limit``; says how many earlier ones were left out), with who (author id and
+        declared name) and why."""
         with _argument("key"):
             parsed = parse_key(key)
         with self.lock:
-            events = key_history(self.replica.state_for(parsed, scope=scope), parsed, scope)
+            every = key_history(self.replica.state_for(parsed, scope=scope), parsed, scope)
             names = self.replica.author_names()
+        left_out = max(0, len(every) - limit)
+        events = every[left_out:]
         infos = [
             Event(
                 lamport=e.lamport,
@@ -974,14 +993,17 @@ class _Tools:
             )
             for e in events
         ]
-        lines = [f"{plural(len(infos), 'event')} for {format_key(parsed)}"]
+        lines = [f"{plural(len(every), 'event')} for {format_key(parsed)}"]
+        if left_out:
+            lines[0] += f", the latest {len(infos)} shown ({left_out} earlier left out)"
         lines += [
             f"{e.lamport} {e.event} {short_id(e.claim.claim_id)} [{e.claim.scope}]"
             f" {value_cell(e.claim.value)} by {names.label(e.author)}"
             + (f": {_one_line(e.why)}" if e.why.strip() else "")
             for e in events
         ]
-        return _answer("\n".join(lines), History(key=format_key(parsed), events=infos))
+        result = History(key=format_key(parsed), events=infos, left_out=left_out)
+        return _answer("\n".join(lines), result)
 
     def sync(self) -> Annotated[CallToolResult, Synced]:
         """Exchange changes with the peers this server was started with (``--peer`` URLs of
