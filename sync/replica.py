@@ -68,6 +68,7 @@ from statefuse.context import (
     ContextTotals,
     context_for,
 )
+from statefuse.current import KeyConflict, KeyValue, current_of
 from statefuse.error import ClaimLookupError
 from statefuse.fusion import HybridRanker
 from statefuse.history import HistoryEvent, key_history
@@ -94,7 +95,7 @@ from statefuse.registry.normalizer import Normalizer
 from statefuse.registry.value import Value
 from statefuse.resolver import Resolver
 from statefuse.search import SearchHit, search_view
-from statefuse.state import ConflictSet, State, locus_of
+from statefuse.state import ConflictSet, State, key_of, locus_of
 from statefuse.statediff import StateDiff, state_diff
 from statefuse.store import (
     DEFAULT_WAIT,
@@ -1980,6 +1981,18 @@ class Replica:
         with self.store.read_transaction():
             loci = ix.loci(prefix=parts, scope=scope, active=False)
             return ix.state_of(loci, registry=self.registry)
+
+    @_locked
+    def get(
+        self, key: str | Sequence[str], *, scope: str = "global"
+    ) -> KeyValue | KeyConflict | None:
+        """The current value of one key (``"namespace/subject/predicate"`` or its three
+        parts) in ``scope``: a `KeyValue` (the claims agree, a decision chose, or a set-valued
+        predicate's values), a `KeyConflict` (they disagree, undecided: the candidates), or
+        None (no active claim). On a store opened on its derived state this reads that key's
+        rows alone (`state_for`). Raises KeyTextError (field ``key``) for a bad key."""
+        parts = key_of(key)
+        return current_of(self.state_for(parts, scope=scope), parts, scope)
 
     @_locked
     def key_names(self, prefix: str | Sequence[str] = (), *, limit: int = 1000) -> list[str]:
