@@ -36,6 +36,7 @@ import sqlite3
 import sys
 import threading
 import time
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -615,8 +616,13 @@ def _assert(s: Session, *, update: bool) -> tuple[Replica, ClaimAdded]:
     near = rep.near_key(key)
     if near is not None:
         what = "namespace" if len(near) == 1 else "subject"
+        typed = key[len(near) - 1]
+        if unicodedata.normalize("NFC", typed) == unicodedata.normalize("NFC", near[-1]):
+            how = "the same text in another Unicode form as"  # keys are not normalized
+        else:
+            how = "one edit away from"
         warnings.warn(
-            f"{format_key(key)} starts a new {what}, one edit away from the existing"
+            f"{format_key(key)} starts a new {what}, {how} the existing"
             f" `{format_key(near)}`: check the spelling",
             stacklevel=2,
         )

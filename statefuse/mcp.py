@@ -45,7 +45,17 @@ from mcp.server.caching import CacheHint
 from mcp.server.mcpserver import Context as McpContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    CallToolResult,
+    GetPromptResult,
+    InputRequiredResult,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import Field, ValidationError
 from typing_extensions import TypedDict
 
@@ -1092,6 +1102,108 @@ class _Server(MCPServer[Any]):
             if isinstance(cause, InputError):
                 return _refusal(f"{cause.field}: {_one_line(cause.message)} [rule: {cause.rule}]")
             raise
+
+    async def get_prompt(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        context: McpContext[Any, Any] | None = None,
+    ) -> GetPromptResult | InputRequiredResult:
+        """An unknown prompt is the JSON-RPC error invalid params (-32602) naming it: the SDK
+        raises a bare ValueError, which reaches the client as code 0 and logs a traceback."""
+        if self._prompt_manager.get_prompt(name) is None:
+            raise MCPError(INVALID_PARAMS, f"Unknown prompt: {name!r} (this server has none)")
+        return await super().get_prompt(name, arguments, context)
+
+    async def run_stdio_async(self) -> None:
+        """`MCPServer.run_stdio_async` with every line checked at our seam first: a line the
+        SDK's parser refuses (not JSON, nested deeper than it reads, not a JSON-RPC message)
+        is answered with a JSON-RPC error (parse error -32700 or invalid request -32600, with
+        the request's id when it can be read) instead of being dropped without a reply."""
+        from io import TextIOWrapper
+
+        from mcp.server.stdio import stdio_server
+
+        lines = _CheckedLines(
+            anyio.wrap_file(TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+        )
+        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            lines.answer_to(write_stream)
+            await self._lowlevel_server.run(
+                read_stream, write_stream, self._lowlevel_server.create_initialization_options()
+            )
+
+
+class _CheckedLines:
+    """The lines of stdin that are JSON-RPC messages the SDK reads; every other line is
+    answered here, through the server's own write stream, with a JSON-RPC error."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self._write: Any = None
+        self._ready = anyio.Event()
+
+    def answer_to(self, write_stream: Any) -> None:
+        self._write = write_stream
+        self._ready.set()
+
+    def __aiter__(self) -> Any:
+        return self._lines()
+
+    async def _lines(self) -> Any:
+        from mcp.types import jsonrpc_message_adapter
+
+        async for line in self.source:
+            if not line.strip():
+                continue
+            try:
+                jsonrpc_message_adapter.validate_json(line, by_name=False)
+            except Exception:
+                await self._refuse(line)
+                continue
+            yield line
+
+    async def _refuse(self, line: str) -> None:
+        import json
+
+        from mcp.shared.message import SessionMessage
+        from mcp.types import ErrorData, JSONRPCError
+
+        ident: str | int | None = None
+        try:
+            parsed = json.loads(line)
+        except RecursionError:
+            code, message = PARSE_ERROR, "Parse error: the message is nested too deeply to read"
+        except ValueError:
+            code, message = PARSE_ERROR, "Parse error: the line is not JSON"
+        else:
+            code = INVALID_REQUEST
+            message = "Invalid request: not a JSON-RPC message this server reads"
+            found = parsed.get("id") if isinstance(parsed, dict) else None
+            if type(found) in (str, int):
+                ident = found
+            if _depth(parsed) > _MAX_DEPTH:
+                message = "Invalid request: the message is nested too deeply to read"
+        await self._ready.wait()
+        error = JSONRPCError(jsonrpc="2.0", id=ident, error=ErrorData(code=code, message=message))
+        await self._write.send(SessionMessage(error))
+
+
+#: How deep the SDK's JSON parser reads (pydantic's limit): a deeper request is refused.
+_MAX_DEPTH = 128
+
+
+def _depth(value: object) -> int:
+    """How deeply ``value`` (parsed JSON) nests, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        deepest = max(deepest, d)
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return deepest
 
 
 _INSTRUCTIONS = (

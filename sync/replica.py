@@ -51,6 +51,7 @@ import os
 import sys
 import threading
 import time
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -2032,15 +2033,19 @@ class Replica:
 
     def near_key(self, key: str | Sequence[str]) -> tuple[str, ...] | None:
         """When writing ``key`` would create a new namespace next to an existing one a single
-        edit away (or a new subject next to one a single edit away in the same namespace),
-        that existing prefix; else None. What a write warns about once (a typo makes a new key
-        rather than an error)."""
+        edit away or spelling the same text in another Unicode form (or such a new subject
+        next to one in the same namespace), that existing prefix; else None. What a write
+        warns about once (a typo makes a new key rather than an error)."""
         parts = _prefix_parts(key)
         for i, part in enumerate(parts[:2]):
             names = self.key_names(parts[:i])
             if part in names:
                 continue
-            best = nearest(part, names, most=1)
+            # keys are not Unicode-normalized: "café" as one code point and as "e" plus a
+            # combining accent are two keys, so the same text in another form is pointed out
+            same = unicodedata.normalize("NFC", part)
+            best = next((n for n in names if unicodedata.normalize("NFC", n) == same), None)
+            best = best or nearest(part, names, most=1)
             return None if best is None else (*parts[:i], best)
         return None
 

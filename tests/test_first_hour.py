@@ -202,3 +202,30 @@ def test_importing_the_langgraph_store_without_the_extra_names_the_install_comma
         "statefuse.langgraph needs the langgraph extra (no module 'langchain_core'):"
         " pip install 'statefuse[langgraph]'"
     )
+
+
+# --- Unicode forms of one key ---------------------------------------------------------------------
+
+CAFE_NFC = "caf\u00e9"  # é as one code point
+CAFE_NFD = "cafe\u0301"  # e and a combining acute accent
+
+
+def test_keys_are_not_normalized_and_a_key_in_another_unicode_form_is_pointed_out(
+    store: Path,
+) -> None:
+    """Keys are taken code point by code point (docs/operations.md: Keys and Unicode): the
+    two forms of "café" are two keys, and the command line says so when it meets the second."""
+    assert _statefuse(store, "claim", f"menu/{CAFE_NFC}/price", "3").returncode == 0
+    other = _statefuse(store, "claim", f"menu/{CAFE_NFD}/price", "4")
+    assert other.returncode == 0
+    assert other.stderr == (
+        f"Warning: menu/{CAFE_NFD}/price starts a new subject, the same text in another Unicode"
+        f" form as the existing `menu/{CAFE_NFC}`: check the spelling\n"
+    )
+    shown = json.loads(_statefuse(store, "--json", "show", "menu").stdout)["claims"]
+    assert sorted(c["key"][1] for c in shown) == sorted([CAFE_NFC, CAFE_NFD])
+    empty = _statefuse(store, "show", f"{CAFE_NFD}")
+    assert empty.stdout == "No active claims.\n"  # no namespace near it
+    assert _statefuse(store, "show", f"mnu/{CAFE_NFD}").stdout == (
+        f"No claims under `mnu/{CAFE_NFD}` (did you mean `menu/{CAFE_NFD}`?)\n"
+    )
