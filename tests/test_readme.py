@@ -53,6 +53,12 @@ def test_the_readme_says_how_to_install_into_a_project_with_each_extra():
     for command in ("pip install statefuse", 'pip install "statefuse[mcp]"'):
         assert command in install
     assert 'pip install "statefuse[langgraph]"' in install
+    # true today: from a checkout, with extras, and from a wheel built there (test_packaging.py
+    # installs one so); the index's name is what it will be once published, and says so
+    assert "not on PyPI yet" in install and "Once published" in install
+    for command in ("pip install .", "pip install '.[mcp,langgraph,nats]'", "python -m build"):
+        assert f"\n{command} " in install, command
+    assert "pip install dist/statefuse-" in install
 
 
 def test_every_relative_link_of_the_readme_names_a_file_of_the_repository():
