@@ -153,3 +153,75 @@ def test_the_cli_guides_session_prints_what_the_page_shows(session: Session) -> 
         session.env.pop("STATEFUSE_STORE", None)
         for command, expected in _steps(block.code):
             session.step(command, expected, f"{page.name}, the block at line {block.line}")
+
+
+def _quoted(page: Path, start: str) -> list[str]:
+    """The backticked spans of the paragraph of ``page`` that starts with ``start``, each on one
+    line (a span may wrap)."""
+    text = page.read_text(encoding="utf-8")
+    paragraph = text[text.index(start) :].split("\n\n", 1)[0]
+    return [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", paragraph)]
+
+
+def test_the_nats_guides_follower_and_sync_print_what_the_page_says(tmp_path: Path) -> None:
+    import queue
+    import threading
+
+    from natsserver import NatsServer
+
+    page = ROOT / "docs" / "guides" / "nats.md"
+    said = [s for s in _quoted(page, "The follower prints") if "nats://" in s]
+    following, own, theirs, synced = said[:4]
+    broker = NatsServer(tmp_path).start()
+    try:
+        here = f"nats://127.0.0.1:{broker.port}"
+
+        def ours(line: str) -> str:
+            return line.replace("nats://127.0.0.1:4222", here)
+
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+
+        def statefuse(*argv: str) -> str:
+            done = subprocess.run(
+                [sys.executable, "-m", "statefuse", *argv],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=HANG,
+            )
+            assert done.returncode == 0, done.stderr
+            return done.stdout + done.stderr
+
+        statefuse("--store", "planner.db", "init", "--space", "launch-plan", "--name", "planner")
+        statefuse("--store", "scout.db", "init", "--space", "launch-plan", "--name", "scout")
+        follow = ("--store", "scout.db", "serve", "--nats", here, "--interval", "2")
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "statefuse", *follow],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+        assert serve.stdout is not None
+        reader = threading.Thread(target=lambda: [lines.put(x) for x in serve.stdout], daemon=True)
+        reader.start()
+        try:
+            assert lines.get(timeout=HANG) == ours(following) + "\n"
+            assert lines.get(timeout=HANG) == ours(own) + "\n"  # its name, published
+            statefuse("--store", "planner.db", "claim", "project/launch/owner", "dana")
+            assert statefuse("--store", "planner.db", "sync", here) == ours(synced) + "\n"
+            # the planner's two changes arrive in one round (the page's line) or in two
+            line = lines.get(timeout=HANG)
+            if line != ours(theirs) + "\n":
+                one = ours(theirs).replace("received 2", "received 1") + "\n"
+                assert line == one and lines.get(timeout=HANG) == one, line
+            shown = statefuse("--store", "scout.db", "show")
+            assert '"dana"' in shown and "planner" in shown
+        finally:
+            serve.terminate()
+            serve.wait(timeout=HANG)
+    finally:
+        broker.kill()
