@@ -84,6 +84,7 @@ def _ensure_core_wheels() -> None:
     if stamp.is_file() and stamp.read_text(encoding="utf-8") == wanted:
         return
     print("downloading the core dependencies' wheels into .wheels ...", file=sys.stderr)
+    WHEELS_DIR.mkdir(exist_ok=True)
     done = subprocess.run(
         [
             str(_python()),
