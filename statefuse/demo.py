@@ -13,6 +13,8 @@ commands: a demo that calls its stores durable and then deletes them shows nothi
 from __future__ import annotations
 
 import contextlib
+import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -230,7 +232,9 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
         if workdir is None:
             out(f"The stores in {home} are removed now; `statefuse demo --dir DIR` keeps them.")
         else:
+            # the command as this process can run it (`dev.py demo` puts it in a venv of its own)
+            command = "statefuse" if shutil.which("statefuse") else f"{sys.executable} -m statefuse"
             out(f"The stores are kept in {home}: look at the planner's with")
-            out(f"     statefuse conflicts --store {home / 'planner.db'}")
-            out(f"     statefuse history project/launch/deadline --store {home / 'planner.db'}")
+            out(f"     {command} conflicts --store {home / 'planner.db'}")
+            out(f"     {command} history project/launch/deadline --store {home / 'planner.db'}")
         return state
