@@ -4,16 +4,21 @@
     python3 dev.py demo     # runs the StateFuse demo
     python3 dev.py test     # runs the whole test suite, on every core
 
-Each command makes ``.venv`` next to this file on first use and installs the project into it in
-editable mode, so a fresh machine needs nothing but Python >= 3.10; ``test`` also fetches the
-sdists that hold LangGraph's store tests into ``.upstream/`` (`_ensure_upstream_tests`). It only
-uses the standard library so that it runs before anything is installed.
+``demo`` makes ``.venv-demo`` next to this file on first use and installs the project with its
+core dependencies alone (no test, lint, docs, NATS, MCP or LangGraph packages), so that a new
+user's first command is quick. ``test``, ``lint`` and ``bench`` make ``.venv`` and install the
+project into it in editable mode with its test and lint tools; ``test`` also fetches the sdists
+that hold LangGraph's store tests into ``.upstream/`` (`_ensure_upstream_tests`) and the wheels of
+the core dependencies into ``.wheels/`` (`_ensure_core_wheels`: the packaging test installs the
+built wheel into a fresh venv from them, with no index). So a fresh machine needs nothing but
+Python >= 3.10. It only uses the standard library so that it runs before anything is installed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -21,42 +26,86 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
-BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
-STAMP = VENV / ".statefuse-installed"
 #: LangGraph's store tests (tests/test_langgraph_upstream.py runs them against StateFuseStore)
 #: ship in these distributions' sdists, fetched here for the versions the venv has: the install
 #: step is the only one that downloads, never a test.
 UPSTREAM = ("langgraph-checkpoint", "langgraph-checkpoint-sqlite")
 UPSTREAM_DIR = ROOT / ".upstream"
+#: The demo's own venv: the core alone.
+DEMO_VENV = ROOT / ".venv-demo"
+#: Wheels of the core dependencies (and theirs), for tests/test_packaging.py's fresh venv.
+WHEELS_DIR = ROOT / ".wheels"
 
 
-def _python() -> Path:
-    return BIN / ("python.exe" if os.name == "nt" else "python")
+def _python(venv_dir: Path = VENV) -> Path:
+    bin_dir = venv_dir / ("Scripts" if os.name == "nt" else "bin")
+    return bin_dir / ("python.exe" if os.name == "nt" else "python")
 
 
-def _ensure_venv() -> None:
+def _ensure_venv(venv_dir: Path = VENV, target: str = "[test,lint]") -> None:
     """Create the venv and (re)install when pyproject.toml changed since the last install."""
+    stamp = venv_dir / ".statefuse-installed"
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    if STAMP.exists() and STAMP.read_text() == wanted and _python().exists():
+    if stamp.exists() and stamp.read_text() == wanted and _python(venv_dir).exists():
         return
-    if not _python().exists():
-        print("creating virtual environment in .venv ...", file=sys.stderr)
-        venv.EnvBuilder(with_pip=True).create(VENV)
-    print("installing statefuse and its test tools into .venv ...", file=sys.stderr)
+    if not _python(venv_dir).exists():
+        print(f"creating virtual environment in {venv_dir.name} ...", file=sys.stderr)
+        venv.EnvBuilder(with_pip=True).create(venv_dir)
+    what = "and its test tools " if target else "(the core alone) "
+    print(f"installing statefuse {what}into {venv_dir.name} ...", file=sys.stderr)
     subprocess.run(
         [
-            str(_python()),
+            str(_python(venv_dir)),
             "-m",
             "pip",
             "install",
             "--quiet",
             "--disable-pip-version-check",
             "-e",
-            f"{ROOT}[test,lint]",
+            f"{ROOT}{target}",
         ],
         check=True,
     )
-    STAMP.write_text(wanted)
+    stamp.write_text(wanted)
+
+
+def _core_requirements() -> list[str]:
+    """The ``dependencies`` of pyproject.toml (read without tomllib, which 3.10 lacks)."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
+    assert block, "pyproject.toml has no dependencies list"
+    return re.findall(r'^\s*"([^"]+)",?\s*$', block.group(1), re.M)
+
+
+def _ensure_core_wheels() -> None:
+    """Download wheels of the core dependencies (and theirs) into `WHEELS_DIR`, once per list."""
+    wanted = "\n".join(_core_requirements())
+    stamp = WHEELS_DIR / "requirements.txt"
+    if stamp.is_file() and stamp.read_text(encoding="utf-8") == wanted:
+        return
+    print("downloading the core dependencies' wheels into .wheels ...", file=sys.stderr)
+    WHEELS_DIR.mkdir(exist_ok=True)
+    done = subprocess.run(
+        [
+            str(_python()),
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--only-binary",
+            ":all:",
+            "-d",
+            str(WHEELS_DIR),
+            *_core_requirements(),
+        ],
+        check=False,
+    )
+    if done.returncode != 0:
+        # the packaging test that needs them says so (and fails under CI=true)
+        print("Warning: could not download the core dependencies' wheels", file=sys.stderr)
+        return
+    stamp.write_text(wanted, encoding="utf-8")
 
 
 def _ensure_upstream_tests() -> None:
@@ -106,13 +155,17 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"demo", "test", "lint", "bench"}:
         print(__doc__)
         return 2
-    _ensure_venv()
     cmd, rest = argv[0], argv[1:]
-    py = str(_python())
     if cmd == "demo":
-        return subprocess.call([py, "-m", "statefuse", "demo", *rest], cwd=ROOT)
+        # the core alone (editable: a change to the checkout shows), run from the user's directory
+        # (a relative `--dir` is theirs)
+        _ensure_venv(DEMO_VENV, "")
+        return subprocess.call([str(_python(DEMO_VENV)), "-m", "statefuse", "demo", *rest])
+    _ensure_venv()
+    py = str(_python())
     if cmd == "test":
         _ensure_upstream_tests()
+        _ensure_core_wheels()
         # the whole suite runs on every core (pytest-xdist); a chosen test runs in one process
         spread = [] if rest else ["-n", "auto"]
         return subprocess.call([py, "-m", "pytest", *spread, *rest], cwd=ROOT)

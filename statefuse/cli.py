@@ -2136,12 +2136,17 @@ def _cmd_repair(s: Session) -> int:
 def _cmd_demo(s: Session) -> int:
     from statefuse.demo import run
 
+    if s.args.store is not None:
+        raise CliError(
+            "--store", "demo-dir", "demo makes its own stores: --dir DIR keeps them in DIR"
+        )
+    workdir = None if s.args.dir is None else Path(s.args.dir).expanduser().resolve()
     if s.json:
         lines: list[str] = []
-        run(lines.append)
-        s.emit({"lines": lines}, "")
+        run(lines.append, workdir=workdir)
+        s.emit({"lines": lines, "dir": None if workdir is None else str(workdir)}, "")
     else:
-        run()
+        run(workdir=workdir)
     return EXIT_OK
 
 
@@ -2168,6 +2173,14 @@ class _Parser(argparse.ArgumentParser):
 
 def _no_arguments(p: argparse.ArgumentParser) -> None:
     del p
+
+
+def _demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dir",
+        metavar="DIR",
+        help="keep the demo's stores in DIR (new or empty; default: a temporary directory)",
+    )
 
 
 def _init_arguments(p: argparse.ArgumentParser) -> None:
@@ -2638,7 +2651,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "repair", "make a damaged store writable, losing nothing", _repair_arguments, _cmd_repair
     ),
-    Command("demo", "a multi-agent story, start to end", _no_arguments, _cmd_demo),
+    Command("demo", "a multi-agent story, start to end", _demo_arguments, _cmd_demo),
     Command("context", "the context a planner's LLM reads", _context_arguments, _cmd_context),
     Command("mcp", "serve the memory to MCP clients (tools for LLMs)", _mcp_arguments, _cmd_mcp),
 )

@@ -1,17 +1,25 @@
 """The ``statefuse demo`` story: a planner and two research agents on the embedded SQLite store.
 
-Everything runs in a temporary directory on real replicas: forks, conflicting findings, an exact
-and a semantic correction, a stale branch whose re-assertion is suppressed, a forged change that is
-quarantined, sync over HTTP on loopback and by a bundle file, and the merged memory a planner
-reads. It prints each step and takes a few seconds.
+Everything runs on real replicas: forks, conflicting findings, an exact and a semantic
+correction, a stale branch whose re-assertion is suppressed, a forged change that is quarantined,
+sync over HTTP on loopback and by a bundle file, and the merged memory a planner reads. It prints
+each step and takes a few seconds.
+
+The stores live in a temporary directory removed at the end (the demo says so), or, given a
+directory (``statefuse demo --dir DIR``), are kept there for the user to open with the other
+commands: a demo that calls its stores durable and then deletes them shows nothing to look at.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from statefuse.error import InputError
 from statefuse.lens import Lens
 from statefuse.op import ClaimAdded
 from statefuse.projection import project
@@ -26,6 +34,34 @@ deadline = "date"
 price = "money"
 """
 SPACE = "launch-plan"
+#: The files the story writes into its directory; a directory already holding one is refused, so
+#: that a second run never mixes with (or overwrites) the stores of the first.
+STORES = ("planner.db", "scout.db", "analyst.db", "archivist.db")
+
+
+class DemoDirError(InputError, ValueError):
+    """The directory given to keep the demo's stores in cannot take them."""
+
+
+@contextlib.contextmanager
+def _home(workdir: Path | None) -> Iterator[Path]:
+    """``workdir`` (made if missing, kept), else a temporary directory removed on the way out."""
+    if workdir is None:
+        with tempfile.TemporaryDirectory(prefix="statefuse-demo-") as tmp:
+            yield Path(tmp)
+        return
+    if workdir.exists() and not workdir.is_dir():
+        raise DemoDirError("--dir", "directory", f"{workdir} is not a directory")
+    taken = [name for name in STORES if (workdir / name).exists()]
+    if taken:
+        raise DemoDirError(
+            "--dir",
+            "new-directory",
+            f"{workdir} already holds {taken[0]} (a store of an earlier demo):"
+            " choose a new or empty directory",
+        )
+    workdir.mkdir(parents=True, exist_ok=True)
+    yield workdir
 
 
 def _value(c: ClaimAdded) -> str:
@@ -41,8 +77,7 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
     from statefuse.sync.replica import Replica
     from statefuse.writer import Writer
 
-    with tempfile.TemporaryDirectory(prefix="statefuse-demo-") as tmp:
-        home = Path(workdir or tmp)
+    with _home(workdir) as home:
 
         def who(author: bytes | str) -> str:
             return planner.author_label(author)  # the names the agents declared in the space
@@ -58,7 +93,11 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
                 )
                 out(f"{indent}CONFLICT {subject}.{predicate}: {values}")
 
-        out(f"StateFuse demo: one shared memory, three agents, SQLite stores in {home}")
+        if workdir is None:
+            where = f"a temporary directory, {home}, removed at the end (--dir DIR keeps them)"
+        else:
+            where = f"{home} (kept)"
+        out(f"StateFuse demo: one shared memory, three agents, SQLite stores in {where}")
         out("")
         contract = home / "launch-plan.registry.toml"
         contract.write_text(DEMO_REGISTRY_TOML, encoding="utf-8")
@@ -190,4 +229,12 @@ def run(out: Callable[[str], object] = print, *, workdir: Path | None = None) ->
             agent.close()
         out("")
         out("Done: every step above is durable in the SQLite stores, signed, and verifiable.")
+        if workdir is None:
+            out(f"The stores in {home} are removed now; `statefuse demo --dir DIR` keeps them.")
+        else:
+            # the command as this process can run it (`dev.py demo` puts it in a venv of its own)
+            command = "statefuse" if shutil.which("statefuse") else f"{sys.executable} -m statefuse"
+            out(f"The stores are kept in {home}: look at the planner's with")
+            out(f"     {command} conflicts --store {home / 'planner.db'}")
+            out(f"     {command} history project/launch/deadline --store {home / 'planner.db'}")
         return state

@@ -32,6 +32,8 @@
     │   ├── StoreError (RuntimeError)       a store for another space or a newer schema, locked
     │   │                                   by a live writer, or missing or unreadable
     │   ├── CliError (ValueError)           a command-line usage error (printed as ``Error: …``)
+    │   ├── DemoDirError (ValueError)       a ``statefuse demo --dir`` that cannot take the demo's
+    │   │                                   stores (not a directory, or holding one already)
     │   ├── EmbedderError (ValueError)      an embedder, or the vectors it returned, that breaks
     │   │                                   the interface (count, dimension, finite numbers;
     │   │                                   `statefuse.embedder`)

@@ -44,7 +44,7 @@ def _send(
     headers: dict[str, str] | None = None,
     method: str = "POST",
 ) -> tuple[int, dict[str, Any]]:
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=60)
     try:
         conn.request(method, endpoint, body, headers=headers or {})
         response = conn.getresponse()

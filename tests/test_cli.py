@@ -1261,3 +1261,44 @@ def test_the_context_command_and_the_library_give_the_same_text_by_default(store
     assert "acme/price: 100" in library and "UNRESOLVED" not in library
     assert pure == library
     assert cli("context", "--query", "price of acme") == Run(0, library + "\n", "")
+
+
+def test_the_demo_keeps_its_stores_in_the_directory_given_and_says_where(tmp_path):
+    home = tmp_path / "demo"
+    proc = _statefuse("demo", "--dir", str(home))
+    assert proc.returncode == 0, proc.stderr
+    assert f"SQLite stores in {home} (kept)" in proc.stdout
+    assert f"statefuse conflicts --store {home / 'planner.db'}" in proc.stdout
+    assert sorted(p.name for p in home.glob("*.db")) == [
+        "analyst.db",
+        "archivist.db",
+        "planner.db",
+        "scout.db",
+    ]
+    # the kept store is a real one: another process reads the demo's deadline conflict from it
+    shown = _statefuse("conflicts", "--store", str(home / "planner.db"))
+    assert shown.returncode == 0, shown.stderr
+    assert "project/launch/deadline" in shown.stdout and '"2026-04-08"' in shown.stdout
+    # a second run into the same directory is refused, the first run's stores untouched
+    before = (home / "planner.db").read_bytes()
+    again = _statefuse("demo", "--dir", str(home))
+    assert (again.returncode, again.stdout) == (1, "")
+    assert again.stderr.startswith("Error: --dir: ") and "already holds" in again.stderr
+    assert again.stderr.count("\n") == 1
+    assert (home / "planner.db").read_bytes() == before
+
+
+def test_the_demo_without_a_directory_says_its_temporary_one_is_removed():
+    proc = _statefuse("demo")
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert "a temporary directory" in first and "--dir DIR keeps them" in first
+    where = first.split("a temporary directory, ", 1)[1].split(", removed", 1)[0]
+    assert not Path(where).exists()
+
+
+def test_the_demo_refuses_store_rather_than_ignoring_it(tmp_path):
+    proc = _statefuse("demo", "--store", str(tmp_path / "mine.db"))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("Error: ") and "--dir DIR" in proc.stderr
+    assert not (tmp_path / "mine.db").exists()

@@ -68,7 +68,7 @@ def _ids(replica: Replica) -> set[bytes]:
 
 def _post(server: SyncServer, path: str, body: bytes, method: str = "POST") -> tuple[int, Any]:
     """One raw request; the status and the JSON body (or the raw body if it is not JSON)."""
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=60)
     try:
         conn.request(method, path, body)
         response = conn.getresponse()
@@ -797,7 +797,7 @@ def test_ctrl_c_ends_serve_forever_cleanly_and_it_returns():
     try:
         assert proc.stdout is not None
         host, port = proc.stdout.readline().strip().removeprefix("http://").split(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
         conn.request("GET", "/v1/info")
         assert conn.getresponse().status == 200  # the loop runs: it answered
         conn.close()
