@@ -5,10 +5,16 @@ than taken as a new namespace in silence. Pure.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 #: How far a name may be from the one asked for and still be suggested ("did you mean").
 SUGGEST_DISTANCE = 2
+#: The fewest characters a new name has before a write next to a near one is warned about:
+#: short names (``u1``, ``dev``) sit one edit apart from each other by design.
+WARN_MIN_CHARS = 4
+
+_DIGITS = re.compile(r"[0-9]+")
 
 
 def edit_distance(a: str, b: str, *, most: int) -> int:
@@ -50,3 +56,18 @@ def nearest(word: str, names: Iterable[str], *, most: int = SUGGEST_DISTANCE) ->
         if d <= limit and (best is None or (d, name) < best):
             best = (d, name)
     return None if best is None else best[1]
+
+
+def series(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` differ only in their digits (``item1`` and ``item2``, ``t9``
+    and ``t10``): members of a numbered series, not a typo of each other."""
+    return _DIGITS.sub("0", a) == _DIGITS.sub("0", b)
+
+
+def typo_of(word: str, names: Iterable[str]) -> str | None:
+    """The existing name a new name ``word`` is likely a typo of, what a write warns about:
+    one edit away, ``word`` at least `WARN_MIN_CHARS` long, and not a sibling in a numbered
+    series. None otherwise."""
+    if len(word) < WARN_MIN_CHARS:
+        return None
+    return nearest(word, (n for n in names if not series(n, word)), most=1)

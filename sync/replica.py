@@ -161,7 +161,7 @@ from statefuse.sync.snapshot import (
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
 from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change
 from statefuse.sync.version import Version, VersionError, counted, covered, version_of
-from statefuse.typo import nearest
+from statefuse.typo import nearest, typo_of
 from statefuse.vectorstore import MemoryVectors, VectorStore
 from statefuse.view import SurfacedConflict
 from statefuse.writer import Writer
@@ -2045,7 +2045,7 @@ class Replica:
             # combining accent are two keys, so the same text in another form is pointed out
             same = unicodedata.normalize("NFC", part)
             best = next((n for n in names if unicodedata.normalize("NFC", n) == same), None)
-            best = best or nearest(part, names, most=1)
+            best = best or typo_of(part, names)
             return None if best is None else (*parts[:i], best)
         return None
 

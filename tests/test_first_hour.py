@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from statefuse.sync.replica import Replica
-from statefuse.typo import edit_distance, nearest
+from statefuse.typo import edit_distance, nearest, typo_of
 
 
 def _statefuse(store: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -51,6 +51,9 @@ def test_edit_distance_counts_one_edit_each_and_stops_past_the_bound() -> None:
     assert nearest("projct", ["alpha", "project", "projects"]) == "project"
     assert nearest("ab", ["zz"]) is None
     assert nearest("x", ["y"]) is None  # a one-letter name is never "near" another
+    assert typo_of("projct", ["project"]) == "project"
+    assert typo_of("item2", ["item1"]) is None and typo_of("t10", ["t9"]) is None
+    assert typo_of("dew", ["dev"]) is None
 
 
 def test_show_under_a_misspelt_prefix_names_the_nearest_existing_one(store: Path) -> None:
@@ -95,6 +98,10 @@ def test_a_write_next_to_a_near_identical_key_warns_once(store: Path) -> None:
     ]
     again = _statefuse(store, "claim", "project/launch/owner", "bob")  # an existing subject
     assert (again.returncode, again.stderr) == (0, "")
+    # a numbered series and short names are not typos of each other
+    for key in ("project/item1/x", "project/item2/x", "project/u1/x", "project/u2/x"):
+        quiet = _statefuse(store, "claim", key, "1")
+        assert (quiet.returncode, quiet.stderr) == (0, ""), key
 
 
 @pytest.mark.parametrize("value", ['{"a": 1', "[1,", '"open'])
