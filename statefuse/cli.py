@@ -141,17 +141,29 @@ def _clip(text: str, most: int = 60) -> str:
 _JSON_OPENERS = ("{", "[", '"')
 
 
+def _meant_as_json(text: str, exc: json.JSONDecodeError) -> bool:
+    """Whether ``text``, which does not parse, was meant as JSON: it starts as JSON does and
+    is cut short (``'{"a": 1'``, ``[1,``, an unterminated string) or ends as it began (``{a:
+    1}``, ``[1, 2,]``). ``[WIP] fix login`` is a string."""
+    body = text.strip()
+    if not body.startswith(_JSON_OPENERS):
+        return False
+    closer = {"{": "}", "[": "]", '"': '"'}[body[0]]
+    cut_short = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+    return cut_short or (len(body) > 1 and body.endswith(closer))
+
+
 def parse_value(text: str, *, as_string: bool = False) -> Value:
     """A VALUE argument: JSON when it parses as JSON, else the string itself; ``as_string``
     (``--string``): the string itself always. Raises CliError (rule ``json-syntax``) for a
-    value that starts as JSON does (``{``, ``[`` or ``"``) and does not parse, and (rule
+    value meant as JSON that does not parse (`_meant_as_json`), and (rule
     ``value-depth``) for JSON nested deeper than Python can read."""
     if as_string:
         return text
     try:
         parsed = json.loads(text, parse_constant=_no_constants)
     except json.JSONDecodeError as exc:
-        if text.lstrip().startswith(_JSON_OPENERS):
+        if _meant_as_json(text, exc):
             raise CliError(
                 "VALUE",
                 "json-syntax",

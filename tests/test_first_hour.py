@@ -104,7 +104,7 @@ def test_a_write_next_to_a_near_identical_key_warns_once(store: Path) -> None:
         assert (quiet.returncode, quiet.stderr) == (0, ""), key
 
 
-@pytest.mark.parametrize("value", ['{"a": 1', "[1,", '"open'])
+@pytest.mark.parametrize("value", ['{"a": 1', "[1,", '"open', "{a: 1}", "[1, 2,]"])
 def test_a_value_that_looks_like_json_but_does_not_parse_is_refused(
     store: Path, value: str
 ) -> None:
@@ -121,11 +121,12 @@ def test_a_value_that_looks_like_json_but_does_not_parse_is_refused(
     assert [c["value"] for c in shown["claims"]] == [value]
 
 
-def test_a_plain_string_value_is_still_a_string(store: Path) -> None:
-    assert _statefuse(store, "claim", "project/launch/note", "ship it").returncode == 0
-    assert _statefuse(store, "supersede", "--help").returncode == 0
+@pytest.mark.parametrize("value", ["ship it", "[WIP] fix login", "{draft} plan", '"quoted" word'])
+def test_a_plain_string_value_is_still_a_string(store: Path, value: str) -> None:
+    made = _statefuse(store, "claim", "project/launch/note", value)
+    assert (made.returncode, made.stderr) == (0, "")
     shown = json.loads(_statefuse(store, "--json", "show", "project/launch/note").stdout)
-    assert [c["value"] for c in shown["claims"]] == ["ship it"]
+    assert [c["value"] for c in shown["claims"]] == [value]
 
 
 # --- a lost key file ------------------------------------------------------------------------------
