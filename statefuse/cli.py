@@ -1915,6 +1915,9 @@ def _cmd_quarantine(s: Session) -> int:
         text += "\ndata\n" + "\n".join("  " + data[i : i + 64] for i in range(0, len(data), 64))
         s.emit({**_quarantine_json(r), "data": data}, text)
         return EXIT_OK
+    limit = _conflict_limit(s.args.limit)
+    more = 0 if limit is None else max(0, len(records) - limit)
+    records = records if limit is None else records[:limit]
     rows = [
         [
             short_id(r.key),
@@ -1931,7 +1934,13 @@ def _cmd_quarantine(s: Session) -> int:
         if rows
         else "Quarantine is empty."
     )
-    s.emit({"quarantine": [_quarantine_json(r) for r in records]}, text)
+    if more:
+        shown = plural(more, "more entry", "more entries")
+        text += f"\n{shown} not shown ({len(records) + more} in all)."
+    data: dict[str, Any] = {"quarantine": [_quarantine_json(r) for r in records]}
+    if limit is not None:
+        data["more"] = more
+    s.emit(data, text)
     return EXIT_OK
 
 
@@ -2498,6 +2507,7 @@ def _keys_arguments(p: argparse.ArgumentParser) -> None:
 
 def _quarantine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--show", metavar="ID", help="dump one entry (id or 8+ hex digit prefix)")
+    p.add_argument("--limit", metavar="N", help="list at most N entries (default: all)")
 
 
 def _context_arguments(p: argparse.ArgumentParser) -> None:

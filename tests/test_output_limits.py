@@ -104,3 +104,16 @@ def test_the_mcp_conflicts_and_history_tools_take_a_limit_and_say_what_they_left
             )
     finally:
         rep.close()
+
+
+def test_quarantine_takes_a_limit_and_says_what_it_left_out(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    rep = Replica.open(path, create=True, space=SPACE)
+    assert rep.receive([bytes([i]) * 40 for i in range(5)]).quarantined == 5
+    rep.close()
+    listed = _statefuse(path, "quarantine", "--limit", "2").stdout.splitlines()
+    assert len(listed) == 1 + 2 + 1
+    assert listed[-1] == "3 more entries not shown (5 in all)."
+    data = json.loads(_statefuse(path, "--json", "quarantine", "--limit", "2").stdout)
+    assert (len(data["quarantine"]), data["more"]) == (2, 3)
+    assert len(json.loads(_statefuse(path, "--json", "quarantine").stdout)["quarantine"]) == 5
