@@ -1937,10 +1937,10 @@ def _cmd_quarantine(s: Session) -> int:
     if more:
         shown = plural(more, "more entry", "more entries")
         text += f"\n{shown} not shown ({len(records) + more} in all)."
-    data: dict[str, Any] = {"quarantine": [_quarantine_json(r) for r in records]}
+    listed: dict[str, Any] = {"quarantine": [_quarantine_json(r) for r in records]}
     if limit is not None:
-        data["more"] = more
-    s.emit(data, text)
+        listed["more"] = more
+    s.emit(listed, text)
     return EXIT_OK
 
 
