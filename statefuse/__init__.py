@@ -22,6 +22,7 @@ from statefuse.context import (
     default_resolver,
     previous_values,
 )
+from statefuse.current import KeyConflict, KeyValue, current_of
 from statefuse.embedder import Embedder, EmbedderError, EmbeddingServiceError, as_embedder
 from statefuse.error import (
     ClaimLookupError,
@@ -181,7 +182,9 @@ __all__ = [
     "InputError",
     "Interpretation",
     "InterpretationError",
+    "KeyConflict",
     "KeyTextError",
+    "KeyValue",
     "LatestWins",
     "Layer",
     "Lens",
@@ -260,6 +263,7 @@ __all__ = [
     "confidence_rank",
     "conflict_id_of",
     "context_for",
+    "current_of",
     "decode_op",
     "decode_value",
     "default_resolver",

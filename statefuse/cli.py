@@ -36,6 +36,7 @@ import sqlite3
 import sys
 import threading
 import time
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -130,11 +131,46 @@ def value_from_json(v: Any) -> Value:
 _TOO_DEEP = object()
 
 
-def parse_value(text: str) -> Value:
-    """A VALUE argument: JSON when it parses as JSON, else the string itself. Raises CliError
-    (rule ``value-depth``) for JSON nested deeper than Python can read."""
+def _clip(text: str, most: int = 60) -> str:
+    """``text`` quoted for a message, cut to ``most`` characters."""
+    return repr(text if len(text) <= most else text[:most] + "…")
+
+
+#: The first characters of a VALUE that means JSON: one that starts so and does not parse is
+#: a typo rather than a string (``'{"a": 1'``), refused unless ``--string`` says otherwise.
+_JSON_OPENERS = ("{", "[", '"')
+
+
+def _meant_as_json(text: str, exc: json.JSONDecodeError) -> bool:
+    """Whether ``text``, which does not parse, was meant as JSON: it starts as JSON does and
+    is cut short (``'{"a": 1'``, ``[1,``, an unterminated string) or ends as it began (``{a:
+    1}``, ``[1, 2,]``). ``[WIP] fix login`` is a string."""
+    body = text.strip()
+    if not body.startswith(_JSON_OPENERS):
+        return False
+    closer = {"{": "}", "[": "]", '"': '"'}[body[0]]
+    cut_short = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+    return cut_short or (len(body) > 1 and body.endswith(closer))
+
+
+def parse_value(text: str, *, as_string: bool = False) -> Value:
+    """A VALUE argument: JSON when it parses as JSON, else the string itself; ``as_string``
+    (``--string``): the string itself always. Raises CliError (rule ``json-syntax``) for a
+    value meant as JSON that does not parse (`_meant_as_json`), and (rule
+    ``value-depth``) for JSON nested deeper than Python can read."""
+    if as_string:
+        return text
     try:
         parsed = json.loads(text, parse_constant=_no_constants)
+    except json.JSONDecodeError as exc:
+        if _meant_as_json(text, exc):
+            raise CliError(
+                "VALUE",
+                "json-syntax",
+                f"VALUE {_clip(text)} looks like JSON but does not parse ({exc.msg} at"
+                f" character {exc.pos}): fix it, or pass --string to store it as a string",
+            ) from None
+        return text
     except ValueError:
         return text
     except RecursionError:
@@ -450,6 +486,14 @@ def _cmd_init(s: Session) -> int:
         # (registry-mismatch), so a re-run init never hides a contract it did not declare
         known = _registry_file(a.registry) if a.registry is not None else None
         rep = s.open(space=a.space, registry=known)
+        if rep.key_missing:
+            raise CliError(
+                "--store",
+                "no-key",
+                f"store {s.path} holds space {rep.space!r} but its key file"
+                f" {key_path(s.path)} is missing, so it is read-only: restore the key file from a"
+                " backup, or give the store a new author key with: statefuse keys new",
+            )
         pinned = a.creator is not None and rep.pin_creator(_creator_arg(rep, a.creator))
         named = name is not None and rep.declare_name(name) is not None
         news = [f"its creator is now {_creator_who(rep)}"] if pinned else []
@@ -579,8 +623,21 @@ def _assert(s: Session, *, update: bool) -> tuple[Replica, ClaimAdded]:
     """``claim`` and ``update``: the same arguments, `Replica.add_claim` or `Replica.update`."""
     a = s.args
     key = parse_key(a.key)
-    value = parse_value(a.value)
+    value = parse_value(a.value, as_string=a.string)
     rep = s.replica()
+    near = rep.near_key(key)
+    if near is not None:
+        what = "namespace" if len(near) == 1 else "subject"
+        typed = key[len(near) - 1]
+        if unicodedata.normalize("NFC", typed) == unicodedata.normalize("NFC", near[-1]):
+            how = "the same text in another Unicode form as"  # keys are not normalized
+        else:
+            how = "one edit away from"
+        warnings.warn(
+            f"{format_key(key)} starts a new {what}, {how} the existing"
+            f" `{format_key(near)}`: check the spelling",
+            stacklevel=2,
+        )
     # only a dependency named by a hex prefix needs the whole memory to resolve it
     state = rep.state() if a.depends_on else None
     depends = [resolve_claim(state, d).claim_id for d in a.depends_on] if state else []
@@ -637,7 +694,7 @@ def _cmd_retract(s: Session) -> int:
 
 def _cmd_supersede(s: Session) -> int:
     a = s.args
-    value = parse_value(a.value)
+    value = parse_value(a.value, as_string=a.string)
     rep = s.replica()
     old = resolve_claim(rep.state(), a.claim)
     new, r = rep.supersede(old, value, a.reason)
@@ -726,10 +783,20 @@ def _cmd_show(s: Session) -> int:
             c for c in claims if _key_of(c)[: len(prefix)] == prefix and a.scope in (None, c.scope)
         ]
     claims = sorted(claims, key=_SHOW_ORDER)
+    limit = _conflict_limit(a.limit)
+    more = 0 if limit is None else max(0, len(claims) - limit)
+    claims = claims if limit is None else claims[:limit]
     notes = {c.op_id: claim_notes(c, state) for c in claims}
     if s.json:  # build only the form asked for: a memory may hold many claims
         claims_json = [{**_claim_json(c, state, names), "notes": notes[c.op_id]} for c in claims]
-        s.emit({"claims": claims_json}, "")
+        data: dict[str, Any] = {"claims": claims_json}
+        if limit is not None:
+            data["more"] = more
+        if not claims and prefix and at is None:
+            near = rep.nearest_prefix(prefix)
+            if near is not None:
+                data["did_you_mean"] = format_key(near)
+        s.emit(data, "")
         return EXIT_OK
     cell = _memo_cell()
     authors: dict[bytes | str, str] = {}
@@ -745,8 +812,20 @@ def _cmd_show(s: Session) -> int:
         for c in claims
     ]
     header = ["ID", "KEY", "SCOPE", "VALUE", "AUTHOR", "NOTE"]
-    s.emit(None, table(header, rows) if rows else "No active claims.")
+    text = table(header, rows) if rows else _no_claims(rep, a.prefix, prefix, at)
+    if more:
+        text += f"\n{plural(more, 'more claim')} not shown ({len(claims) + more} in all)."
+    s.emit(None, text)
     return EXIT_OK
+
+
+def _no_claims(rep: Replica, text: str | None, prefix: tuple[str, ...], at: object) -> str:
+    """What ``show`` says when it lists nothing: under a prefix that names no key, the
+    nearest one that does (a typo), read from the key index."""
+    near = rep.nearest_prefix(prefix) if prefix and at is None else None
+    if near is None:
+        return "No active claims."
+    return f"No claims under `{text}` (did you mean `{format_key(near)}`?)"
 
 
 def _memo_cell() -> Callable[[Value], str]:
@@ -858,7 +937,10 @@ def _cmd_history(s: Session) -> int:
     names = rep.author_names()
     at = _at(a)
     state = rep.state_for(key, scope=a.scope) if at is None else rep.state(at=at)
-    events = key_history(state, key, a.scope)
+    every = key_history(state, key, a.scope)
+    limit = _conflict_limit(a.limit)
+    left_out = 0 if limit is None else max(0, len(every) - limit)
+    events = every[left_out:]  # the latest: what happened last matters most
     rows = [
         [
             str(e.lamport),
@@ -876,7 +958,10 @@ def _cmd_history(s: Session) -> int:
         if rows
         else f"No history for {format_key(key)}."
     )
-    s.emit({"key": list(key), "events": [_event_json(e, names) for e in events]}, text)
+    if left_out:
+        text = f"{plural(left_out, 'earlier event')} not shown ({len(every)} in all).\n" + text
+    data = {"key": list(key), "events": [_event_json(e, names) for e in events]}
+    s.emit({**data, "more": left_out}, text)
     return EXIT_OK
 
 
@@ -1636,7 +1721,56 @@ def _cmd_keys(s: Session) -> int:
         return _keys_admit(s)
     if sub == "revoke":
         return _keys_revoke(s)
+    if sub == "new":
+        return _keys_new(s)
     return _keys_show(s)
+
+
+def _keys_new(s: Session) -> int:
+    """``keys new``: the way back from a lost key file (docs/operations.md, "I lost my key
+    file")."""
+    from statefuse.sync.replica import key_path, new_author_key
+
+    if not s.path.exists():
+        raise CliError("--store", "no-such-store", f"no store at {s.path}")
+    rep = s.open(readonly=True)
+    old, mode, root, creator = rep.author, rep.mode.value, rep.root, rep.creator
+    s.close()
+    key = new_author_key(s.path, wait=s.args.wait)
+    lines = [
+        ("author", key.author.hex()),
+        ("key file", f"{key_path(s.path)} (private: never share it)"),
+        ("old author", f"{old.hex()} (its changes stay; it writes here no more)"),
+    ]
+    notes = []
+    if mode == "closed":
+        if root == old:
+            notes.append(
+                "the lost key was this closed space's root: nobody can admit the new author;"
+                " restore the old key file from a backup if you can"
+            )
+        else:
+            notes.append(
+                f"closed space: the root must admit the new author before its writes count"
+                f" (on the root's store: statefuse keys admit {key.author.hex()})"
+            )
+    elif creator == old:
+        notes.append(
+            "the lost key was the space's creator: registry declarations by the new author"
+            " do not count"
+        )
+    s.emit(
+        {
+            "author": key.author.hex(),
+            "key_file": str(key_path(s.path)),
+            "old_author": old.hex(),
+            "notes": notes,
+        },
+        f"New author key for {s.path}: it writes again\n"
+        + fields(lines)
+        + "".join(f"\nNote: {n}" for n in notes),
+    )
+    return EXIT_OK
 
 
 def _keys_show(s: Session) -> int:
@@ -1781,6 +1915,9 @@ def _cmd_quarantine(s: Session) -> int:
         text += "\ndata\n" + "\n".join("  " + data[i : i + 64] for i in range(0, len(data), 64))
         s.emit({**_quarantine_json(r), "data": data}, text)
         return EXIT_OK
+    limit = _conflict_limit(s.args.limit)
+    more = 0 if limit is None else max(0, len(records) - limit)
+    records = records if limit is None else records[:limit]
     rows = [
         [
             short_id(r.key),
@@ -1797,7 +1934,13 @@ def _cmd_quarantine(s: Session) -> int:
         if rows
         else "Quarantine is empty."
     )
-    s.emit({"quarantine": [_quarantine_json(r) for r in records]}, text)
+    if more:
+        shown = plural(more, "more entry", "more entries")
+        text += f"\n{shown} not shown ({len(records) + more} in all)."
+    listed: dict[str, Any] = {"quarantine": [_quarantine_json(r) for r in records]}
+    if limit is not None:
+        listed["more"] = more
+    s.emit(listed, text)
     return EXIT_OK
 
 
@@ -2096,6 +2239,7 @@ def _name_arguments(p: argparse.ArgumentParser) -> None:
 def _claim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("key", metavar="KEY", help="namespace/subject/predicate")
     p.add_argument("value", metavar="VALUE", help="JSON if it parses, else a string")
+    _string_argument(p)
     p.add_argument("--scope", default="global", help="global, task:ID, session:ID, hypothetical")
     p.add_argument(
         "--confidence",
@@ -2119,6 +2263,14 @@ def _claim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expires", metavar="MS", type=int, help="expiry, ms since the epoch")
 
 
+def _string_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--string",
+        action="store_true",
+        help="store VALUE as a string as it is, even when it looks like JSON",
+    )
+
+
 def _retract_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("claim", metavar="CLAIM", help="claim id or a unique prefix (8+ hex digits)")
     p.add_argument("--reason", default="", help="why it is retracted")
@@ -2132,6 +2284,7 @@ def _retract_arguments(p: argparse.ArgumentParser) -> None:
 def _supersede_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("claim", metavar="CLAIM", help="the claim to replace")
     p.add_argument("value", metavar="VALUE", help="the new value")
+    _string_argument(p)
     p.add_argument("--reason", default="", help="why it changed")
 
 
@@ -2154,6 +2307,7 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
         "prefix", metavar="PREFIX", nargs="?", help="namespace[/subject[/predicate]] to show"
     )
     p.add_argument("--scope", help="only claims in this scope")
+    p.add_argument("--limit", metavar="N", help="show at most N claims (default: all)")
     _at_argument(p)
 
 
@@ -2165,6 +2319,7 @@ def _conflicts_arguments(p: argparse.ArgumentParser) -> None:
 def _history_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("key", metavar="KEY", help="namespace/subject/predicate")
     p.add_argument("--scope", help="only this scope")
+    p.add_argument("--limit", metavar="N", help="show the latest N events (default: all)")
     _at_argument(p)
 
 
@@ -2328,8 +2483,11 @@ def _nats_login_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _keys_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="keys_command", metavar="{show,admit,revoke}")
+    sub = p.add_subparsers(dest="keys_command", metavar="{show,admit,revoke,new}")
     show = sub.add_parser("show", help="this replica's key, the root and every known author")
+    new = sub.add_parser(
+        "new", help="give a store whose key file is lost a new author key, so it writes again"
+    )
     admit = sub.add_parser("admit", help="admit an author (root key only)")
     admit.add_argument("author", metavar="AUTHOR", help="author id (64 hex digits)")
     admit.add_argument("--role", action="append", default=[], help="a role to grant (repeat)")
@@ -2343,18 +2501,25 @@ def _keys_arguments(p: argparse.ArgumentParser) -> None:
         " this store knows, on every branch of a forked feed)",
     )
     revoke.add_argument("--reason", default="", help="why")
-    for each in (show, admit, revoke):
+    for each in (show, admit, revoke, new):
         _global_options(each, suppress=True)
 
 
 def _quarantine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--show", metavar="ID", help="dump one entry (id or 8+ hex digit prefix)")
+    p.add_argument("--limit", metavar="N", help="list at most N entries (default: all)")
 
 
 def _context_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--query", required=True, help="what the planner is asking (ranks the facts)")
     # statefuse.context.DEFAULT_BUDGET (not imported here: it would slow every command's start)
     p.add_argument("--budget", type=int, default=2000, help="token budget (default 2000)")
+    p.add_argument(
+        "--limit",
+        metavar="N",
+        help="with --json, list at most N claim ids under each omission handle (default 20;"
+        " the counts are given in full)",
+    )
     p.add_argument("--role", action="append", default=[], help="a viewer role (repeat)")
     p.add_argument("--task", help="the viewer's task (opens task:TASK claims)")
     p.add_argument("--session", help="the viewer's session (opens session:SESSION claims)")
@@ -2444,8 +2609,26 @@ def _cmd_context(s: Session) -> int:
     context = replica.context(
         a.query, lens=lens, budget=a.budget, resolver=resolver, embedder=embedder, at=_at(a)
     )
-    s.emit(json.loads(context.to_json()) if s.json else None, context.text)
+    s.emit(_context_json(context, _conflict_limit(a.limit) or 0) if s.json else None, context.text)
     return EXIT_OK
+
+
+#: Claim ids ``context --json`` lists under each omission handle when ``--limit`` is not given.
+CONTEXT_OMITTED_IDS = 20
+
+
+def _context_json(context: Any, limit: int) -> dict[str, Any]:
+    """`Context.to_dict` with each omission handle's claim ids cut to the first ``limit``
+    (default `CONTEXT_OMITTED_IDS`): a large memory omits most of its claims, and their ids
+    would make the document grow with the memory (4.5 MB at 60k claims). What is cut is counted:
+    ``omitted_counts`` (per handle, in all) and ``omitted_left_out`` (ids not listed)."""
+    data: dict[str, Any] = context.to_dict()
+    most = limit or CONTEXT_OMITTED_IDS
+    omitted: dict[str, list[str]] = data["omitted"]
+    data["omitted_counts"] = {h: len(ids) for h, ids in omitted.items()}
+    data["omitted_left_out"] = sum(max(0, len(ids) - most) for ids in omitted.values())
+    data["omitted"] = {h: ids[:most] for h, ids in omitted.items()}
+    return data
 
 
 COMMANDS: tuple[Command, ...] = (

@@ -8,8 +8,8 @@ of UTF-8 is read back), so every key of three non-empty strings has exactly one 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from urllib.parse import unquote
 
 from statefuse.registry.error import InputError
 
@@ -18,6 +18,19 @@ Key = tuple[str, str, str]
 
 class KeyTextError(InputError, ValueError):
     """A string that is not a key (``rule``: ``key-syntax``)."""
+
+
+#: A run of %-escapes: the UTF-8 bytes of what they spell.
+_ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+
+
+def _unquote(part: str) -> str:
+    """``part`` with each run of ``%XX`` escapes read as UTF-8 (what ``urllib.parse.unquote``
+    with ``errors="strict"`` does, without importing it: the pure core reads keys too).
+    Raises UnicodeDecodeError for escapes that are not UTF-8."""
+    if "%" not in part:
+        return part
+    return _ESCAPES.sub(lambda m: bytes.fromhex(m.group(0).replace("%", "")).decode(), part)
 
 
 def format_key(key: Sequence[str]) -> str:
@@ -35,7 +48,7 @@ def key_parts(text: str, counts: range, spelled: str, *, field: str = "key") -> 
     if len(parts) not in counts or not all(parts):
         raise KeyTextError(field, "key-syntax", f"{text!r} is not a key: write {spelled}")
     try:
-        return tuple(unquote(p, errors="strict") for p in parts)
+        return tuple(map(_unquote, parts))
     except UnicodeDecodeError:
         raise KeyTextError(
             field, "key-syntax", f"{text!r} is not a key: a %-escape is not UTF-8"

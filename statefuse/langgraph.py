@@ -27,19 +27,21 @@ its own, so code that awaits each call in turn reads its own writes. ``created_a
 ``updated_at`` are the wall time of the claim holding the value (LangGraph's ``InMemoryStore`` also
 stamps both at every put); for a conflicted item, the earliest and the latest of its candidates'.
 
-**Disagreement is never collapsed.** `Replica.update` replaces only this replica's own claim, so
-two agents that wrote different values at one key are a conflict (SEMANTICS §5). While the
-projection leaves it unresolved, ``get`` and ``search`` return the item with the value
-``{"__conflict__": {"conflict_id", "locus", "not_shown", "candidates": [{"value", "author",
-"author_name", "claim_id", "provenance", "updated_at"}, ...]}}`` (ids and authors in hex,
-``author_name`` the name the author declared for itself or None, candidates in claim id
-order). Why this shape and not one candidate's value with a note beside it: with the default
-policy nothing was selected, so any value we put first would be a silent choice, and code that
-reads ``item.value["theme"]`` must fail loudly (KeyError) rather than act on one side; an
-``Item`` has no other place for a note, and a field merged into the user's map could collide with
-theirs. A conflict that a decision (`Replica.decide`), the space's registry policy or this
-store's ``resolver`` resolved is not marked: the item holds the selected value. ``"__conflict__"``
-is therefore reserved: a put whose value has that top-level field is refused.
+**Disagreement is never collapsed.** `Replica.update` replaces only this replica's own claim, so two
+agents that wrote different values at one key are a conflict (SEMANTICS §5). While the projection
+leaves it unresolved, ``get`` and ``search`` return the item with the value ``{"__conflict__":
+{"namespace", "key", "conflict_id", "not_shown", "candidates": [{"value", "author", "author_name",
+"claim_id", "provenance", "updated_at"}, ...]}}``, in the words a model reads: the item's namespace
+and key as the graph wrote them (not the claim key they are stored under), ids cut to 12 hex digits
+(a unique prefix, as the command line shows them), ``author`` the name the author declared for
+itself (else its first 8 hex digits), ``author_name`` that name or None; candidates in claim id
+order. Why this shape and not one candidate's value with a note beside it: with the default policy
+nothing was selected, so any value we put first would be a silent choice, and code that reads
+``item.value["theme"]`` must fail loudly (KeyError) rather than act on one side; an ``Item`` has no
+other place for a note, and a field merged into the user's map could collide with theirs. A conflict
+that a decision (`Replica.decide`), the space's registry policy or this store's ``resolver``
+resolved is not marked: the item holds the selected value. ``"__conflict__"`` is therefore reserved:
+a put whose value has that top-level field is refused.
 
 **Search.** Namespace prefix, then filter, then ranking, then ``offset``/``limit``. Without a
 query, items come in (namespace, key) order. With a query: by cosine similarity of embeddings
@@ -92,24 +94,33 @@ from heapq import merge
 from operator import mul
 from typing import Any, cast
 
-from langchain_core.embeddings import Embeddings
-from langgraph.store.base import (
-    BaseStore,
-    GetOp,
-    IndexConfig,
-    InvalidNamespaceError,
-    Item,
-    ListNamespacesOp,
-    MatchCondition,
-    Op,
-    PutOp,
-    Result,
-    SearchItem,
-    SearchOp,
-    ensure_embeddings,
-    get_text_at_path,
-    tokenize_path,
-)
+try:
+    from langchain_core.embeddings import Embeddings
+    from langgraph.store.base import (
+        BaseStore,
+        GetOp,
+        IndexConfig,
+        InvalidNamespaceError,
+        Item,
+        ListNamespacesOp,
+        MatchCondition,
+        Op,
+        PutOp,
+        Result,
+        SearchItem,
+        SearchOp,
+        ensure_embeddings,
+        get_text_at_path,
+        tokenize_path,
+    )
+except ModuleNotFoundError as exc:  # the extra is not installed (or only in part)
+    if (exc.name or "").split(".")[0] not in ("langgraph", "langchain_core"):
+        raise
+    raise ModuleNotFoundError(
+        f"statefuse.langgraph needs the langgraph extra (no module {exc.name!r}):"
+        " pip install 'statefuse[langgraph]'",
+        name=exc.name,
+    ) from None
 
 from statefuse.authorname import AuthorNames
 from statefuse.embedder import float32
@@ -124,7 +135,7 @@ from statefuse.state import State
 from statefuse.storeindex import StoreIndex
 from statefuse.sync.replica import Replica
 from statefuse.vectorstore import VectorStore
-from statefuse.view import Contest, Key, SurfacedConflict, View, contest_dict
+from statefuse.view import Contest, Key, SurfacedConflict, View
 
 __all__ = [
     "CLAIM_PREFIX",
@@ -539,12 +550,18 @@ def _item_value(v: Value) -> dict[str, Any]:
     return plain if isinstance(plain, dict) else {"__value__": plain}
 
 
-def _author(c: ClaimAdded) -> str:
-    return c.author.hex() if isinstance(c.author, bytes) else c.author
-
-
 def _author_name(c: ClaimAdded, names: AuthorNames) -> str | None:
     return names.get(c.author) if isinstance(c.author, bytes) else None
+
+
+#: Hex digits of the ids a conflicted item shows (as the command line's tables do): enough to
+#: name a claim (`State.claim` and ``statefuse decide`` take a unique prefix of 8 or more), and
+#: no 64-digit string for the model to read.
+SHORT_ID_CHARS = 12
+
+
+def _short(ident: bytes) -> str:
+    return ident.hex()[:SHORT_ID_CHARS]
 
 
 def _value_of(found: _Found) -> dict[str, Any]:
@@ -552,17 +569,19 @@ def _value_of(found: _Found) -> dict[str, Any]:
     if conflict is None:
         assert found.selected is not None
         return _item_value(found.selected.value)
+    names = found.names
     return {
         CONFLICT_FIELD: {
-            "conflict_id": conflict.conflict_id.hex(),
-            "locus": conflict.locus.hex(),
+            "namespace": list(found.namespace),
+            "key": found.key,
+            "conflict_id": _short(conflict.conflict_id),
             "not_shown": conflict.not_shown,
             "candidates": [
                 {
                     "value": plain_value(c.value),
-                    "author": _author(c),
-                    "author_name": _author_name(c, found.names),
-                    "claim_id": c.claim_id.hex(),
+                    "author": names.label(c.author),
+                    "author_name": _author_name(c, names),
+                    "claim_id": _short(c.claim_id),
                     "provenance": c.provenance,
                     "updated_at": _when(c.wall_ms).isoformat(),
                 }
@@ -605,19 +624,32 @@ class ContestedSearchItem(SearchItem):
 
 
 def contested_metadata(found: _Found) -> dict[str, Any] | None:
-    """The item's contest as data: `statefuse.view.contest_dict` (conflict id, how and by
-    what it was settled, each other value with its claims and authors) with the chosen
-    claim's id and the names the other values' authors declared. None: no contest."""
+    """The item's contest as data, in the graph's words: its ``namespace`` and ``key`` as the
+    graph wrote them, how and by what it was settled (``how``, ``by``), the chosen claim's id
+    and each other value with its claims and authors (ids cut to `SHORT_ID_CHARS` hex digits,
+    authors by their declared name, else their first hex digits). None: no contest."""
     contest = found.contest
     if contest is None or found.selected is None:
         return None
-    out = contest_dict(contest)
-    out["claim_id"] = found.selected.claim_id.hex()
     names = found.names
-    for entry, group, authors in zip(out["others"], contest.others, contest.authors, strict=True):
-        entry["value"] = plain_value(group[0].value)
-        entry["author_names"] = [names.get(a) if isinstance(a, bytes) else None for a in authors]
-    return out
+    return {
+        "namespace": list(found.namespace),
+        "key": found.key,
+        "scope": contest.scope,
+        "conflict_id": _short(contest.conflict_id),
+        "how": contest.how.value,
+        "by": contest.by,
+        "claim_id": _short(found.selected.claim_id),
+        "others": [
+            {
+                "value": plain_value(group[0].value),
+                "claims": [_short(c.claim_id) for c in group],
+                "authors": [names.label(a) for a in authors],
+                "author_names": [names.get(a) if isinstance(a, bytes) else None for a in authors],
+            }
+            for group, authors in zip(contest.others, contest.authors, strict=True)
+        ],
+    }
 
 
 def _item(found: _Found) -> Item:

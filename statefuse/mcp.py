@@ -45,7 +45,17 @@ from mcp.server.caching import CacheHint
 from mcp.server.mcpserver import Context as McpContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    CallToolResult,
+    GetPromptResult,
+    InputRequiredResult,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import Field, ValidationError
 from typing_extensions import TypedDict
 
@@ -296,6 +306,8 @@ class Conflicts(TypedDict):
     """The conflicts of the memory."""
 
     conflicts: list[ConflictInfo]
+    total: Annotated[int, Field(description="how many conflicts match, shown or not")]
+    left_out: Annotated[int, Field(description="how many matching conflicts limit left out")]
 
 
 class Decided(TypedDict):
@@ -333,6 +345,7 @@ class History(TypedDict):
 
     key: str
     events: list[Event]
+    left_out: Annotated[int, Field(description="how many earlier events limit left out")]
 
 
 class PeerSync(TypedDict):
@@ -881,10 +894,13 @@ class _Tools:
         include_decided: Annotated[
             bool, Field(description="also list conflicts a decision settles")
         ] = False,
+        limit: Annotated[
+            int, Field(ge=1, le=MAX_LIMIT, description="most conflicts to return")
+        ] = DEFAULT_LIMIT,
     ) -> Annotated[CallToolResult, Conflicts]:
-        """Where sources disagree: every unresolved conflict with each candidate value, who
-        asserted it (author id and declared name) and from where (provenance). Decide one with
-        `decide`."""
+        """Where sources disagree: the unresolved conflicts (the first ``limit``, by key), each
+        with its candidate values, who asserted them (author id and declared name) and from
+        where (provenance); says how many were left out. Decide one with `decide`."""
         parts: tuple[str, ...] = ()
         if prefix:
             with _argument("prefix"):
@@ -901,10 +917,17 @@ class _Tools:
                 ),
                 key=lambda c: (c.key, c.scope),
             )
+            total, found = len(found), found[:limit]
             infos = [_conflict_info(c, state, names) for c in found]
-            lines = [plural(len(infos), "conflict") + ("" if include_decided else " undecided")]
+            lines = [plural(total, "conflict") + ("" if include_decided else " undecided")]
+            if total > len(found):
+                lines[0] += (
+                    f", {len(found)} shown ({total - len(found)} left out: pass a larger limit"
+                    " or a prefix)"
+                )
             lines += [_conflict_line(c, state, names) for c in found]
-        return _answer("\n".join(lines), Conflicts(conflicts=infos))
+        result = Conflicts(conflicts=infos, total=total, left_out=total - len(found))
+        return _answer("\n".join(lines), result)
 
     def decide(
         self,
@@ -952,14 +975,20 @@ class _Tools:
         self,
         key: _Key,
         scope: Annotated[str | None, Field(description="only this scope")] = None,
+        limit: Annotated[
+            int, Field(ge=1, le=MAX_LIMIT, description="most events to return (the latest)")
+        ] = DEFAULT_LIMIT,
     ) -> Annotated[CallToolResult, History]:
-        """Every assertion, retraction and decision of a key's claims, in lamport order, with
-        who (author id and declared name) and why."""
+        """The assertions, retractions and decisions of a key's claims, in lamport order (the
+        latest ``limit``; says how many earlier ones were left out), with who (author id and
+        declared name) and why."""
         with _argument("key"):
             parsed = parse_key(key)
         with self.lock:
-            events = key_history(self.replica.state_for(parsed, scope=scope), parsed, scope)
+            every = key_history(self.replica.state_for(parsed, scope=scope), parsed, scope)
             names = self.replica.author_names()
+        left_out = max(0, len(every) - limit)
+        events = every[left_out:]
         infos = [
             Event(
                 lamport=e.lamport,
@@ -974,14 +1003,17 @@ class _Tools:
             )
             for e in events
         ]
-        lines = [f"{plural(len(infos), 'event')} for {format_key(parsed)}"]
+        lines = [f"{plural(len(every), 'event')} for {format_key(parsed)}"]
+        if left_out:
+            lines[0] += f", the latest {len(infos)} shown ({left_out} earlier left out)"
         lines += [
             f"{e.lamport} {e.event} {short_id(e.claim.claim_id)} [{e.claim.scope}]"
             f" {value_cell(e.claim.value)} by {names.label(e.author)}"
             + (f": {_one_line(e.why)}" if e.why.strip() else "")
             for e in events
         ]
-        return _answer("\n".join(lines), History(key=format_key(parsed), events=infos))
+        result = History(key=format_key(parsed), events=infos, left_out=left_out)
+        return _answer("\n".join(lines), result)
 
     def sync(self) -> Annotated[CallToolResult, Synced]:
         """Exchange changes with the peers this server was started with (``--peer`` URLs of
@@ -1070,6 +1102,108 @@ class _Server(MCPServer[Any]):
             if isinstance(cause, InputError):
                 return _refusal(f"{cause.field}: {_one_line(cause.message)} [rule: {cause.rule}]")
             raise
+
+    async def get_prompt(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        context: McpContext[Any, Any] | None = None,
+    ) -> GetPromptResult | InputRequiredResult:
+        """An unknown prompt is the JSON-RPC error invalid params (-32602) naming it: the SDK
+        raises a bare ValueError, which reaches the client as code 0 and logs a traceback."""
+        if self._prompt_manager.get_prompt(name) is None:
+            raise MCPError(INVALID_PARAMS, f"Unknown prompt: {name!r} (this server has none)")
+        return await super().get_prompt(name, arguments, context)
+
+    async def run_stdio_async(self) -> None:
+        """`MCPServer.run_stdio_async` with every line checked at our seam first: a line the
+        SDK's parser refuses (not JSON, nested deeper than it reads, not a JSON-RPC message)
+        is answered with a JSON-RPC error (parse error -32700 or invalid request -32600, with
+        the request's id when it can be read) instead of being dropped without a reply."""
+        from io import TextIOWrapper
+
+        from mcp.server.stdio import stdio_server
+
+        lines = _CheckedLines(
+            anyio.wrap_file(TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+        )
+        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            lines.answer_to(write_stream)
+            await self._lowlevel_server.run(
+                read_stream, write_stream, self._lowlevel_server.create_initialization_options()
+            )
+
+
+class _CheckedLines:
+    """The lines of stdin that are JSON-RPC messages the SDK reads; every other line is
+    answered here, through the server's own write stream, with a JSON-RPC error."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self._write: Any = None
+        self._ready = anyio.Event()
+
+    def answer_to(self, write_stream: Any) -> None:
+        self._write = write_stream
+        self._ready.set()
+
+    def __aiter__(self) -> Any:
+        return self._lines()
+
+    async def _lines(self) -> Any:
+        from mcp.types import jsonrpc_message_adapter
+
+        async for line in self.source:
+            if not line.strip():
+                continue
+            try:
+                jsonrpc_message_adapter.validate_json(line, by_name=False)
+            except Exception:
+                await self._refuse(line)
+                continue
+            yield line
+
+    async def _refuse(self, line: str) -> None:
+        import json
+
+        from mcp.shared.message import SessionMessage
+        from mcp.types import ErrorData, JSONRPCError
+
+        ident: str | int | None = None
+        try:
+            parsed = json.loads(line)
+        except RecursionError:
+            code, message = PARSE_ERROR, "Parse error: the message is nested too deeply to read"
+        except ValueError:
+            code, message = PARSE_ERROR, "Parse error: the line is not JSON"
+        else:
+            code = INVALID_REQUEST
+            message = "Invalid request: not a JSON-RPC message this server reads"
+            found = parsed.get("id") if isinstance(parsed, dict) else None
+            if type(found) in (str, int):
+                ident = found
+            if _depth(parsed) > _MAX_DEPTH:
+                message = "Invalid request: the message is nested too deeply to read"
+        await self._ready.wait()
+        error = JSONRPCError(jsonrpc="2.0", id=ident, error=ErrorData(code=code, message=message))
+        await self._write.send(SessionMessage(error))
+
+
+#: How deep the SDK's JSON parser reads (pydantic's limit): a deeper request is refused.
+_MAX_DEPTH = 128
+
+
+def _depth(value: object) -> int:
+    """How deeply ``value`` (parsed JSON) nests, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        deepest = max(deepest, d)
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return deepest
 
 
 _INSTRUCTIONS = (

@@ -1296,6 +1296,20 @@ class SQLiteStore:
         assert pinned is not None
         return pinned
 
+    def rebind(self, author: bytes) -> StoreInfo:
+        """Make ``author`` the store's own author in place of the one it was bound to: what
+        giving a store a new key after its key file was lost takes (the old author's changes
+        stay and count as before; only who writes here from now on changes)."""
+        author = check_author(author)
+        self._check_writable("binding the store to a new author")
+        with self._transaction("binding the store to a new author") as db:
+            if db.execute("SELECT 1 FROM meta WHERE key = 'space'").fetchone() is None:
+                raise StoreError("store", "initialized", "initialize the store before binding it")
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('author', ?)", (author,))
+        bound = self.info()
+        assert bound is not None
+        return bound
+
     def bind(self, author: bytes) -> StoreInfo:
         author = check_author(author)
         self._check_writable("binding the store to its author")

@@ -23,6 +23,7 @@ import blake3
 
 from statefuse.error import ClaimLookupError
 from statefuse.index import Index, LocusKey
+from statefuse.keytext import Key, KeyTextError, parse_key
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded
 from statefuse.registry import Registry
 from statefuse.registry.value import encode_canonical, encode_value
@@ -113,6 +114,18 @@ class ConflictSet:
     scope: str
     candidates: tuple[bytes, ...]
     groups: tuple[CandidateGroup, ...]
+
+
+def key_of(key: str | Sequence[str]) -> Key:
+    """A key given as one string (``namespace/subject/predicate``, escaped as `format_key`
+    writes it) or as its three parts -> the three parts. Raises KeyTextError (field
+    ``key``) otherwise."""
+    if isinstance(key, str):
+        return parse_key(key)
+    parts = tuple(key)
+    if len(parts) != 3 or not all(isinstance(p, str) and p for p in parts):
+        raise KeyTextError("key", "key-syntax", f"a key is three non-empty strings, not {key!r}")
+    return parts[0], parts[1], parts[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,9 +277,22 @@ class State:
         return claim_id in self._ix.claims and claim_id not in self._ix.killed
 
     def active_at(
-        self, namespace: str, subject: str, predicate: str, scope: str = "global"
+        self,
+        namespace: str | Sequence[str],
+        subject: str | None = None,
+        predicate: str | None = None,
+        scope: str = "global",
     ) -> list[ClaimAdded]:
-        """Active claims of one key and scope, sorted by claim_id."""
+        """Active claims of one key and scope, sorted by claim_id. The key is its three parts
+        or, as every other call takes it, one string ``"namespace/subject/predicate"`` (or a
+        sequence of the three parts) with ``scope=`` by keyword. Raises KeyTextError (field
+        ``key``) for a string that is not a key."""
+        if subject is None and predicate is None:
+            namespace, subject, predicate = key_of(namespace)
+        elif not (isinstance(namespace, str) and subject is not None and predicate is not None):
+            raise KeyTextError(
+                "key", "key-syntax", "give the key as one string or as its three parts"
+            )
         claims = self._ix.claims
         ids = self._ix.members_at((namespace, subject, predicate, scope))
         return [claims[c] for c in sorted(ids)]

@@ -851,6 +851,35 @@ class StoreIndex:
             params.append(max(0, limit))
         return [r[0] for r in self._db.execute(sql, params)]
 
+    def key_names(self, prefix: tuple[str, ...] = (), *, limit: int = 1000) -> list[str]:
+        """The distinct next parts of the keys with an active claim under ``prefix``: the
+        namespaces (no prefix), a namespace's subjects, or a subject's predicates; in code
+        point order, at most ``limit``. Each found by a seek past the one before on the key
+        index, so the cost follows how many names there are, not how many claims they hold
+        (what a "did you mean" reads)."""
+        self._check_present()
+        if len(prefix) > 2:
+            return []
+        if not all(map(_text, prefix)):
+            return []
+        columns = ("namespace", "subject", "predicate")
+        name = columns[len(prefix)]
+        fixed = "".join(f" AND l.{c} = ?" for c in columns[: len(prefix)])
+        out: list[str] = []
+        at, op = "", ">="
+        while len(out) < limit:
+            row = self._db.execute(
+                f"SELECT l.{name} FROM ix_locus l WHERE l.{name} {op} ?{fixed}"
+                " AND EXISTS (SELECT 1 FROM ix_claim c WHERE c.locus = l.locus AND c.active = 1)"
+                f" ORDER BY l.{name} LIMIT 1",
+                (at, *prefix),
+            ).fetchone()
+            if row is None:
+                break
+            at, op = row[0], ">"
+            out.append(at)
+        return out
+
     def conflict_loci(self, *, limit: int | None = None) -> list[bytes]:
         """Loci in conflict, ordered by key and scope, at most ``limit``."""
         self._check_present()

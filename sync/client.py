@@ -286,6 +286,15 @@ class _Connection:
             # The server named itself (a first request, or another server now at this URL):
             # the request changed nothing there, so it goes again, signed for that id.
             status, data, content_type, _ = self._send(endpoint, path, body, server)
+        kind = content_type.split(";")[0].strip().lower()
+        if server is None and kind not in (CONTENT_TYPE, "application/json"):
+            # every answer of a StateFuse server names it: this is another web server (a page
+            # of HTML is not worth showing line by line)
+            shown = f"{status} ({kind})" if kind else str(status)
+            message = f"{self.url} is not a StateFuse server: it answered {path} with {shown}"
+            if status != 200:
+                raise PeerRejectedError("response", "not-statefuse", message, status)
+            raise MalformedResponseError(f"response.{endpoint}", "not-statefuse", message)
         if status != 200:
             raise _rejected(self.url, path, status, data, content_type)
         if self.check is not None:
@@ -572,7 +581,9 @@ def sync_with(
     is unreachable (a certificate that does not verify: PeerUnreachableError rule
     ``tls-verify``), too slow, answers with an error (another space: PeerRejectedError with
     rule ``same-space``; a server that does not let this author in: status 401 or 403, with
-    the rule of `sync.auth`) or breaks the protocol. Pages fetched before an error stay received.
+    the rule of `sync.auth`) or breaks the protocol. Pages fetched before an error (or an
+    interrupt) stay received, accepted or parked in the pending area, and the next sync asks
+    only for what is still missing.
     """
     if not isinstance(replica, Replica):
         raise SyncError("replica", "replica-type", f"expected a Replica, got {replica!r}")
@@ -592,7 +603,12 @@ def sync_with(
             adopted = replica._meet(conn.creator, conn.url)
         if adopted is not None:
             merge = MergeReport(adopted_creator=adopted)
-        want, give = reconciler.fetch, reconciler.send
+        # The reconciler compares accepted changes; what an earlier sync fetched and parked
+        # (waiting for a predecessor, kept in the store's pending area) is not asked for again,
+        # so a sync stopped half-way (Ctrl-C, a lost connection) resumes from what is stored
+        wanted, give = reconciler.fetch, reconciler.send
+        with _holding(lock):
+            want = _lacking(replica, wanted)
         total = len(want) + len(give)
         space = replica.space.encode()
         fetch = _Fetch(conn, replica, space, page_size, lock, progress, total)
@@ -616,9 +632,10 @@ def sync_with(
             if not again.accepted:
                 break
         done = fetch.done
-        if merge.pending:  # pages come in change-id order: a later page admits what one parked
+        # pages come in change-id order: a later page admits what one parked
+        if merge.pending or len(want) != len(wanted):
             with _holding(lock):
-                merge = replace(merge, pending=_still_pending(replica, want))
+                merge = replace(merge, pending=_still_pending(replica, wanted))
         with _holding(lock):
             outgoing = _predecessors_first(replica, give)
         for page_changes in _pages(outgoing, page_size):

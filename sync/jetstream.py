@@ -591,10 +591,25 @@ class _Loop:
             ) from None
 
     def close(self) -> None:
+        # the client's own tasks (a subscription's reader, a reconnect) outlive a close that
+        # could not reach the broker: end them on the loop first, or closing it leaves them
+        # pending and Python prints their traceback at exit ("Event loop is closed")
+        with contextlib.suppress(Exception):
+            self.run(_cancel_the_rest(), 5.0)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
         if not self.thread.is_alive():
             self.loop.close()
+
+
+async def _cancel_the_rest() -> None:
+    """Cancel every other task on the running loop and wait (briefly) for them to end."""
+    me = asyncio.current_task()
+    rest = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    for task in rest:
+        task.cancel()
+    if rest:
+        await asyncio.wait(rest, timeout=2.0)
 
 
 async def _open(

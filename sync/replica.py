@@ -51,6 +51,7 @@ import os
 import sys
 import threading
 import time
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -68,6 +69,7 @@ from statefuse.context import (
     ContextTotals,
     context_for,
 )
+from statefuse.current import KeyConflict, KeyValue, current_of
 from statefuse.error import ClaimLookupError
 from statefuse.fusion import HybridRanker
 from statefuse.history import HistoryEvent, key_history
@@ -94,7 +96,7 @@ from statefuse.registry.normalizer import Normalizer
 from statefuse.registry.value import Value
 from statefuse.resolver import Resolver
 from statefuse.search import SearchHit, search_view
-from statefuse.state import ConflictSet, State, locus_of
+from statefuse.state import ConflictSet, State, key_of, locus_of
 from statefuse.statediff import StateDiff, state_diff
 from statefuse.store import (
     DEFAULT_WAIT,
@@ -159,6 +161,7 @@ from statefuse.sync.snapshot import (
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
 from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change
 from statefuse.sync.version import Version, VersionError, counted, covered, version_of
+from statefuse.typo import nearest, typo_of
 from statefuse.vectorstore import MemoryVectors, VectorStore
 from statefuse.view import SurfacedConflict
 from statefuse.writer import Writer
@@ -613,7 +616,8 @@ class Replica:
                 "no-key",
                 "no author key for this store"
                 + (f" (expected at {key_path(path)})" if path is not None else "")
-                + ": it opened read-only; restore the key file to write",
+                + ": it opened read-only; restore the key file to write, or give the store a"
+                " new author key (CLI: statefuse keys new)",
             )
         #: What failed verification when the store was opened (None: it verified).
         self.damage: Damage | None = None
@@ -1878,6 +1882,12 @@ class Replica:
         or on a damaged store (`damage`)."""
         return self._readonly is not None or self.damage is not None
 
+    @property
+    def key_missing(self) -> bool:
+        """True when the store opened read-only because its author key file is missing (the
+        way back: restore the file, or `new_author_key`; CLI ``statefuse keys new``)."""
+        return self._readonly is not None and self._readonly.rule == "no-key"
+
     @_locked
     def forks(self) -> list[Fork]:
         """Every fork in the accepted changes: (author, seq) signed twice or more. Both branches
@@ -1972,6 +1982,72 @@ class Replica:
         with self.store.read_transaction():
             loci = ix.loci(prefix=parts, scope=scope, active=False)
             return ix.state_of(loci, registry=self.registry)
+
+    @_locked
+    def get(
+        self, key: str | Sequence[str], *, scope: str = "global"
+    ) -> KeyValue | KeyConflict | None:
+        """The current value of one key (``"namespace/subject/predicate"`` or its three
+        parts) in ``scope``: a `KeyValue` (the claims agree, a decision chose, or a set-valued
+        predicate's values), a `KeyConflict` (they disagree, undecided: the candidates), or
+        None (no active claim). On a store opened on its derived state this reads that key's
+        rows alone (`state_for`). Raises KeyTextError (field ``key``) for a bad key."""
+        parts = key_of(key)
+        return current_of(self.state_for(parts, scope=scope), parts, scope)
+
+    @_locked
+    def key_names(self, prefix: str | Sequence[str] = (), *, limit: int = 1000) -> list[str]:
+        """The distinct next parts of the keys with an active claim under ``prefix`` (the
+        namespaces for no prefix, a namespace's subjects, a subject's predicates), in code
+        point order, at most ``limit``. On a store opened on its derived state this reads
+        only the key index, not the history."""
+        self._check_open()
+        parts = _prefix_parts(prefix)
+        if len(parts) > 2:
+            return []
+        ix = self.index if self._lazy else None
+        if ix is not None:
+            with self.store.read_transaction():
+                return ix.key_names(parts, limit=limit)
+        n = len(parts)
+        names = {
+            key[n]
+            for c in self.state().active_claims()
+            if (key := (c.namespace, c.subject, c.predicate))[:n] == parts
+        }
+        return sorted(names)[:limit]
+
+    def nearest_prefix(self, prefix: str | Sequence[str]) -> tuple[str, ...] | None:
+        """For a key prefix with no active claim under it, the nearest one that has some: the
+        first part that names nothing replaced by the existing name nearest to it (at most
+        `statefuse.typo.SUGGEST_DISTANCE` edits away), the parts after it kept. None when
+        ``prefix`` has claims or nothing is near. What "did you mean" shows for a typo."""
+        parts = _prefix_parts(prefix)
+        for i, part in enumerate(parts):
+            names = self.key_names(parts[:i])
+            if part in names:
+                continue
+            best = nearest(part, names)
+            return None if best is None else (*parts[:i], best, *parts[i + 1 :])
+        return None
+
+    def near_key(self, key: str | Sequence[str]) -> tuple[str, ...] | None:
+        """When writing ``key`` would create a new namespace next to an existing one a single
+        edit away or spelling the same text in another Unicode form (or such a new subject
+        next to one in the same namespace), that existing prefix; else None. What a write
+        warns about once (a typo makes a new key rather than an error)."""
+        parts = _prefix_parts(key)
+        for i, part in enumerate(parts[:2]):
+            names = self.key_names(parts[:i])
+            if part in names:
+                continue
+            # keys are not Unicode-normalized: "café" as one code point and as "e" plus a
+            # combining accent are two keys, so the same text in another form is pointed out
+            same = unicodedata.normalize("NFC", part)
+            best = next((n for n in names if unicodedata.normalize("NFC", n) == same), None)
+            best = best or typo_of(part, names)
+            return None if best is None else (*parts[:i], best)
+        return None
 
     @_locked
     def claim_state(self, text: str) -> State:
@@ -3488,6 +3564,42 @@ def _seen(record: QuarantineRecord, now: int) -> QuarantineRecord:
 
 def _load_key(kpath: Path) -> SigningKey:
     return SigningKey.load(kpath)
+
+
+def new_author_key(path: str | os.PathLike[str], *, wait: float = DEFAULT_WAIT) -> SigningKey:
+    """Give the store at ``path``, whose key file is lost, a new author key: generated, saved
+    to its key file (mode 0600, bound to the store) and made the store's author, so that the
+    store writes again, as a new author. The old author's changes stay and count as before;
+    what the old key alone could do (sign as that author, act as a closed space's root,
+    declare the open space's registry as its creator) is not given to the new one.
+
+    Raises StoreError: ``no-such-store`` for a missing store, ``key-exists`` when the key file
+    is there (a store keeps its key; nothing is written), and what opening for writing
+    raises (``busy``, ``not-a-store``)."""
+    from statefuse.sqlitestore import SQLiteStore
+
+    path = Path(path)
+    if not path.exists():
+        raise StoreError("path", "no-such-store", f"no store at {path}")
+    kpath = key_path(path)
+    if kpath.exists():
+        raise StoreError(
+            "key",
+            "key-exists",
+            f"{kpath} exists: this store has its key, and keeps it (to write with another key,"
+            " remove that file first)",
+        )
+    store = SQLiteStore(path, create=False, wait=wait)
+    try:
+        info = store.info()
+        if info is None:
+            raise StoreError("path", "not-a-store", f"{path} was never initialized as a store")
+        key = SigningKey.generate()
+        info = store.rebind(key.author)
+        key.bound(info.store_id).save(kpath)
+        return key
+    finally:
+        store.close()
 
 
 def _check_key(key: SigningKey, info: StoreInfo, path: Path, *, adopt_key: bool) -> None:

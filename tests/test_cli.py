@@ -811,7 +811,8 @@ def test_a_store_without_its_key_file_reads_but_refuses_writes_saying_why(store,
         1,
         "",
         f"Error: no author key for this store (expected at {store}.key): it opened read-only;"
-        " restore the key file to write\n",
+        " restore the key file to write, or give the store a new author key (CLI: statefuse"
+        " keys new)\n",
     )
 
 

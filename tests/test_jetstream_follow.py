@@ -232,6 +232,37 @@ def test_serve_nats_follows_until_sigint_and_exits_zero(tmp_path, server):
     assert err.strip().endswith("Stopped.") and "Traceback" not in err
 
 
+def test_stopping_serve_nats_while_the_broker_is_down_prints_no_traceback(tmp_path, server):
+    a, b = _init(tmp_path / "a.db"), _init(tmp_path / "b.db")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    args = ["--store", b, "serve", "--nats", server.url, "--interval", "0.05"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "statefuse", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline().startswith(f"Following {server.url} for space 'team'")
+        assert main(["--store", a, "claim", "user/ada/city", "Paris"]) == 0
+        assert main(["--store", a, "sync", server.url]) == 0
+        received = proc.stdout.readline()  # connected, subscribed, and one change taken in
+        assert received.startswith(f"{server.url}: received 1"), received
+        server.kill()
+        said = proc.stderr.readline()  # the broker going away is told before we stop
+        assert said.startswith("Error: ") and server.url in said, said
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=HANG)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert err == "Stopped.\n"
+
+
 # --- convergence ----------------------------------------------------------------------------------
 
 N = 3

@@ -535,18 +535,40 @@ def test_a_key_two_agents_disagree_on_comes_back_as_its_conflict_with_every_cand
     assert list(item.value) == [CONFLICT_FIELD]
     marked = item.value[CONFLICT_FIELD]
     conflict = a.replica.state().conflict_of(*claim_key(("users", "u1"), "prefs"))
-    assert marked["conflict_id"] == conflict.conflict_id.hex()
-    assert marked["locus"] == conflict.locus.hex()
+    assert (marked["namespace"], marked["key"]) == (["users", "u1"], "prefs")
+    assert marked["conflict_id"] == conflict.conflict_id.hex()[:12]
     assert marked["not_shown"] == 0
-    assert [c["claim_id"] for c in marked["candidates"]] == [c.hex() for c in conflict.candidates]
+    assert [c["claim_id"] for c in marked["candidates"]] == [
+        c.hex()[:12] for c in conflict.candidates
+    ]
     by_author = {c["author"]: c["value"] for c in marked["candidates"]}
     assert by_author == {
-        a.replica.author.hex(): {"theme": "dark", "size": 12},
-        b.replica.author.hex(): {"theme": "light", "size": 12},
+        a.replica.author.hex()[:8]: {"theme": "dark", "size": 12},
+        b.replica.author.hex()[:8]: {"theme": "light", "size": 12},
     }
     assert all(c["provenance"] == "langgraph" for c in marked["candidates"])
     assert item.created_at < item.updated_at  # the earliest and the latest candidate
     assert b.get(("users", "u1"), "prefs") == item  # both replicas show the same
+
+
+def test_the_text_a_model_reads_of_a_conflict_names_the_graphs_key_and_authors_not_ids():
+    """What a graph puts in its prompt (the item as JSON) shows the namespace and key as the
+    graph wrote them and who said what, not the claim key they are stored under nor any
+    64-digit id."""
+    a, b = _conflicted()
+    b.replica.declare_name("bee")
+    _sync(a, b)
+    from statefuse import LatestWins
+
+    texts = [
+        json.dumps(store.get(("users", "u1"), "prefs").dict())
+        for store in (a, StateFuseStore(a.replica, resolver=LatestWins()))
+    ]
+    for text in texts:
+        assert "lg:" not in text and "users.u1" not in text
+        assert re.search(r"[0-9a-f]{32}", text) is None, text
+    assert '"author": "bee"' in texts[0]  # the conflict: every side, named
+    assert a.replica.author.hex()[:8] in texts[1]  # the value chosen over a's, and a named
 
 
 def test_conflict_candidates_carry_the_names_their_authors_declared_once_they_arrive():
@@ -557,7 +579,7 @@ def test_conflict_candidates_carry_the_names_their_authors_declared_once_they_ar
     _sync(a, b)  # only the name moves: the memory (and the View) stay as they were
     after = a.get(("users", "u1"), "prefs").value[CONFLICT_FIELD]["candidates"]
     named = {c["author"]: c["author_name"] for c in after}
-    assert named == {a.replica.author.hex(): None, b.replica.author.hex(): "bee"}
+    assert named == {a.replica.author.hex()[:8]: None, "bee": "bee"}
     (hit, _) = a.search(("users",), query="light")
     assert {c["author_name"] for c in hit.value[CONFLICT_FIELD]["candidates"]} == {None, "bee"}
 
@@ -923,7 +945,8 @@ def test_a_compiled_graph_reads_a_chosen_value_with_its_contested_mark():
     assert (mark["how"], mark["by"]) == ("resolver", "LatestWins")
     (other,) = mark["others"]
     assert other["value"] == {"theme": "dark", "size": 12}
-    assert other["authors"] == [a.replica.author.hex()]
+    assert other["authors"] == [a.replica.author.hex()[:8]]
+    assert (mark["namespace"], mark["key"]) == (["users", "u1"], "prefs")
     assert "SECRET" not in json.dumps(out)
     related = dict(out["related"])
     assert related["prefs"] == mark and related["other"] is None
