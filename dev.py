@@ -77,6 +77,13 @@ def _core_requirements() -> list[str]:
     return re.findall(r'^\s*"([^"]+)",?\s*$', block.group(1), re.M)
 
 
+def _pip_download(*args: str) -> bool:
+    """``pip download ARGS`` in the test venv, quietly; whether it succeeded (the install
+    step's downloads are wanted, not required: the tests that need them say so)."""
+    cmd = [str(_python()), "-m", "pip", "download", "--quiet", "--disable-pip-version-check"]
+    return subprocess.run([*cmd, *args], check=False).returncode == 0
+
+
 def _ensure_core_wheels() -> None:
     """Download wheels of the core dependencies (and theirs) into `WHEELS_DIR`, once per list."""
     wanted = "\n".join(_core_requirements())
@@ -85,23 +92,7 @@ def _ensure_core_wheels() -> None:
         return
     print("downloading the core dependencies' wheels into .wheels ...", file=sys.stderr)
     WHEELS_DIR.mkdir(exist_ok=True)
-    done = subprocess.run(
-        [
-            str(_python()),
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--only-binary",
-            ":all:",
-            "-d",
-            str(WHEELS_DIR),
-            *_core_requirements(),
-        ],
-        check=False,
-    )
-    if done.returncode != 0:
+    if not _pip_download("--only-binary", ":all:", "-d", str(WHEELS_DIR), *_core_requirements()):
         # the packaging test that needs them says so (and fails under CI=true)
         print("Warning: could not download the core dependencies' wheels", file=sys.stderr)
         return
@@ -126,24 +117,10 @@ def _ensure_upstream_tests() -> None:
         print(
             f"downloading the {dist} {version} sdist (LangGraph's store tests) ...", file=sys.stderr
         )
-        done = subprocess.run(
-            [
-                str(_python()),
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-deps",
-                "--no-binary",
-                ":all:",
-                f"{dist}=={version}",
-                "-d",
-                str(UPSTREAM_DIR),
-            ],
-            check=False,
+        fetched = _pip_download(
+            "--no-deps", "--no-binary", ":all:", f"{dist}=={version}", "-d", str(UPSTREAM_DIR)
         )
-        if done.returncode != 0 or not sdist.is_file():
+        if not fetched or not sdist.is_file():
             # the tests that need it say so (and fail under CI=true)
             print(f"Warning: could not download {sdist.name}", file=sys.stderr)
 

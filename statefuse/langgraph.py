@@ -603,9 +603,7 @@ class ContestedItem(Item):
         self.contested = contested
 
     def dict(self) -> dict[str, Any]:
-        out = super().dict()
-        out["contested"] = self.contested
-        return out
+        return _with_contest(super().dict(), self.contested)
 
 
 class ContestedSearchItem(SearchItem):
@@ -618,9 +616,12 @@ class ContestedSearchItem(SearchItem):
         self.contested = contested
 
     def dict(self) -> dict[str, Any]:
-        out = super().dict()
-        out["contested"] = self.contested
-        return out
+        return _with_contest(super().dict(), self.contested)
+
+
+def _with_contest(out: dict[str, Any], contested: dict[str, Any]) -> dict[str, Any]:
+    out["contested"] = contested
+    return out
 
 
 def contested_metadata(found: _Found) -> dict[str, Any] | None:
