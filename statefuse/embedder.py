@@ -219,14 +219,45 @@ async def _awaited(aw: Awaitable[Any]) -> Any:
     return await aw
 
 
-class CallableEmbedder:
+class LearntDimension:
+    """What an embedder whose vector length may be learnt from its first answer shares: its
+    ``name``, its ``dimension`` (read before any call, it embeds one probe text to learn it)
+    and the check of each answer (`checked_vectors`) that learns it."""
+
+    __slots__ = ("_dimension", "_name")
+
+    _dimension: int | None
+    _name: str
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            self.embed(["dimension"])
+        assert self._dimension is not None
+        return self._dimension
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        raise NotImplementedError
+
+    def _checked(self, raw: object, count: int) -> list[Vector]:
+        out = checked_vectors(raw, count=count, dimension=self._dimension, name=self._name)
+        if out and self._dimension is None:
+            self._dimension = len(out[0])
+        return out
+
+
+class CallableEmbedder(LearntDimension):
     """An `Embedder` made of a callable from a list of texts to a list of vectors, sync or
     async (a coroutine function, or one that returns an awaitable). The sync `embed` of an
     async callable runs it on an event loop of its own; the async `aembed` of a sync one runs
     it in a worker thread. ``dimension`` is learnt from the first answer when not given (read
     before any call, it embeds one probe text to learn it)."""
 
-    __slots__ = ("_dimension", "_fn", "_name")
+    __slots__ = ("_fn",)
 
     def __init__(
         self,
@@ -242,23 +273,6 @@ class CallableEmbedder:
         self._fn = fn
         self._name = check_name(name if name is not None else _callable_name(fn))
         self._dimension = None if dimension is None else check_dimension(dimension)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dimension(self) -> int:
-        if self._dimension is None:
-            self.embed(["dimension"])
-        assert self._dimension is not None
-        return self._dimension
-
-    def _checked(self, raw: object, count: int) -> list[Vector]:
-        out = checked_vectors(raw, count=count, dimension=self._dimension, name=self._name)
-        if out and self._dimension is None:
-            self._dimension = len(out[0])
-        return out
 
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         texts = list(texts)

@@ -35,10 +35,10 @@ from statefuse.embedder import (
     EmbeddingResponseError,
     EmbeddingTimeoutError,
     EmbeddingUnavailableError,
+    LearntDimension,
     Vector,
     check_dimension,
     check_name,
-    checked_vectors,
 )
 
 __all__ = ["BATCH", "DEFAULT_BASE_URL", "DEFAULT_TIMEOUT", "OpenAIEmbedder"]
@@ -52,7 +52,7 @@ BATCH = 256
 _QUOTED = 300
 
 
-class OpenAIEmbedder:
+class OpenAIEmbedder(LearntDimension):
     """An `Embedder` calling ``{base_url}/embeddings`` for ``model``.
 
     ``api_key``: sent as a bearer token (default: the ``OPENAI_API_KEY`` environment variable,
@@ -64,8 +64,6 @@ class OpenAIEmbedder:
     ``timeout``)."""
 
     __slots__ = (
-        "_dimension",
-        "_name",
         "api_key",
         "base_url",
         "model",
@@ -104,31 +102,12 @@ class OpenAIEmbedder:
         default = f"{model}@{dimension}" if send_dimensions else model
         self._name = check_name(default if name is None else name)
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dimension(self) -> int:
-        if self._dimension is None:
-            self.embed(["dimension"])
-        assert self._dimension is not None
-        return self._dimension
-
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         texts = list(texts)
         out: list[Vector] = []
         for at in range(0, len(texts), BATCH):
             part = texts[at : at + BATCH]
-            got = checked_vectors(
-                self._vectors(self._post(part), len(part)),
-                count=len(part),
-                dimension=self._dimension,
-                name=self._name,
-            )
-            if got and self._dimension is None:
-                self._dimension = len(got[0])
-            out += got
+            out += self._checked(self._vectors(self._post(part), len(part)), len(part))
         return out
 
     async def aembed(self, texts: Sequence[str]) -> list[Vector]:
