@@ -21,7 +21,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from statefuse.op import ClaimAdded
-from statefuse.registry.value import Value, json_value
+from statefuse.registry.value import Value
+from statefuse.registry.value import json_value as json_value  # served here as before
 
 if TYPE_CHECKING:
     from statefuse.scrub import RetractedValues
