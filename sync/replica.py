@@ -84,6 +84,8 @@ from statefuse.op import (
     DecisionAdded,
     EvidenceAdded,
     Op,
+    Outcome,
+    _outcome,
     decode_op,
     sealed_encoding,
 )
@@ -160,7 +162,14 @@ from statefuse.sync.snapshot import (
 )
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
 from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change
-from statefuse.sync.version import Version, VersionError, counted, covered, version_of
+from statefuse.sync.version import (
+    Version,
+    VersionError,
+    counted,
+    covered,
+    made_at_of,
+    version_of,
+)
 from statefuse.typo import nearest, typo_of
 from statefuse.vectorstore import MemoryVectors, VectorStore
 from statefuse.view import SurfacedConflict
@@ -2399,25 +2408,40 @@ class Replica:
     def decide(
         self,
         conflict: ConflictSet | SurfacedConflict,
-        claim_id: bytes | str | ClaimAdded,
+        claim_id: bytes | str | ClaimAdded | None = None,
         *,
         scope: str = "global",
         reason: str = "",
         payload: Value = None,
+        outcome: Outcome | str = Outcome.SELECT,
+        record_version: bool | None = None,
     ) -> DecisionAdded:
         """Decide a conflict for the value of one of its candidates (``claim_id``: the claim,
         its id, hex or a unique hex prefix): the decision applies while that value is held and
         no value outside the conflict's appears, whoever agrees later (see `Writer.decide_on`;
-        the value groups come from this replica's state)."""
+        the value groups come from this replica's state).
+
+        ``outcome``: ``select`` (default), ``merge`` (``claim_id`` is a claim this replica
+        wrote at the key whose ``depends_on`` names the candidates it combines), ``preserve``
+        or ``defer`` (no ``claim_id``; ``defer`` needs a ``reason``); see SEMANTICS §6.
+        ``record_version``: record this replica's `version` in the decision (``made_at``:
+        ``state(at=decision_version(d))`` is what the decider saw). By default it is recorded
+        for every outcome but ``select``: a plain ``select`` without it keeps the encoding
+        peers of the previous release read, one with it needs this release."""
         self._check_open()
+        kind = _outcome("outcome", outcome)
+        record = kind is not Outcome.SELECT if record_version is None else record_version
+        made_at = made_at_of(self.version()) if record else ()
         op: DecisionAdded = self._emit(
             self.writer.decide_on(
                 conflict,
-                self._claim_id(claim_id, "claim_id"),
+                None if claim_id is None else self._claim_id(claim_id, "claim_id"),
                 state=self._state_at(conflict.locus),
                 scope=scope,
                 reason=reason,
                 payload=payload,
+                outcome=kind,
+                made_at=made_at,
             )
         )
         return op

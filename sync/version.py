@@ -24,7 +24,7 @@ change is on; `covered` (and so ``state(at=...)``) always follows the real ``pre
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -258,6 +258,34 @@ def _hex(text: str, field: str, what: str) -> bytes:
     if len(raw) != _ID_LEN or len(text) != 2 * _ID_LEN:
         raise VersionError(field, f"{what}-id", f"{what} {text[:16]!r} is not {_ID_LEN} bytes hex")
     return raw
+
+
+# --- a version recorded in an op (decisions: ``DecisionAdded.made_at``) ------------------------
+
+
+def made_at_of(version: Version) -> tuple[tuple[bytes, int, bytes], ...]:
+    """``version`` as the plain canonical data an op records: its heads as ``(author, seq,
+    change_id)``, sorted (the core op layer does not import this module)."""
+    return tuple((a, s, c) for a, hs in version.heads for s, c in hs)
+
+
+def version_from_made_at(heads: Iterable[Sequence[object]]) -> Version | None:
+    """The `Version` an op recorded with `made_at_of` (None when it recorded none). Raises
+    VersionError for heads that are not one (a well-formed op never holds such)."""
+    out: dict[bytes, list[Head]] = {}
+    for h in heads:
+        author, seq, change = h
+        if not isinstance(author, bytes) or not isinstance(change, bytes):
+            raise VersionError("made_at", "heads-type", "a head is (author, seq, change_id)")
+        if not isinstance(seq, int):
+            raise VersionError("made_at", "seq", "a seq is an integer >= 1")
+        out.setdefault(author, []).append((seq, change))
+    return Version.of(out) if out else None
+
+
+def decision_version(decision: object) -> Version | None:
+    """The version a decision was made at (``made_at``), or None when it recorded none."""
+    return version_from_made_at(getattr(decision, "made_at", ()))
 
 
 # --- what a version covers (needs the changes) -------------------------------------------------
