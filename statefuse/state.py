@@ -17,7 +17,7 @@ from enum import Enum
 from functools import cached_property
 from itertools import filterfalse
 from types import MappingProxyType
-from typing import TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import blake3
 
@@ -27,6 +27,9 @@ from statefuse.keytext import Key, KeyTextError, parse_key
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Outcome
 from statefuse.registry import Registry
 from statefuse.registry.value import encode_canonical, encode_value
+
+if TYPE_CHECKING:
+    from statefuse.lifecycle import ConflictEvent
 
 LOCUS_DOMAIN = b"statefuse/locus/v1"
 CONFLICT_DOMAIN = b"statefuse/conflict/v1"
@@ -506,6 +509,13 @@ class State:
             ):
                 best = d
         return best
+
+    def conflict_history(self, locus: bytes) -> list[ConflictEvent]:
+        """The lifecycle of the conflict at ``locus``: opened, decided (with its outcome),
+        deferred, reopened and why, closed (`statefuse.lifecycle.conflict_history`)."""
+        from statefuse.lifecycle import conflict_history  # lifecycle replays States
+
+        return conflict_history(self, locus)
 
     @cached_property
     def _decisions_by_locus(self) -> Mapping[bytes, tuple[DecisionAdded, ...]]:

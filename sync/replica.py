@@ -76,6 +76,7 @@ from statefuse.history import HistoryEvent, key_history
 from statefuse.interpret import TurnInterpreter, check_interpretation
 from statefuse.keytext import key_parts, parse_key
 from statefuse.lens import Lens
+from statefuse.lifecycle import ConflictEvent
 from statefuse.materializer import Materializer, materialize
 from statefuse.op import (
     MAX_LAMPORT,
@@ -2477,6 +2478,30 @@ class Replica:
             return key_history(self.state(at=at), key, scope)
         # the key's rows alone on a store opened on its derived state (`state_for`)
         return key_history(self.state_for(key, scope=scope), key, scope)
+
+    @_locked
+    def conflict_history(
+        self,
+        of: bytes | str | tuple[str, str, str],
+        *,
+        scope: str = "global",
+        at: Version | str | None = None,
+    ) -> list[ConflictEvent]:
+        """The lifecycle of one conflict (`statefuse.lifecycle.conflict_history`): opened,
+        decided (with its outcome), deferred, reopened and why, closed. ``of`` is its locus
+        (32 bytes) or its key (one ``"namespace/subject/predicate"`` string or three parts)
+        with ``scope``. ``at``: as the memory at that version had it. Reads the whole
+        history (the lifecycle replays the locus' ops). Raises KeyTextError for a key it
+        cannot read, and as `state` does for ``at``."""
+        self._check_open()
+        if isinstance(of, bytes):
+            if len(of) != 32:
+                raise ReplicaError("of", "locus", "a locus is 32 bytes")
+            locus = of
+        else:
+            locus = locus_of(*key_of(of), scope)
+        state = self.state() if at is None else self.state(at=at)
+        return state.conflict_history(locus)
 
     def _claim_id(self, ref: bytes | str | ClaimAdded, field: str) -> bytes:
         """The id ``ref`` names: a claim's own, a 32-byte id as it is, a hex form resolved
