@@ -800,7 +800,7 @@ def _cmd_show(s: Session) -> int:
     a = s.args
     prefix = parse_key_prefix(a.prefix) if a.prefix is not None else ()
     rep = s.replica(readonly=True)
-    at = _at(a)
+    at = _at(a, rep)
     state = rep.state_for(prefix, scope=a.scope) if at is None else rep.state(at=at)
     names = rep.author_names()
     claims = state.active_claims()
@@ -925,7 +925,7 @@ def _cmd_conflicts(s: Session) -> int:
         return _conflict_history(s)
     rep = s.replica(readonly=True)
     limit = _conflict_limit(s.args.limit)
-    page, names = rep.conflicts(limit=limit, at=_at(s.args)), rep.author_names()
+    page, names = rep.conflicts(limit=limit, at=_at(s.args, rep)), rep.author_names()
     state, shown = page.state, page.conflicts
     more = page.total - len(shown)
     text = "\n\n".join(_conflict_text(c, state, names) for c in shown) or "No conflicts."
@@ -959,7 +959,7 @@ def _conflict_history(s: Session) -> int:
             )
         shown = f"locus {target[:12]}…"
     names = rep.author_names()
-    events = rep.conflict_history(of, scope=a.scope or "global", at=_at(a))
+    events = rep.conflict_history(of, scope=a.scope or "global", at=_at(a, rep))
     rows = [
         [
             str(e.lamport),
@@ -1014,7 +1014,7 @@ def _cmd_history(s: Session) -> int:
     key = parse_key(a.key)
     rep = s.replica(readonly=True)
     names = rep.author_names()
-    at = _at(a)
+    at = _at(a, rep)
     state = rep.state_for(key, scope=a.scope) if at is None else rep.state(at=at)
     every = key_history(state, key, a.scope)
     limit = _conflict_limit(a.limit)
@@ -1044,21 +1044,17 @@ def _cmd_history(s: Session) -> int:
     return EXIT_OK
 
 
-def _at(a: argparse.Namespace) -> Version | None:
-    """``--at VERSION`` -> the Version (None: not given). A time is refused by name: the store
-    does not record when it received each change, so a time names no set of changes."""
-    from statefuse.sync.version import Version
+def _at(a: argparse.Namespace, rep: Replica) -> Version | None:
+    """``--at VERSION`` or ``--at TIME`` -> the Version (None: not given). A time (ISO 8601
+    with a zone, or a date) names the changes this store had received by then
+    (`Replica.version_received_by`): a local fact, not a shared one."""
+    from statefuse.sync.version import Version, parse_time
 
     text = getattr(a, "at", None)
     if text is None:
         return None
     if not text.startswith("v1:") and text[:4].isdigit():
-        raise CliError(
-            "--at",
-            "version-not-time",
-            f"--at takes a version (`statefuse version` prints one), not a time ({text!r}):"
-            " this store does not record when it received each change",
-        )
+        return rep.version_received_by(parse_time(text, field="--at"))
     return Version.parse(text, field="--at")
 
 
@@ -2705,7 +2701,13 @@ def _cmd_context(s: Session) -> int:
     if a.budget < 1:
         raise CliError("--budget", "positive", "the budget is a positive number of tokens")
     context = replica.context(
-        a.query, lens=lens, budget=a.budget, resolver=resolver, embedder=embedder, at=_at(a)
+        a.query,
+        lens=lens,
+        budget=a.budget,
+        resolver=resolver,
+        embedder=embedder,
+        at=_at(a, replica),
+        record_version=s.json,
     )
     s.emit(_context_json(context, _conflict_limit(a.limit) or 0) if s.json else None, context.text)
     return EXIT_OK

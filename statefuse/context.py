@@ -330,6 +330,7 @@ class Context:
         "contested",
         "excluded",
         "included",
+        "made_at",
         "policy",
         "query",
         "repeated",
@@ -380,6 +381,10 @@ class Context:
         #: The version of the memory this context was made at (its text), when the caller
         #: read at one (`Replica.context(at=...)`); None for a context of the memory now.
         self.at: str | None = None
+        #: The version of the replica when this context was made, when the caller asked for it
+        #: (`Replica.context(record_version=True)`): ``state(at=made_at)`` is the memory this
+        #: context was read from. None: not recorded.
+        self.made_at: str | None = None
 
     @property
     def omitted(self) -> dict[str, tuple[bytes, ...]]:
@@ -409,6 +414,8 @@ class Context:
 
     def to_dict(self) -> dict[str, Any]:
         at = {} if self.at is None else {"at": self.at}
+        if self.made_at is not None:
+            at["made_at"] = self.made_at
         return {
             **at,
             "version": CONTEXT_FORMAT_VERSION,

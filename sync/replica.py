@@ -169,6 +169,8 @@ from statefuse.sync.version import (
     counted,
     covered,
     made_at_of,
+    parse_time,
+    received_by,
     version_of,
 )
 from statefuse.typo import nearest, typo_of
@@ -1933,6 +1935,24 @@ class Replica:
         return version_of(self.log.tips())
 
     @_locked
+    def version_received_by(self, when: int | str) -> Version:
+        """The version made of the changes this replica had received (accepted) by ``when``
+        (ms since the epoch, or an ISO 8601 time with a zone): a local fact, read from the
+        receive marks this store keeps (one per write), never shared: another replica
+        received the same changes at other times. Changes stored by a release that kept no
+        marks count as received at the first mark after them (none yet: not counted). Loads
+        the history on a lazy open. Raises VersionError for a time it cannot read."""
+        self._check_open()
+        ms = parse_time(when, field="at") if isinstance(when, str) else when
+        marks_of = getattr(self.store, "received_marks", None)
+        marks: list[tuple[int, int]] = marks_of() if marks_of is not None else []
+        with self.store.read_transaction():
+            ids = received_by(ms, marks, self.store.accepted_ids())
+        got = [c for cid in ids if (c := self.log.get(cid)) is not None]
+        named = {c.prev for c in got}
+        return version_of(c for c in got if c.change_id not in named)
+
+    @_locked
     def diff(self, before: Version | str, after: Version | str | None = None) -> StateDiff:
         """What changed from the memory at ``before`` to the memory at ``after`` (default:
         now): claims added and retracted (and by what), decisions made, conflicts opened and
@@ -2653,7 +2673,11 @@ class Replica:
             changes.append(c)
             prev = c.change_id
         self._wrote = True
-        self.store.write(StoreWrite(accepted=tuple((c.change_id, c.data) for c in changes)))
+        self.store.write(
+            StoreWrite(
+                accepted=tuple((c.change_id, c.data) for c in changes), received_ms=self._clock()
+            )
+        )
         self._block.extend(changes)
         self._head = (seq, prev)
         self._pos = max(self._pos, self.store.last_position())
@@ -2768,6 +2792,7 @@ class Replica:
                     EvictedRow(e.change_id, e.author or b"", e.size, e.seen_ms) for e in evicted
                 ),
                 quarantine_bounds=(b.quarantine_entries, b.quarantine_bytes),
+                received_ms=now,
             )
             trimmed = self.store.write(batch) or 0
             self._block.extend(accepted)
@@ -2909,6 +2934,29 @@ class Replica:
 
     @_locked
     def context(
+        self,
+        query: str,
+        *,
+        lens: Lens | None = None,
+        budget: int = DEFAULT_BUDGET,
+        resolver: Resolver | None = None,
+        embedder: object | None = None,
+        at: Version | str | None = None,
+        record_version: bool = False,
+    ) -> Context:
+        """`_context` (see there for everything but ``record_version``). ``record_version``:
+        record this replica's `version` in the context (`Context.made_at`, ``"made_at"`` in its
+        JSON), so that ``state(at=made_at)`` is the memory it was read from; it reads every
+        head, which loads the history on a store opened on its derived state. A context read
+        ``at`` a version records that one (`Context.at`)."""
+        made = self._context(
+            query, lens=lens, budget=budget, resolver=resolver, embedder=embedder, at=at
+        )
+        if record_version and at is None:
+            made.made_at = str(self.version())
+        return made
+
+    def _context(
         self,
         query: str,
         *,

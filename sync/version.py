@@ -260,6 +260,45 @@ def _hex(text: str, field: str, what: str) -> bytes:
     return raw
 
 
+# --- a time as a version: the changes this replica had received by then (local) ---------------
+
+
+def parse_time(text: str, *, field: str = "at") -> int:
+    """An ISO 8601 instant (``2026-11-27T10:00:00Z``, an offset, or a date alone, read as
+    midnight UTC) -> ms since the epoch. A time without a zone is refused: it names no one
+    instant. Raises VersionError naming ``field`` (rule ``time``)."""
+    from datetime import datetime, timedelta, timezone
+
+    raw = text.strip()
+    try:
+        when = datetime.fromisoformat(raw[:-1] + "+00:00" if raw.endswith(("Z", "z")) else raw)
+    except ValueError:
+        raise VersionError(
+            field, "time", f"{text!r} is neither a version nor an ISO 8601 time"
+        ) from None
+    if len(raw) == 10:  # a date alone
+        when = when.replace(tzinfo=timezone.utc)
+    if when.tzinfo is None:
+        raise VersionError(
+            field, "time-zone", f"{text!r} has no time zone: add Z (UTC) or an offset"
+        )
+    return (when - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
+
+
+def received_by(
+    ms: int, marks: Sequence[tuple[int, int]], positions: Iterable[tuple[int, bytes]]
+) -> set[bytes]:
+    """The ids of the accepted changes (``positions``: ``(position, change_id)`` in append
+    order) received at or before ``ms``, by the store's receive ``marks`` (`ReceiveMarks`):
+    every change up to the last mark at or before ``ms``. Changes past the last mark (none
+    recorded yet) are never counted."""
+    upto = 0
+    for pos, at in marks:
+        if at <= ms:
+            upto = max(upto, pos)
+    return {cid for pos, cid in positions if pos <= upto}
+
+
 # --- a version recorded in an op (decisions: ``DecisionAdded.made_at``) ------------------------
 
 
