@@ -770,8 +770,9 @@ def _made_at_text(d: DecisionAdded) -> str | None:
 
 
 def claim_notes(c: ClaimAdded, state: State) -> list[str]:
-    """What ``show`` writes in NOTE: ``conflict`` (undecided), ``chosen`` / ``overruled`` (a
-    decision applies) and ``stale`` (it rests on a retracted claim)."""
+    """What ``show`` writes in NOTE: ``conflict`` (undecided; with ``deferred`` when a defer
+    decision left it open), ``chosen`` / ``overruled`` (a decision applies), ``preserved`` (a
+    preserve decision kept every value) and ``stale`` (it rests on a retracted claim)."""
     notes = []
     key = _key_of(c)
     if not state.in_conflict(*key, c.scope):
@@ -785,6 +786,11 @@ def claim_notes(c: ClaimAdded, state: State) -> list[str]:
         decision = state.decision_for(conflict)
         if decision is None:
             notes.append("conflict")
+        elif decision.outcome is Outcome.PRESERVE:
+            notes.append("preserved")
+        elif decision.outcome is Outcome.DEFER:
+            notes.append("conflict")
+            notes.append("deferred")
         else:
             notes.append("chosen" if state.decision_selects(decision, c.claim_id) else "overruled")
     if c.op_id in state.stale:

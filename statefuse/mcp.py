@@ -480,7 +480,7 @@ def _search_contest(c: ClaimAdded, state: State, names: AuthorNames) -> ContestI
     conflict = state.conflict_of(*key, c.scope)
     if conflict is None:
         return None
-    decided = state.decision_for(conflict) is not None
+    decided = _settled(state, conflict)  # a defer leaves it a conflict
     others = [
         [state.claims[cid] for cid in g.claim_ids]
         for g in conflict.groups

@@ -236,3 +236,20 @@ def test_a_preserve_decision_through_mcp_is_seen_by_a_second_replica(tmp_path):
     finally:
         first.close()
         second.close()
+
+
+def test_show_notes_a_preserved_and_a_deferred_conflict(tmp_path):
+    store = tmp_path / "m.db"
+    _ok(store, "init", "--space", SPACE)
+    _ok(store, "claim", "shop/acme/hours", "9-17", "--string")
+    _ok(store, "claim", "shop/acme/hours", "10-18", "--string")
+    some = json.loads(_ok(store, "--json", "show"))["claims"][0]["claim_id"]
+    _ok(store, "decide", some, "--outcome", "preserve")
+    assert [c["notes"] for c in json.loads(_ok(store, "--json", "show"))["claims"]] == [
+        ["preserved"],
+        ["preserved"],
+    ]
+    _ok(store, "decide", some, "--outcome", "defer", "--reason", "ask the owner")
+    notes = [c["notes"] for c in json.loads(_ok(store, "--json", "show"))["claims"]]
+    assert notes == [["conflict", "deferred"], ["conflict", "deferred"]]
+    assert "deferred by" in _ok(store, "conflicts")

@@ -317,3 +317,19 @@ def test_a_peer_of_the_previous_release_quarantines_a_new_decision_with_the_reas
     assert "op-version" in entry.message and "version 3" in entry.message, entry.message
     # the claims before the decision still count; the decision is not half-read
     assert old.state().digest() != before and old.state().decisions == ()
+
+
+def test_get_reads_a_preserved_key_as_every_value_and_a_deferred_one_as_a_conflict():
+    r, other = Replica.memory(space="team"), Replica.memory(space="team")
+    r.add_claim(*KEY, "9-17")
+    other.add_claim(*KEY, "10-18")
+    r.merge(other)
+    [conflict] = r.state().conflicts
+    before = r.version()
+    kept = r.decide(conflict, outcome="preserve")
+    got = r.get("/".join(KEY))
+    assert got.many and sorted(got.value) == ["10-18", "9-17"] and got.decision == kept
+    r.decide(conflict, outcome="defer", reason="ask the owner")
+    assert type(r.get("/".join(KEY))).__name__ == "KeyConflict"
+    lines = r.diff(before).lines()
+    assert sorted(line.rsplit(" ", 1)[1] for line in lines) == ["defers", "preserves"]
