@@ -519,9 +519,7 @@ class MemoryStore:
         return len(trimmed)
 
     def _mark(self, pos: int, ms: int) -> None:
-        if self._marks and self._marks[-1][0] == pos:
-            self._marks[-1] = (pos, ms)
-        else:
+        if not self._marks or self._marks[-1][0] != pos:  # a marked position keeps its time
             self._marks.append((pos, ms))
 
     def received_marks(self) -> list[tuple[int, int]]:
