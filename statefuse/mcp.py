@@ -57,7 +57,7 @@ from mcp.types import (
     ToolAnnotations,
 )
 from pydantic import Field, ValidationError
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from statefuse import __version__
 from statefuse.authorname import AuthorNames
@@ -232,6 +232,9 @@ class ContestInfo(TypedDict):
         ),
     ]
     others: list[OtherValue]
+    outcome: NotRequired[
+        Annotated[str, Field(description="merge: a merge decision chose the claim shown")]
+    ]
 
 
 class Recalled(TypedDict):
@@ -459,7 +462,7 @@ def _contest_info(
     claim_id: bytes, contest: Contest, handle: str | None, names: AuthorNames
 ) -> ContestInfo:
     """A contested line of a context (`Context.contested`), as ``recall`` returns it."""
-    return ContestInfo(
+    info = ContestInfo(
         claim_id=claim_id.hex(),
         key=format_key(contest.key),
         scope=contest.scope,
@@ -469,6 +472,9 @@ def _contest_info(
         handle=handle,
         others=[_other_value(g, names) for g in contest.others],
     )
+    if contest.outcome:
+        info["outcome"] = contest.outcome
+    return info
 
 
 def _search_contest(c: ClaimAdded, state: State, names: AuthorNames) -> ContestInfo | None:

@@ -253,3 +253,26 @@ def test_show_notes_a_preserved_and_a_deferred_conflict(tmp_path):
     notes = [c["notes"] for c in json.loads(_ok(store, "--json", "show"))["claims"]]
     assert notes == [["conflict", "deferred"], ["conflict", "deferred"]]
     assert "deferred by" in _ok(store, "conflicts")
+
+
+def test_recall_marks_a_merged_value_with_its_outcome(tmp_path):
+    from test_mcp import connected
+
+    from statefuse.mcp import build_server
+
+    r = Replica.open(tmp_path / "r.db", space=SPACE, create=True)
+    other = Replica.memory(space=SPACE)
+    try:
+        a = r.add_claim(*KEY, "9-17")
+        b = other.add_claim(*KEY, "10-18")
+        r.merge(other)
+        merged = r.add_claim(*KEY, "9-18", depends_on=[a.claim_id, b.claim_id])
+        [conflict] = r.state().conflicts
+        r.decide(conflict, merged, outcome="merge", reason="both shifts")
+        with connected(build_server(r)) as s:
+            recalled = s.ok("recall", query="acme hours")
+        [mark] = recalled["contested"]
+        assert mark["outcome"] == "merge" and mark["claim_id"] == merged.claim_id.hex()
+        assert "merged from 2 other values" in recalled["text"]
+    finally:
+        r.close()
