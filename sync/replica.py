@@ -163,7 +163,7 @@ from statefuse.sync.verify import QuarantineReason, VerificationError, verify_ch
 from statefuse.sync.version import Version, VersionError, counted, covered, version_of
 from statefuse.typo import nearest, typo_of
 from statefuse.vectorstore import MemoryVectors, VectorStore
-from statefuse.view import SurfacedConflict
+from statefuse.view import SurfacedConflict, SurfacedFinding
 from statefuse.writer import Writer
 
 if TYPE_CHECKING:
@@ -2398,7 +2398,7 @@ class Replica:
     @_writes
     def decide(
         self,
-        conflict: ConflictSet | SurfacedConflict,
+        conflict: ConflictSet | SurfacedConflict | SurfacedFinding,
         claim_id: bytes | str | ClaimAdded,
         *,
         scope: str = "global",

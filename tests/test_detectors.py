@@ -128,7 +128,7 @@ def test_double_bookings_of_one_room_are_one_finding_with_the_slots():
     ]
 
 
-# --- the catalog and the declaration --------------------------------------------------------------
+# --- the catalog and the declaration -------------------------------------------------------------
 
 
 def test_a_declared_detector_the_process_lacks_is_the_typed_error_of_a_missing_normalizer():
@@ -197,7 +197,7 @@ def test_register_detector_refuses_builtin_names_and_a_second_function():
     assert err.value.rule == "detector-registered"
 
 
-# --- detector-failed ---------------------------------------------------------------------------
+# --- detector-failed -----------------------------------------------------------------------------
 
 
 def _raises(claims: DetectorInput) -> list[Finding]:
@@ -347,3 +347,84 @@ def test_a_write_reruns_only_the_detectors_that_read_its_predicate():
     m.apply(w.claim("x", "k", "owner", "Dana"))
     m.state().findings  # noqa: B018
     assert runs == []
+
+
+# --- the View ------------------------------------------------------------------------------------
+
+
+def test_a_finding_is_open_in_the_view_until_a_decision_settles_it_and_a_new_claim_reopens_it():
+    from statefuse import Lens, project
+
+    ops = _purchases(3)
+    state = materialize(ops, registry=REGISTRY)
+    view = project(state, Lens())
+    (f,) = view.findings
+    assert f.open and f.finding == "over-budget" and dict(f.witness)["required"] == 120000
+    assert view.open_findings == (f,)
+    assert "findings" in view.to_dict()
+    boss = _writer("boss")
+    decision = boss.decide_on(state.conflicts[0], ops[1].op_id, reason="approved overrun")
+    decided = project(materialize([*ops, decision], registry=REGISTRY), Lens())
+    assert decided.findings[0].decided == "approved overrun"
+    assert decided.findings[0].selected.op_id == ops[1].op_id and decided.open_findings == ()
+    # a fourth purchase is a new candidate: the decision goes stale and the finding reopens
+    more = _writer("agent9").claim("budget", "buy9", "cost", {"budget": "q3", "amount": 1})
+    later = materialize([*ops, decision, more], registry=REGISTRY)
+    assert later.why_stale(decision) is not None
+    assert project(later, Lens()).findings[0].open
+
+
+def test_a_finding_with_a_hidden_claim_shows_without_it_and_keeps_its_numbers_back():
+    from statefuse import Lens, project
+
+    ops = _purchases(2)
+    secret = _writer("cfo").claim(
+        "budget", "bonus", "cost", {"budget": "q3", "amount": 40000}, visibility=["finance"]
+    )
+    state = materialize([*ops, secret], registry=REGISTRY)
+    (f,) = project(state, Lens(roles=("planner",))).findings
+    assert secret.op_id not in {c.op_id for c in f.candidates}
+    assert f.not_shown == 1 and f.withheld
+    assert f.reason == "" and f.witness is None
+    assert ("budget", "bonus", "cost") not in f.keys
+    (full,) = project(state, Lens(roles=("finance",))).findings
+    assert full.not_shown == 0 and dict(full.witness)["required"] == 120000
+    # a finding whose claims are all hidden is only counted
+    w = _writer("hr")
+    only = [
+        w.claim("budget", "q9", "limit", 1, visibility=["hr"]),
+        w.claim("budget", "pay", "cost", {"budget": "q9", "amount": 5}, visibility=["hr"]),
+    ]
+    view = project(materialize(only, registry=REGISTRY), Lens())
+    assert view.findings == () and view.findings_not_shown == 1
+
+
+# --- the context ---------------------------------------------------------------------------------
+
+
+def test_the_context_shows_a_finding_in_one_line_with_its_reason_and_witness():
+    from statefuse import Lens, SectionName, context_for
+
+    ops = _purchases(3)
+    ctx = context_for(materialize(ops, registry=REGISTRY), Lens(), budget=2000)
+    section = ctx.section(SectionName.FINDINGS)
+    assert section is not None
+    (line,) = section.lines
+    assert line.startswith("over-budget at budget/q3/limit (budget@1): 3 costs of budget q3")
+    assert "required=120000" in line and "available=100000" in line
+    assert "budget/buy0/cost" in line
+    assert set(section.claim_ids) == {op.op_id for op in ops}
+    assert "Findings:" in ctx.text
+
+
+def test_the_context_keeps_a_finding_s_numbers_back_from_a_lens_that_misses_a_claim():
+    from statefuse import Lens, SectionName, context_for
+
+    ops = _purchases(2)
+    secret = _writer("cfo").claim(
+        "budget", "bonus", "cost", {"budget": "q3", "amount": 40000}, visibility=["finance"]
+    )
+    ctx = context_for(materialize([*ops, secret], registry=REGISTRY), Lens(), budget=2000)
+    (line,) = ctx.section(SectionName.FINDINGS).lines
+    assert "1 of its claims not shown" in line
+    assert "120000" not in ctx.text and "bonus" not in ctx.text
