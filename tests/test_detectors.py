@@ -428,3 +428,50 @@ def test_the_context_keeps_a_finding_s_numbers_back_from_a_lens_that_misses_a_cl
     (line,) = ctx.section(SectionName.FINDINGS).lines
     assert "1 of its claims not shown" in line
     assert "120000" not in ctx.text and "bonus" not in ctx.text
+
+
+# --- the derived state of a store ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sqlite_store(tmp_path_factory):
+    from statefuse.sqlitestore import SQLiteStore
+    from statefuse.store import StoreInfo
+
+    s = SQLiteStore(tmp_path_factory.mktemp("ix") / "s.db")
+    s.initialize(StoreInfo(space="team", mode="open", root=b"", registry=b"\x01" * 32))
+    yield s
+    s.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(_programs(), st.data())
+def test_a_store_s_derived_state_gives_the_findings_of_materialize_at_any_slice(
+    sqlite_store, ops, data
+):
+    order = data.draw(st.permutations(ops))
+    head = data.draw(st.integers(0, len(order)))
+    ix = sqlite_store.index()
+    with sqlite_store.write_transaction():
+        ix.rebuild(order[:head], upto=head, registry=REGISTRY)
+        at = head
+        while at < len(order):
+            size = data.draw(st.integers(1, 4))
+            ix.apply(order[at : at + size], upto=at + size, registry=REGISTRY)
+            at += size
+    full = materialize(ops, registry=REGISTRY)
+    every = ix.state_of(ix.loci(active=False), registry=REGISTRY)
+    assert every.findings == full.findings
+    # a slice at any one key holds the whole input of the detectors reading it
+    loci = ix.loci(active=True)
+    if loci:
+        one = ix.state_of([data.draw(st.sampled_from(loci))], registry=REGISTRY)
+        readers = {
+            s.label
+            for c in one.active_claims()
+            for s in REGISTRY.detectors
+            if s.reads_predicate(c.namespace, c.predicate)
+        }
+        assert one.findings == tuple(f for f in full.findings if f.detector in readers)
+    listed = ix.state_of(ix.detector_loci(REGISTRY), registry=REGISTRY)
+    assert listed.findings == full.findings
