@@ -475,3 +475,81 @@ def test_a_store_s_derived_state_gives_the_findings_of_materialize_at_any_slice(
         assert one.findings == tuple(f for f in full.findings if f.detector in readers)
     listed = ix.state_of(ix.detector_loci(REGISTRY), registry=REGISTRY)
     assert listed.findings == full.findings
+
+
+# --- the contract check --------------------------------------------------------------------------
+
+BUDGET_SAMPLES = [
+    [
+        {"namespace": "budget", "subject": "q3", "predicate": "limit", "value": 100000},
+        *[
+            {
+                "namespace": "budget",
+                "subject": f"buy{i}",
+                "predicate": "cost",
+                "value": {"budget": "q3", "amount": 40000},
+            }
+            for i in range(3)
+        ],
+    ],
+    [{"namespace": "budget", "subject": "q3", "predicate": "limit", "value": "n/a"}],
+    [],
+]
+BOOKING_SAMPLES = [
+    [
+        {
+            "namespace": "rooms",
+            "subject": f"b{i}",
+            "predicate": "booking",
+            "value": {
+                "room": "4",
+                "start": f"2026-03-25T1{i}:00Z",
+                "end": f"2026-03-25T1{i + 2}:00Z",
+            },
+        }
+        for i in range(3)
+    ],
+]
+
+
+def test_check_registry_checks_the_shipped_detectors_in_fresh_interpreters():
+    from statefuse.registry.checker import check_registry
+
+    check_registry(REGISTRY, {"budget@1": BUDGET_SAMPLES, "bookings@1": BOOKING_SAMPLES})
+
+
+def test_check_registry_wants_samples_for_a_declared_custom_detector():
+    from statefuse.registry import ContractError
+    from statefuse.registry.checker import check_registry
+
+    registry = Registry(detectors=[DetectorSpec("tests.raises", 1, ((None, "cost"),))])
+    with pytest.raises(ContractError) as err:
+        check_registry(registry, {})
+    assert err.value.rule == "samples-for-detectors"
+
+
+@pytest.mark.parametrize(
+    ("fn", "rule", "across"),
+    [
+        ("by_set_order", "same-in-every-interpreter", True),
+        ("counting", "deterministic", False),
+        ("raising", "detector-fails", False),
+    ],
+)
+def test_check_registry_refuses_a_detector_that_breaks_the_contract(fn, rule, across):
+    import detectors_for_tests
+
+    from statefuse.registry.checker import DetectorContractError, check_registry
+
+    name = f"tests.bad-{fn}"
+    register_detector(name, 1, getattr(detectors_for_tests, fn))
+    registry = Registry(detectors=[DetectorSpec(name, 1, ((None, "cost"),))])
+    samples = [
+        [
+            {"namespace": "n", "subject": s, "predicate": "cost", "value": 1}
+            for s in ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
+        ]
+    ]
+    with pytest.raises(DetectorContractError) as err:
+        check_registry(registry, {f"{name}@1": samples}, across_interpreters=across)
+    assert err.value.rule == rule and name in str(err.value)
