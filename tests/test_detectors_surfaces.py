@@ -243,3 +243,33 @@ def test_the_langgraph_store_lists_the_findings_over_its_items():
     assert {"namespace": ["costs"], "key": "b"} in found["items"]
     assert {"namespace": ["budgets"], "key": "q3"} in found["items"]
     assert found["keys"] == []
+
+
+def test_a_store_declaring_a_detector_this_process_lacks_is_one_error_line_naming_it(tmp_path):
+    (tmp_path / "capacity.py").write_text(
+        "from statefuse import register_detector\n"
+        "register_detector('acme.capacity', 2, lambda claims: [])\n"
+    )
+    (tmp_path / "registry.toml").write_text(
+        '[[detectors]]\ndetector = "acme.capacity@2"\nreads = ["seats"]\n'
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "statefuse", "--store", "s.db", *argv],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+
+    made = run("--normalizers", "capacity", "init", "--space", "ops", "--registry", "registry.toml")
+    assert made.returncode == 0, made.stderr
+    assert run("--normalizers", "capacity", "conflicts").returncode == 0
+    refused = run("conflicts")
+    assert refused.returncode != 0
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith("Error:") and "acme.capacity@2" in line and "register_detector" in line
