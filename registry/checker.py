@@ -271,7 +271,10 @@ def _sample_input(data: bytes, reads: list[list[Any]]) -> DetectorInput:
     claims of predicates the declaration does not read are left out, as replicas do."""
     spec_reads = [(None if n is None else str(n), str(p)) for n, p in reads]
     claims = []
-    for i, raw in enumerate(decode_value(data)):  # type: ignore[arg-type]
+    decoded = decode_value(data)
+    assert isinstance(decoded, list)
+    for i, raw in enumerate(decoded):
+        assert isinstance(raw, Mapping)
         claim = dict(raw)
         scope = str(claim.get("scope", "global"))
         ns, subject, predicate = (
@@ -309,9 +312,11 @@ def _detector_outcome(
 
 
 def _describe_outcome(data: bytes) -> str:
-    kind, body = decode_value(data)  # type: ignore[misc]
+    decoded = decode_value(data)
+    assert isinstance(decoded, list)
+    kind, body = decoded
     if kind == 1:
-        return f"failed: {body}"
+        return f"failed: {body!s}"
     return f"found {_show(body)}"
 
 

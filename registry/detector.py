@@ -55,7 +55,8 @@ class DetectorClaim:
     predicate: str
     scope: str
     value: Value
-    author: bytes
+    #: The writer's author id (a public key; a str only in tests that name writers).
+    author: bytes | str
     lamport: int
 
     @property

@@ -45,7 +45,7 @@ def _amount(value: Value) -> Decimal | None:
         return None
 
 
-def _shown(amount: Decimal) -> Value:
+def _shown(amount: Decimal) -> int | str:
     """An amount as a witness shows it: an int when whole, else its decimal text."""
     if amount == amount.to_integral_value() and abs(amount) < 2**63:
         return int(amount)

@@ -175,7 +175,7 @@ class Registry:
                     if c.normalizer_version == 1
                     else f"{c.normalizer}@{c.normalizer_version}"
                 )
-        declaration: Value = {
+        declaration: dict[str, Value] = {
             "v": 2,
             "default": default.declaration(),
             "contracts": [c.declaration() for c in self._contracts],
