@@ -125,7 +125,15 @@ from statefuse.tokenizer import (
     TokenizerError,
     default_tokenizer,
 )
-from statefuse.view import Contest, How, Selection, StaleNote, SurfacedConflict, View
+from statefuse.view import (
+    Contest,
+    How,
+    Selection,
+    StaleNote,
+    SurfacedConflict,
+    SurfacedFinding,
+    View,
+)
 from statefuse.writer import Writer
 
 __version__ = "0.1.0"
@@ -250,6 +258,7 @@ __all__ = [
     "StoreInfo",
     "StoreWarning",
     "SurfacedConflict",
+    "SurfacedFinding",
     "Tokenizer",
     "TokenizerError",
     "Transcript",
