@@ -553,3 +553,25 @@ def test_check_registry_refuses_a_detector_that_breaks_the_contract(fn, rule, ac
     with pytest.raises(DetectorContractError) as err:
         check_registry(registry, {f"{name}@1": samples}, across_interpreters=across)
     assert err.value.rule == rule and name in str(err.value)
+
+
+def test_a_finding_from_a_view_can_be_decided_and_one_missing_a_claim_needs_its_state():
+    from statefuse import Lens, project
+    from statefuse.error import OpRuleError
+
+    ops = _purchases(2)
+    secret = _writer("cfo").claim(
+        "budget", "bonus", "cost", {"budget": "q3", "amount": 40000}, visibility=["finance"]
+    )
+    state = materialize([*ops, secret], registry=REGISTRY)
+    boss = _writer("boss")
+    (shown,) = project(state, Lens(roles=("finance",))).findings
+    decision = boss.decide_on(shown, ops[1].op_id, reason="ok")
+    assert state.why_stale(decision) is None
+    (partial,) = project(state, Lens()).findings
+    with pytest.raises(OpRuleError) as err:
+        boss.decide_on(partial, ops[1].op_id)
+    assert err.value.rule == "full-conflict"
+    whole = boss.decide_on(partial, ops[1].op_id, state=state)
+    assert set(whole.groups) == set(decision.groups)
+    assert state.why_stale(whole) is None

@@ -273,3 +273,46 @@ def test_a_store_declaring_a_detector_this_process_lacks_is_one_error_line_namin
     assert refused.returncode != 0
     (line,) = refused.stderr.strip().splitlines()
     assert line.startswith("Error:") and "acme.capacity@2" in line and "register_detector" in line
+
+
+def test_a_failing_detector_is_listed_by_statefuse_conflicts_with_its_error(tmp_path):
+    (tmp_path / "broken.py").write_text(
+        "from statefuse import register_detector\n"
+        "def broken(claims):\n"
+        "    raise ValueError('no limit for ' + claims.claims[0].subject)\n"
+        "register_detector('acme.broken', 1, broken)\n"
+    )
+    (tmp_path / "registry.toml").write_text(
+        '[[detectors]]\ndetector = "acme.broken@1"\nreads = ["seats"]\n'
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+
+    def run(*argv: str) -> str:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "statefuse",
+                "--store",
+                "s.db",
+                "--normalizers",
+                "broken",
+                *argv,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    run("init", "--space", "ops", "--registry", "registry.toml")
+    run("claim", "rooms/r4/seats", "12")
+    run("claim", "rooms/r4/name", "Blue room")
+    listed = run("conflicts")
+    assert "detector-failed at detector/acme.broken@1/failed [global] (acme.broken@1)" in listed
+    assert "raised ValueError: no limit for r4" in listed
+    assert "Blue room" in run("show")  # the rest of memory reads as ever
