@@ -1,6 +1,7 @@
 """A live agent loop (issue 13): write one fact, then read the context for the next LLM call.
 
-``python -m benchmarks.agent_loop [--quick] [--sizes N,...] [--steps N] [--seed S] [--json PATH]``
+``python -m benchmarks.agent_loop [--quick] [--sizes N,...] [--steps N] [--seed S] [--json PATH]
+[--detector]``
 
 Measured as a new user would write it. Setup, per size N (1k, 10k, 100k, 1M claims; ``--quick``:
 1k and 10k): a `Replica.memory` loads N claims in signed changes of 1,000 claims, a peer
@@ -21,6 +22,11 @@ Rows, per size (one `ContextCache` per row, kept across its steps, as an agent k
   "of which context" is ``state()`` plus ``context_for`` alone.
 - **step: add_claim / update, then Replica.context**: the same through the replica's one-call
   path, measured only when `Replica` has a ``context`` method.
+- **step: ..., a detector declared** (``--detector``, issue 27): after the first row, the space
+  declares the shipped ``budget`` detector reading ``finance/budget`` (a workload predicate: the
+  steps that write one run it again over all of them) and ``budget/cost`` / ``budget/limit``
+  (three costs over one limit are added: one finding, in every context); the first row again,
+  and the ratio of the two medians (target: <= 1.2x). The rows after it run with it declared.
 - **step: receive a 100-op change, then context**: instead of writing, the replica takes one
   signed change of 100 claims from the peer (90 on new keys, 10 disagreeing with existing
   ones), written before the clock starts; "of which context" as above.
@@ -608,11 +614,18 @@ def _step_row(
 
 
 def bench_size(
-    n: int, *, seed: int, steps: int, batch: int, measure_memory: bool, progress: Progress
+    n: int,
+    *,
+    seed: int,
+    steps: int,
+    batch: int,
+    measure_memory: bool,
+    progress: Progress,
+    detector: bool = False,
 ) -> tuple[list[Row], dict[str, object]]:
     """Load ``n`` claims and run every step row; with ``measure_memory``, the memory row too."""
     section = f"{n:,} claims"
-    plan = Plan.make(n, seed=seed, batch=batch, steps=2 * (WARMUP + steps))
+    plan = Plan.make(n, seed=seed, batch=batch, steps=(3 if detector else 2) * (WARMUP + steps))
     progress(f"{n:,} claims: the peer's changes ...")
     feed = peer_feed(plan, WARMUP + steps)
     gc.collect()
@@ -666,6 +679,8 @@ def bench_size(
     progress(f"{n:,} claims: add_claim / update, then context_for ...")
     done = run_steps(rep, write_step(rep, plan, ContextCache()), n=n, steps=steps, first=0)
     rows = [_step_row(section, WRITE_ROW, n, done, target, with_state=True)]
+    if detector:
+        rows += detector_rows(rep, plan, n, steps=steps, without=rows[0], progress=progress)
     if hasattr(rep, CONTEXT_METHOD):
         progress(f"{n:,} claims: add_claim / update, then Replica.context ...")
         step = replica_context_step(rep, plan)
@@ -691,6 +706,52 @@ def bench_size(
     del rep
     gc.collect()
     return rows + memory, stats
+
+
+#: The registry ``--detector`` declares: the shipped budget detector, reading the workload's
+#: ``finance/budget`` (so the steps that write one run it again over every such claim) and the
+#: ``budget/cost`` and ``budget/limit`` claims the row adds (three costs over one limit: one
+#: finding, in every context).
+DETECTOR_REGISTRY = """\
+[[detectors]]
+detector = "budget@1"
+reads = ["finance/budget", "budget/cost", "budget/limit"]
+"""
+TARGET_DETECTOR_RATIO = Target(1.2, per_op=False, text="<= 1.2x")
+
+
+def detector_rows(
+    rep: Replica, plan: Plan, n: int, *, steps: int, without: Row, progress: Progress
+) -> list[Row]:
+    """The write step again with a detector declared (issue 27), and its ratio to the step
+    without one (``without``, measured just before on the same replica)."""
+    from statefuse.registry import Registry
+
+    progress(f"{n:,} claims: declaring a detector ...")
+    rep.declare_registry(Registry.from_toml(DETECTOR_REGISTRY))
+    rep.add_claim("budget", "q3", "limit", 100_000)
+    for i in range(3):
+        rep.add_claim("budget", f"buy{i}", "cost", {"budget": "q3", "amount": 40_000})
+    if len(rep.state().findings) != 1:
+        raise RuntimeError("the declared detector found no over-budget finding")
+    progress(f"{n:,} claims: add_claim / update, then context_for, with a detector ...")
+    first = 2 * (WARMUP + steps)
+    done = run_steps(rep, write_step(rep, plan, ContextCache()), n=n, steps=steps, first=first)
+    section = f"{n:,} claims"
+    row = _step_row(section, WRITE_ROW + ", a detector declared", n, done, None, with_state=True)
+    ratio = row.median / without.median
+    return [
+        row,
+        Row(
+            section,
+            "step with a detector / step without",
+            n,
+            Unit.RATIO,
+            [ratio],
+            TARGET_DETECTOR_RATIO,
+            note=f"{seconds(row.median)} / {seconds(without.median)} (medians)",
+        ),
+    ]
 
 
 RANK_TOP = 200
@@ -955,6 +1016,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--cli-runs", type=int, default=CLI_RUNS, help="processes per CLI row")
     parser.add_argument("--no-cli", action="store_true", help="skip the cold CLI rows")
+    parser.add_argument(
+        "--detector",
+        action="store_true",
+        help="also run the write step with the budget detector declared, and the ratio",
+    )
     parser.add_argument("--json", type=Path, default=None, help="where to write the JSON")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.batch < 1 or args.cli_runs < 1:
@@ -985,6 +1051,7 @@ def main(argv: list[str] | None = None) -> int:
             batch=args.batch,
             measure_memory=n == sizes[-1],
             progress=progress,
+            detector=args.detector,
         )
         rows += got
     memory = [r for r in rows if r.unit is Unit.BYTES_PER_OP]

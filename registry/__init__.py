@@ -7,13 +7,26 @@ if __name__ != "statefuse.registry":
     raise ImportError(f"import statefuse.registry, not {__name__}")
 
 
-from statefuse.registry.catalog import register_normalizer, registered_normalizers
+from statefuse.registry.catalog import (
+    register_detector,
+    register_normalizer,
+    registered_detectors,
+    registered_normalizers,
+)
 from statefuse.registry.contract import (
     DEFAULT_CONTRACT,
     EXACT_CONTRACT,
     Cardinality,
     Policy,
     PredicateContract,
+)
+from statefuse.registry.detector import (
+    DETECTOR_FAILED,
+    Detector,
+    DetectorClaim,
+    DetectorInput,
+    DetectorSpec,
+    Finding,
 )
 from statefuse.registry.error import (
     ContractError,
@@ -53,6 +66,7 @@ __all__ = [
     "DEFAULT_AUTHORITY_ORDER",
     "DEFAULT_CONTRACT",
     "DEFAULT_REGISTRY",
+    "DETECTOR_FAILED",
     "EXACT_CONTRACT",
     "EXACT_REGISTRY",
     "MAX_CONTAINER_ITEMS",
@@ -61,7 +75,12 @@ __all__ = [
     "MAX_STRING_BYTES",
     "Cardinality",
     "ContractError",
+    "Detector",
+    "DetectorClaim",
+    "DetectorInput",
+    "DetectorSpec",
     "EncodingError",
+    "Finding",
     "FrozenList",
     "FrozenMap",
     "InputError",
@@ -80,7 +99,9 @@ __all__ = [
     "encode_value",
     "frozen_value",
     "plain_value",
+    "register_detector",
     "register_normalizer",
+    "registered_detectors",
     "registered_normalizers",
     "same_value",
 ]

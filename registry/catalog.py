@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from statefuse.registry.detector import Detector
 from statefuse.registry.error import ContractError, RegistryError
 from statefuse.registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
 
@@ -130,3 +131,68 @@ def find_normalizer(
 def _label(fn: object) -> str:
     module = getattr(fn, "__module__", "?")
     return f"{module}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+# --- detectors ------------------------------------------------------------------------------
+
+_DETECTORS: dict[tuple[str, int], Detector] = {}
+
+
+def register_detector(name: str, version: int, fn: Detector) -> None:
+    """Make ``fn`` the detector ``name`` version ``version`` in this process (SEMANTICS §5).
+
+    ``fn`` takes a `DetectorInput` (the active claims of the predicates its declaration reads,
+    sorted by claim id) and returns a list of `Finding`; it must be pure and deterministic
+    (no clock, no randomness, no set or dict order that depends on the hash seed): check it
+    with `registry.checker.check_registry` (samples keyed ``"name@version"``, each a list of
+    claims), which also runs it in fresh interpreters. Registering the same function again is
+    a no-op. The same rules as `register_normalizer`: a bad name or version, a built-in name
+    (``no-builtin-override``), a ``fn`` that is not callable, or another function under that
+    name and version (``detector-registered``) raise ContractError.
+    """
+    from statefuse.registry.detector import check_detector_name
+    from statefuse.registry.detectors import BUILTIN_DETECTORS
+
+    check_detector_name(name)
+    check_version(version)
+    if name in BUILTIN_DETECTORS:
+        raise ContractError("name", "no-builtin-override", f"{name!r} is a built-in detector name")
+    if not callable(fn):
+        raise ContractError("fn", "callable", f"detector {name!r} is not callable")
+    current = _DETECTORS.get((name, version))
+    if current is not None and current is not fn:
+        raise ContractError(
+            "name",
+            "detector-registered",
+            f"{name}@{version} is registered already (as {_label(current)}); register the"
+            f" new behaviour as version {version + 1} and declare that",
+        )
+    _DETECTORS[(name, version)] = fn
+
+
+def registered_detectors() -> Mapping[tuple[str, int], Detector]:
+    """Every detector of this process by (name, version), built-ins (version 1) included."""
+    from statefuse.registry.detectors import BUILTIN_DETECTORS
+
+    return MappingProxyType({**{(n, 1): f for n, f in BUILTIN_DETECTORS.items()}, **_DETECTORS})
+
+
+def find_detector(name: str, version: int) -> Detector:
+    """The code of detector ``name`` version ``version``: a built-in or a registered one.
+
+    Raises RegistryError (rule ``unknown-detector``, the detector's twin of
+    ``unknown-normalizer``) naming it and how to register it."""
+    from statefuse.registry.detectors import BUILTIN_DETECTORS
+
+    if version == 1 and name in BUILTIN_DETECTORS:
+        return BUILTIN_DETECTORS[name]
+    fn = _DETECTORS.get((name, version))
+    if fn is not None:
+        return fn
+    raise RegistryError(
+        "detector",
+        "unknown-detector",
+        f"the registry names detector {name}@{version}, which this process does not have:"
+        f" import the module that calls statefuse.register_detector({name!r}, {version}, fn)"
+        " before opening (CLI: --normalizers MODULE)",
+    )

@@ -37,9 +37,18 @@ import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+import blake3
 import msgpack
 
+from statefuse.registry.detector import (
+    Detector,
+    DetectorClaim,
+    DetectorInput,
+    DetectorSpec,
+    run_detector,
+)
 from statefuse.registry.document import parse_normalizer
 from statefuse.registry.error import ContractError, InputError, NormalizationError
 from statefuse.registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
@@ -49,6 +58,7 @@ from statefuse.registry.value import (
     canonical_value,
     decode_value,
     encode_canonical,
+    encode_value,
     frozen_value,
 )
 
@@ -161,11 +171,14 @@ def check_registry(
     *,
     across_interpreters: bool = True,
 ) -> None:
-    """`check_normalizer` for each normalizer of ``registry`` named in ``samples``.
+    """`check_normalizer` for each normalizer of ``registry`` named in ``samples``, and
+    `check_detector` for each of its declared detectors.
 
     Every custom normalizer named by one of ``registry.contracts`` must have samples, keyed by
     its name (version 1) or ``"name@version"`` (registered with `register_normalizer`). All
     normalizers share the same fresh interpreters, so this is cheaper than one call each.
+    Every declared detector that is not built in must have samples too, keyed by its
+    ``"name@version"``: each sample is one input, a list of claims (see `check_detector`).
 
     Raises ContractError if ``samples`` names a normalizer the registry does not know or leaves
     out a custom one its contracts use, and NormalizerContractError as `check_normalizer` does.
@@ -174,6 +187,9 @@ def check_registry(
         raise ContractError("registry", "type", f"expected a Registry, got {_show(registry)}")
     if not isinstance(samples, Mapping):
         raise ContractError("samples", "type", "samples must map normalizer names to samples")
+    detectors = {d.label: d for d in registry.detectors}
+    detector_jobs = _detector_jobs(registry, detectors, samples)
+    samples = {k: v for k, v in samples.items() if _as_label(k) not in detectors}
     used = {
         str(c.normalizer) if c.normalizer_version == 1 else f"{c.normalizer}@{c.normalizer_version}"
         for c in (*registry.contracts, registry.default)
@@ -196,7 +212,293 @@ def check_registry(
             ) from None
         jobs.append(_check_in_process(fn, samples[normalizer_name], name=normalizer_name))
     if across_interpreters:
-        _check_across_interpreters(jobs)
+        if jobs:
+            _check_across_interpreters(jobs)
+        if detector_jobs:
+            _check_detectors_across_interpreters(detector_jobs)
+
+
+# --- detectors --------------------------------------------------------------------------------
+
+#: What a detector sample's claim may hold (``namespace``, ``subject``, ``predicate`` and
+#: ``value`` are required).
+_SAMPLE_CLAIM_KEYS = frozenset(("namespace", "subject", "predicate", "value", "scope"))
+_SAMPLE_DOMAIN = b"statefuse/detector-sample/v1"
+
+_DETECTOR_CHILD_SCRIPT = """\
+import importlib, json, sys
+sys.path[:] = json.loads(sys.argv[1])
+reply, sys.stdout = sys.stdout.buffer, sys.stderr
+import msgpack
+from statefuse.registry.checker import _detector_outcome
+results = []
+for module, qualname, name, version, reads, samples in msgpack.unpackb(
+    sys.stdin.buffer.read(), raw=False
+):
+    fn = importlib.import_module(module)
+    for part in qualname.split("."):
+        fn = getattr(fn, part)
+    results.append([_detector_outcome(fn, name, version, reads, s) for s in samples])
+reply.write(msgpack.packb(results, use_bin_type=True))
+"""
+
+
+class DetectorContractError(ContractError):
+    """A detector broke one of the checks of `check_detector` on a sample."""
+
+
+@dataclass(frozen=True, slots=True)
+class _DetectorJob:
+    fn: Detector
+    spec: DetectorSpec
+    samples: tuple[bytes, ...]
+    outcomes: tuple[bytes, ...]
+
+    @property
+    def name(self) -> str:
+        return self.spec.label
+
+
+def _as_label(key: object) -> str:
+    if isinstance(key, str) and "@" not in key:
+        return f"{key}@1"
+    return str(key)
+
+
+def _sample_input(data: bytes, reads: list[list[Any]]) -> DetectorInput:
+    """The `DetectorInput` a sample (canonical bytes of a list of claim maps) stands for:
+    each claim's id a hash of its place and content, its author zeros, its lamport its place;
+    claims of predicates the declaration does not read are left out, as replicas do."""
+    spec_reads = [(None if n is None else str(n), str(p)) for n, p in reads]
+    claims = []
+    decoded = decode_value(data)
+    assert isinstance(decoded, list)
+    for i, raw in enumerate(decoded):
+        assert isinstance(raw, Mapping)
+        claim = dict(raw)
+        scope = str(claim.get("scope", "global"))
+        ns, subject, predicate = (
+            str(claim["namespace"]),
+            str(claim["subject"]),
+            str(claim["predicate"]),
+        )
+        if not any(p == predicate and (n is None or n == ns) for n, p in spec_reads):
+            continue
+        cid = blake3.blake3(_SAMPLE_DOMAIN + encode_canonical([i, claim])).digest()
+        value = frozen_value(claim["value"])
+        claims.append(DetectorClaim(cid, ns, subject, predicate, scope, value, bytes(32), i + 1))
+    claims.sort(key=lambda c: c.claim_id)
+    return DetectorInput(tuple(claims))
+
+
+def _detector_outcome(
+    fn: Detector, name: str, version: int, reads: list[list[Any]], data: bytes
+) -> bytes:
+    """The canonical bytes of what ``fn`` finds on one sample: ``[0, findings]`` or ``[1,
+    why it failed]`` (the same function runs here and in the fresh interpreters)."""
+    spec = DetectorSpec(name, version, tuple((r[0], r[1]) for r in reads))
+    found, error = run_detector(spec, fn, _sample_input(data, reads))
+    if error is not None:
+        return encode_value([1, error])
+    return encode_value(
+        [
+            0,
+            [
+                [f.type, list(f.anchor), f.scope, list(f.claim_ids), f.reason, f.witness]
+                for f in sorted(found, key=lambda f: (f.type, f.anchor, f.scope))
+            ],
+        ]
+    )
+
+
+def _describe_outcome(data: bytes) -> str:
+    decoded = decode_value(data)
+    assert isinstance(decoded, list)
+    kind, body = decoded
+    if kind == 1:
+        return f"failed: {body!s}"
+    return f"found {_show(body)}"
+
+
+def _detector_violation(job_name: str, index: int, rule: str, detail: str) -> DetectorContractError:
+    return DetectorContractError(
+        f"samples[{index}]", rule, f"detector {job_name!r} on sample {index}: {detail}"
+    )
+
+
+def _check_sample(index: int, sample: object) -> bytes:
+    if isinstance(sample, (str, bytes, Mapping)) or not isinstance(sample, Iterable):
+        raise ContractError(
+            f"samples[{index}]", "detector-sample", "a detector sample is a list of claims"
+        )
+    claims = []
+    for j, claim in enumerate(sample):
+        where = f"samples[{index}][{j}]"
+        if not isinstance(claim, Mapping) or not set(claim) <= _SAMPLE_CLAIM_KEYS:
+            raise ContractError(
+                where,
+                "detector-sample",
+                "a claim is a map of namespace, subject, predicate, value and optional scope",
+            )
+        for part in ("namespace", "subject", "predicate"):
+            if type(claim.get(part)) is not str or not claim[part]:
+                raise ContractError(
+                    f"{where}.{part}", "non-empty-str", f"{part} is a non-empty str"
+                )
+        if "value" not in claim:
+            raise ContractError(f"{where}.value", "required", "a claim has a value")
+        claims.append(dict(claim))
+    try:
+        return encode_canonical(canonical_value(claims, f"samples[{index}]"))
+    except InputError as exc:
+        raise ContractError(exc.field, "canonical-sample", exc.message) from None
+
+
+def check_detector(
+    spec: DetectorSpec,
+    fn: Detector,
+    samples: Iterable[Iterable[Mapping[str, Value]]],
+    *,
+    across_interpreters: bool = True,
+) -> None:
+    """Check that ``fn``, declared as ``spec``, keeps the detector contract on every sample.
+
+    A sample is one input: a list of claims, each a map ``{"namespace", "subject",
+    "predicate", "value"}`` with an optional ``"scope"``; claims of predicates ``spec`` does
+    not read are left out, as every replica leaves them out. On every sample ``fn`` must
+    (a) return well-formed findings (it never fails: a failure is a ``detector-failed``
+    finding on every replica), (b) return the same findings on every call, and (c) the same
+    in fresh interpreters under other ``PYTHONHASHSEED`` values (the order of a set or dict
+    of str depends on it).
+
+    Raises ContractError for a malformed argument or sample and DetectorContractError, naming
+    the sample and the rule (``detector-fails``, ``deterministic``, ``importable``,
+    ``same-in-every-interpreter``), otherwise.
+    """
+    job = _detector_job(spec, fn, samples)
+    if across_interpreters:
+        _check_detectors_across_interpreters([job])
+
+
+def _detector_job(spec: DetectorSpec, fn: Detector, samples: object) -> _DetectorJob:
+    if not isinstance(spec, DetectorSpec):
+        raise ContractError("spec", "type", f"expected a DetectorSpec, got {_show(spec)}")
+    if not callable(fn):
+        raise ContractError("fn", "callable", f"a detector must be callable, got {_show(fn)}")
+    if isinstance(samples, (str, bytes, Mapping)) or not isinstance(samples, Iterable):
+        raise ContractError("samples", "iterable", "samples must be a list of inputs")
+    encoded = tuple(_check_sample(i, sample) for i, sample in enumerate(samples))
+    reads = [[n, p] for n, p in spec.reads]
+    outcomes = []
+    for index, data in enumerate(encoded):
+        first = _detector_outcome(fn, spec.name, spec.version, reads, data)
+        if decode_value(first)[0] == 1:  # type: ignore[index]
+            raise _detector_violation(spec.label, index, "detector-fails", _describe_outcome(first))
+        for _ in range(REPEATS - 1):
+            again = _detector_outcome(fn, spec.name, spec.version, reads, data)
+            if again != first:
+                raise _detector_violation(
+                    spec.label,
+                    index,
+                    "deterministic",
+                    f"one call {_describe_outcome(first)}, another {_describe_outcome(again)}",
+                )
+        outcomes.append(first)
+    return _DetectorJob(fn, spec, encoded, tuple(outcomes))
+
+
+def _detector_jobs(
+    registry: Registry, detectors: Mapping[str, DetectorSpec], samples: Mapping[str, Any]
+) -> list[_DetectorJob]:
+    from statefuse.registry.detectors import BUILTIN_DETECTORS
+
+    custom = {
+        label
+        for label, spec in detectors.items()
+        if not (spec.version == 1 and spec.name in BUILTIN_DETECTORS)
+    }
+    given = {_as_label(k): k for k in samples if _as_label(k) in detectors}
+    missing = sorted(custom - set(given))
+    if missing:
+        raise ContractError(
+            "samples",
+            "samples-for-detectors",
+            f"no samples for declared detector(s) {', '.join(map(repr, missing))}",
+        )
+    return [
+        _detector_job(detectors[label], registry.detector_code(detectors[label]), samples[key])
+        for label, key in sorted(given.items())
+    ]
+
+
+def _check_detectors_across_interpreters(jobs: list[_DetectorJob]) -> None:
+    try:
+        paths = [_import_path(job) for job in jobs]  # type: ignore[arg-type]
+    except NormalizerContractError as exc:
+        message = exc.message.replace("normalizer", "detector")
+        raise DetectorContractError(exc.field, exc.rule, message) from None
+    request = msgpack.packb(
+        [
+            [
+                module,
+                qualname,
+                job.spec.name,
+                job.spec.version,
+                [list(r) for r in job.spec.reads],
+                list(job.samples),
+            ]
+            for (module, qualname), job in zip(paths, jobs, strict=True)
+        ],
+        use_bin_type=True,
+    )
+    which = ", ".join(repr(job.name) for job in jobs)
+    for seed in HASH_SEEDS:
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", _DETECTOR_CHILD_SCRIPT, json.dumps(sys.path)],
+                input=request,
+                capture_output=True,
+                env=env,
+                timeout=CHILD_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except (subprocess.TimeoutExpired, OSError) as exc:
+            raise DetectorContractError(
+                "fn", "child-failed", f"checking {which} in a fresh interpreter failed: {exc}"
+            ) from None
+        if done.returncode != 0:
+            stderr = done.stderr.decode(errors="replace").strip()[-MAX_STDERR_CHARS:]
+            raise DetectorContractError(
+                "fn",
+                "child-failed",
+                f"a fresh interpreter with PYTHONHASHSEED={seed} failed while checking {which}"
+                f" (exit status {done.returncode}):\n{stderr}",
+            )
+        try:
+            reply = msgpack.unpackb(done.stdout, raw=False)
+        except (ValueError, msgpack.UnpackException):
+            reply = None
+        if not isinstance(reply, list) or len(reply) != len(jobs):
+            raise DetectorContractError(
+                "fn",
+                "child-failed",
+                f"unreadable reply from the fresh interpreter checking {which}",
+            )
+        for job, rows in zip(jobs, reply, strict=True):
+            for index, here in enumerate(job.outcomes):
+                there = rows[index] if isinstance(rows, list) and index < len(rows) else b""
+                if there != here:
+                    said = _describe_outcome(there) if there else "gave no answer"
+                    raise _detector_violation(
+                        job.name,
+                        index,
+                        "same-in-every-interpreter",
+                        f"here it {_describe_outcome(here)}, but in a fresh interpreter with"
+                        f" PYTHONHASHSEED={seed} it {said}"
+                        " (findings must not depend on the hash seed, e.g. on set or dict"
+                        " order of str, nor on process state)",
+                    )
 
 
 def _check_in_process(fn: Normalizer, samples: Iterable[Value], *, name: str | None) -> _Job:

@@ -27,13 +27,19 @@ One document describes a whole registry; a space's declaration holds the same do
     approved = "boolean"
     starts = "date"
 
+    [[detectors]]                      # optional: domain conflicts across keys (SEMANTICS §5)
+    detector = "budget@1"              # "name@version" in the detector catalog
+    reads = ["budget/cost", "budget/limit"]   # "predicate" or "namespace/predicate"
+
 A contract (and ``[default]``) takes: ``predicate`` (contracts only), ``namespace``,
 ``cardinality``, ``normalizer`` (``"name"`` or ``"name@version"``; left out: the default's),
 ``params``, ``ref`` (``"normal-form"``, the default: equal values share a correction handle, or
 ``"value"``) and ``policy``. ``[predicates]`` is shorthand: ``name = "normalizer"`` is a
 contract for that predicate (every namespace) with that normalizer and the defaults otherwise;
 a document is rendered back with ``contracts`` only. ``normalizers`` (optional) lists custom
-normalizer names that belong to the registry although no contract uses them.
+normalizer names that belong to the registry although no contract uses them. ``detectors``
+(optional) declares detectors by ``name@version`` with the predicates each reads; every replica
+runs them on the active claims of those predicates (`registry.detector`).
 
 Parsing is strict: an unknown key, a wrong type or a bad name raises RegistryError naming the
 path of the field (``contracts[2].policy``) and the rule, so a typo never silently means
@@ -49,6 +55,7 @@ from typing import Any
 
 from statefuse.registry.catalog import check_name, check_version
 from statefuse.registry.contract import Cardinality, Param, Policy, PredicateContract
+from statefuse.registry.detector import DetectorSpec, Read
 from statefuse.registry.error import ContractError, RegistryError
 from statefuse.registry.value import Value
 
@@ -62,7 +69,20 @@ FORMAT = "statefuse-registry/1"
 #: Most contracts one registry document may hold.
 MAX_CONTRACTS = 10_000
 
-_TOP_KEYS = ("format", "authority_order", "default", "contracts", "predicates", "normalizers")
+_TOP_KEYS = (
+    "format",
+    "authority_order",
+    "default",
+    "contracts",
+    "predicates",
+    "normalizers",
+    "detectors",
+)
+_DETECTOR_KEYS = ("detector", "reads")
+#: Most detectors one registry document may declare.
+MAX_DETECTORS = 100
+#: Most predicates one detector may read.
+MAX_READS = 100
 _CONTRACT_KEYS = (
     "predicate",
     "namespace",
@@ -225,6 +245,65 @@ def parse(
     return contracts, default, order, names
 
 
+def parse_detectors(document: object, *, field: str = "registry") -> list[DetectorSpec]:
+    """The detectors a registry document declares (``[[detectors]]``: ``detector =
+    "name@version"``, ``reads = ["namespace/predicate" or "predicate", ...]``), in document
+    order; raises RegistryError naming the bad field. A document without the section declares
+    none."""
+    doc = _mapping(document, field)
+    raw = doc.get("detectors")
+    if raw is None:
+        return []
+    if not isinstance(raw, (list, tuple)):
+        raise _fail(f"{field}.detectors", "list", "expected a list of detector tables")
+    if len(raw) > MAX_DETECTORS:
+        raise _fail(f"{field}.detectors", "max-detectors", f"at most {MAX_DETECTORS} detectors")
+    out: list[DetectorSpec] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(raw):
+        where = f"{field}.detectors[{i}]"
+        table = _mapping(entry, where)
+        _known_keys(table, _DETECTOR_KEYS, where)
+        if table.get("detector") is None:
+            raise _fail(f"{where}.detector", "required", "name the detector: 'name@version'")
+        name, version = parse_normalizer(table["detector"], f"{where}.detector")
+        reads_raw = table.get("reads")
+        if not isinstance(reads_raw, (list, tuple)) or not reads_raw:
+            raise _fail(
+                f"{where}.reads",
+                "list-of-str",
+                "list the predicates it reads: 'predicate' or 'namespace/predicate'",
+            )
+        if len(reads_raw) > MAX_READS:
+            raise _fail(f"{where}.reads", "max-reads", f"at most {MAX_READS} predicates")
+        reads: list[Read] = []
+        for j, text in enumerate(reads_raw):
+            if type(text) is not str or not text or text.count("/") > 1:
+                raise _fail(
+                    f"{where}.reads[{j}]",
+                    "read",
+                    f"expected 'predicate' or 'namespace/predicate', got {text!r}",
+                )
+            namespace, _, predicate = text.rpartition("/")
+            if not predicate or ("/" in text and not namespace):
+                raise _fail(
+                    f"{where}.reads[{j}]",
+                    "read",
+                    f"expected 'predicate' or 'namespace/predicate', got {text!r}",
+                )
+            reads.append((namespace or None, predicate))
+        label = f"{name}@{version}"
+        if label in seen:
+            raise _fail(f"{where}.detector", "unique", f"{label} is declared twice")
+        seen.add(label)
+        out.append(DetectorSpec(name, version, tuple(sorted(set(reads), key=_read_order))))
+    return out
+
+
+def _read_order(read: Read) -> tuple[str, str]:
+    return (read[0] or "", read[1])
+
+
 def _contract_entry(contract: PredicateContract, *, default: bool) -> dict[str, Value]:
     out: dict[str, Value] = {}
     if not default:
@@ -261,6 +340,8 @@ def render(registry: Any) -> dict[str, Value]:
     }
     if extra:
         doc["normalizers"] = list[Value](extra)
+    if registry.detectors:
+        doc["detectors"] = [d.declaration() for d in registry.detectors]
     return doc
 
 
@@ -331,5 +412,10 @@ def to_toml(document: Mapping[str, Value]) -> str:
     for entry in contracts if isinstance(contracts, list) else []:
         assert isinstance(entry, dict)
         lines += ["", "[[contracts]]"]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
+    detectors = document.get("detectors")
+    for entry in detectors if isinstance(detectors, list) else []:
+        assert isinstance(entry, dict)
+        lines += ["", "[[detectors]]"]
         lines += [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
     return "\n".join(lines) + "\n"

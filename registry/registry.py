@@ -14,8 +14,9 @@ from types import MappingProxyType
 
 import blake3
 
-from statefuse.registry.catalog import find_normalizer
+from statefuse.registry.catalog import check_version, find_detector, find_normalizer
 from statefuse.registry.contract import DEFAULT_CONTRACT, EXACT_CONTRACT, Param, PredicateContract
+from statefuse.registry.detector import Detector, DetectorSpec, check_detector_name
 from statefuse.registry.error import ContractError, InputError, NormalizationError, RegistryError
 from statefuse.registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
 from statefuse.registry.value import Value, canonical_value, encode_canonical, encode_value
@@ -81,6 +82,8 @@ class Registry:
         "_contracts",
         "_custom",
         "_default",
+        "_detector_code",
+        "_detectors",
         "_fingerprint",
         "_given",
         "_normalizers",
@@ -93,8 +96,10 @@ class Registry:
         normalizers: Mapping[str, Normalizer] | None = None,
         default: PredicateContract = DEFAULT_CONTRACT,
         authority_order: Sequence[str] = DEFAULT_AUTHORITY_ORDER,
+        detectors: Iterable[DetectorSpec] = (),
     ) -> None:
         self._authority_order = check_authority_order(authority_order)
+        self._detectors, self._detector_code = _bind_detectors(detectors)
         custom = dict(normalizers or {})
         for name in custom:
             if name in BUILTIN_NORMALIZERS:
@@ -170,13 +175,15 @@ class Registry:
                     if c.normalizer_version == 1
                     else f"{c.normalizer}@{c.normalizer_version}"
                 )
-        declaration: Value = {
+        declaration: dict[str, Value] = {
             "v": 2,
             "default": default.declaration(),
             "contracts": [c.declaration() for c in self._contracts],
             "custom_normalizers": list[Value](sorted(named)),
             "authority_order": list[Value](self._authority_order),
         }
+        if self._detectors:  # a registry without detectors keeps its fingerprint
+            declaration["detectors"] = [d.declaration() for d in self._detectors]
         self._fingerprint = blake3.blake3(FINGERPRINT_DOMAIN + encode_value(declaration)).digest()
 
     def _bind(self, contract: PredicateContract) -> Normalizer:
@@ -206,6 +213,7 @@ class Registry:
             normalizers=self._custom,
             default=default,
             authority_order=self._authority_order,
+            detectors=self._detectors,
         )
 
     def to_document(self) -> dict[str, Value]:
@@ -229,9 +237,10 @@ class Registry:
         registered in this process. Raises RegistryError naming the field path
         (``registry.contracts[2].policy``) and the rule for a malformed document, and rule
         ``unknown-normalizer`` for a normalizer this process does not have."""
-        from statefuse.registry.document import parse
+        from statefuse.registry.document import parse, parse_detectors
 
         contracts, default, order, extra = parse(document, field=field)
+        detectors = parse_detectors(document, field=field)
         default = default or DEFAULT_CONTRACT
         given = dict(normalizers or {})
         wanted = set(extra)
@@ -246,6 +255,7 @@ class Registry:
                 normalizers=code,
                 default=default,
                 authority_order=DEFAULT_AUTHORITY_ORDER if order is None else order,
+                detectors=detectors,
             )
         except RegistryError:
             raise
@@ -300,6 +310,21 @@ class Registry:
     def fingerprint(self) -> bytes:
         """blake3 of the canonical declaration; equal registries have equal fingerprints."""
         return self._fingerprint
+
+    @property
+    def detectors(self) -> tuple[DetectorSpec, ...]:
+        """The detectors this registry declares, sorted by ``name@version``."""
+        return self._detectors
+
+    def detector_code(self, spec: DetectorSpec) -> Detector:
+        """The code of a declared detector (found when the registry was made)."""
+        return self._detector_code[spec.label]
+
+    def detectors_reading(self, namespace: str, predicate: str) -> tuple[DetectorSpec, ...]:
+        """The declared detectors that read ``predicate`` in ``namespace``."""
+        if not self._detectors:
+            return ()
+        return tuple(d for d in self._detectors if d.reads_predicate(namespace, predicate))
 
     @property
     def custom_normalizers(self) -> Mapping[str, Normalizer]:
@@ -375,6 +400,31 @@ class Registry:
     def __repr__(self) -> str:
         fp = self._fingerprint.hex()[:16]
         return f"Registry({len(self._contracts)} contracts, fingerprint={fp})"
+
+
+def _bind_detectors(
+    detectors: Iterable[DetectorSpec],
+) -> tuple[tuple[DetectorSpec, ...], Mapping[str, Detector]]:
+    """The declared detectors sorted by label, and their code; raises ContractError for a bad
+    declaration and RegistryError (rule ``unknown-detector``) for one this process lacks."""
+    specs: dict[str, DetectorSpec] = {}
+    for i, spec in enumerate(detectors):
+        if not isinstance(spec, DetectorSpec):
+            raise ContractError(
+                f"detectors[{i}]", "type", f"expected DetectorSpec, got {type(spec).__name__}"
+            )
+        check_detector_name(spec.name, f"detectors[{i}].name")
+        check_version(spec.version, f"detectors[{i}].version")
+        if not spec.reads:
+            raise ContractError(f"detectors[{i}].reads", "non-empty", "a detector reads something")
+        if spec.label in specs and specs[spec.label] != spec:
+            raise ContractError(
+                f"detectors[{i}]", "unique", f"{spec.label} is declared twice, reading differently"
+            )
+        specs[spec.label] = spec
+    ordered = tuple(specs[k] for k in sorted(specs))
+    code = {s.label: find_detector(s.name, s.version) for s in ordered}
+    return ordered, MappingProxyType(code)
 
 
 def _with_params(fn: Normalizer, name: str, params: tuple[tuple[str, Param], ...]) -> Normalizer:

@@ -70,6 +70,10 @@ from statefuse.registry import (
     DEFAULT_REGISTRY,
     EXACT_REGISTRY,
     Cardinality,
+    DetectorClaim,
+    DetectorInput,
+    DetectorSpec,
+    Finding,
     FrozenList,
     FrozenMap,
     Policy,
@@ -80,6 +84,7 @@ from statefuse.registry import (
     decode_value,
     encode_value,
     plain_value,
+    register_detector,
     register_normalizer,
 )
 from statefuse.registry.file import load_registry, save_registry
@@ -120,7 +125,15 @@ from statefuse.tokenizer import (
     TokenizerError,
     default_tokenizer,
 )
-from statefuse.view import Contest, How, Selection, StaleNote, SurfacedConflict, View
+from statefuse.view import (
+    Contest,
+    How,
+    Selection,
+    StaleNote,
+    SurfacedConflict,
+    SurfacedFinding,
+    View,
+)
 from statefuse.writer import Writer
 
 __version__ = "0.1.0"
@@ -165,11 +178,15 @@ __all__ = [
     "ContractError",
     "Damage",
     "DecisionAdded",
+    "DetectorClaim",
+    "DetectorInput",
+    "DetectorSpec",
     "Embedder",
     "EmbedderError",
     "EmbeddingServiceError",
     "EncodingError",
     "EvidenceAdded",
+    "Finding",
     "FollowError",
     "FollowStatus",
     "Follower",
@@ -241,6 +258,7 @@ __all__ = [
     "StoreInfo",
     "StoreWarning",
     "SurfacedConflict",
+    "SurfacedFinding",
     "Tokenizer",
     "TokenizerError",
     "Transcript",
@@ -280,6 +298,7 @@ __all__ = [
     "plain_value",
     "previous_values",
     "project",
+    "register_detector",
     "register_normalizer",
     "rrf",
     "run_resolver",

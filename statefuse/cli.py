@@ -713,6 +713,8 @@ def _cmd_decide(s: Session) -> int:
     state = _state_at(rep, claim)
     conflict = state.conflict_of(*_key_of(claim), claim.scope)
     if conflict is None or claim.claim_id not in conflict.candidates:
+        conflict = _finding_with(rep, claim.claim_id)
+    if conflict is None:
         raise CliError(
             "CLAIM",
             "candidate",
@@ -742,6 +744,15 @@ def _decided_text(d: DecisionAdded, conflict: ConflictSet, claim: ClaimAdded) ->
         return f"Deferred {where}: still open ({d.reason})"
     verb = "Merged" if d.outcome is Outcome.MERGE else "Decided"
     return f"{verb} {where} for claim {claim.claim_id.hex()}: {value_cell(claim.value)}"
+
+
+def _finding_with(rep: Replica, claim_id: bytes) -> ConflictSet | None:
+    """The first finding (by locus) that names ``claim_id``, when no same-key conflict does:
+    deciding a finding for one of its claims settles it (SEMANTICS §5)."""
+    if not rep.registry.detectors:
+        return None
+    state = rep.conflicts().state
+    return next((f for f in state.findings if claim_id in f.candidates), None)
 
 
 def _decision_json(d: DecisionAdded, names: AuthorNames) -> dict[str, Any]:
@@ -878,7 +889,40 @@ def _memo_cell() -> Callable[[Value], str]:
     return cell
 
 
+def _finding_text(conflict: ConflictSet, state: State, names: AuthorNames) -> str:
+    """A detector's finding: its type, anchor, detector, status, reason and witness, then one
+    row per claim with its key."""
+    decision = state.decision_for(conflict)
+    status = (
+        "undecided" if decision is None else f"decided for {short_id(decision.selected_claim_id)}"
+    )
+    if decision is not None and decision.reason:
+        status += f" ({decision.reason})"
+    head = (
+        f"{conflict.finding} at {format_key(conflict.key)} [{conflict.scope}]"
+        f" ({conflict.detector}): {plural(len(conflict.candidates), 'claim')}, {status}"
+    )
+    lines = [head, f"  {conflict.reason}"]
+    if conflict.witness:
+        shown = ", ".join(f"{k}={value_cell(v)}" for k, v in conflict.witness.items())
+        lines.append(f"  witness: {shown}")
+    rows = [
+        [
+            short_id(cid),
+            format_key(((c := state.claims[cid]).namespace, c.subject, c.predicate)),
+            value_cell(c.value),
+            names.label(c.author),
+        ]
+        for cid in conflict.candidates
+    ]
+    if rows:
+        lines.append(table(["ID", "KEY", "VALUE", "AUTHOR"], rows, indent="  "))
+    return "\n".join(lines)
+
+
 def _conflict_text(conflict: ConflictSet, state: State, names: AuthorNames) -> str:
+    if conflict.finding:
+        return _finding_text(conflict, state, names)
     decision = state.decision_for(conflict)
     if decision is None:
         status = "undecided"
@@ -923,6 +967,20 @@ def _conflict_json(conflict: ConflictSet, state: State, names: AuthorNames) -> d
         "groups": [[cid.hex() for cid in g.claim_ids] for g in conflict.groups],
         "candidates": [_claim_json(state.claims[cid], state, names) for cid in conflict.candidates],
         "decision": None if decision is None else _decision_json(decision, names),
+        **_finding_json(conflict),
+    }
+
+
+def _finding_json(conflict: ConflictSet) -> dict[str, Any]:
+    """The fields a detector's finding adds to a conflict's JSON (none for a same-key one)."""
+    if not conflict.finding:
+        return {}
+    return {
+        "finding": conflict.finding,
+        "detector": conflict.detector,
+        "reason": conflict.reason,
+        "witness": None if conflict.witness is None else json_value(dict(conflict.witness)),
+        "keys": [format_key(k) for k in conflict.keys],
     }
 
 

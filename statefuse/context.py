@@ -93,6 +93,7 @@ from statefuse.view import (
     Key,
     Selection,
     SurfacedConflict,
+    SurfacedFinding,
     View,
     contest_dict,
     json_value,
@@ -127,6 +128,7 @@ Do not rely on them.
 - Conflicts: sources disagree and nobody has decided. Each value says who asserted it (`by`) \
 and where it came from (`from`). Do not assume any candidate; say that it is unresolved, or \
 ask.
+- Findings: conflicts across keys, open unless `decided:`.
 - Working set: the recent conversation and scratch items, oldest first, newest last, a turn \
 as `speaker: text`; a line `speaker:` alone starts a run of that speaker's turns, one per \
 line. `[corrected]` stands where a turn said a value that was later corrected: the old value \
@@ -159,6 +161,7 @@ class SectionName(Enum):
     FACTS = "facts"
     NEEDS_REVIEW = "needs_review"
     CONFLICTS = "conflicts"
+    FINDINGS = "findings"
     WORKING = "working"
     ENVIRONMENT = "environment"
     UNKNOWNS = "known_unknowns"
@@ -171,6 +174,7 @@ TITLES: Mapping[SectionName, str] = {
     SectionName.FACTS: "Facts:",
     SectionName.NEEDS_REVIEW: "Needs review:",
     SectionName.CONFLICTS: "Conflicts:",
+    SectionName.FINDINGS: "Findings:",
     SectionName.WORKING: "Working set:",
     SectionName.ENVIRONMENT: "Environment:",
     SectionName.UNKNOWNS: "Unknowns:",
@@ -183,6 +187,7 @@ _HANDLE_PREFIX: Mapping[SectionName, str] = {
     SectionName.FACTS: "F",
     SectionName.NEEDS_REVIEW: "R",
     SectionName.CONFLICTS: "X",
+    SectionName.FINDINGS: "D",
     SectionName.WORKING: "W",
     SectionName.ENVIRONMENT: "E",
     SectionName.UNKNOWNS: "Q",
@@ -578,6 +583,7 @@ _IDENTITY = ("more identity claim", "more identity claims")
 _CONSTRAINTS = ("more constraint", "more constraints")
 _REVIEW = ("more claim needing review", "more claims needing review")
 _CONFLICTS = ("more unresolved conflict", "more unresolved conflicts")
+_FINDINGS = ("more finding", "more findings")
 _WORKING = ("earlier working-set item", "earlier working-set items")
 _SIGNALS = ("older signal", "older signals")
 _QUESTIONS = ("more open question", "more open questions")
@@ -2360,6 +2366,8 @@ class _Units:
     clean_working: Callable[[Iterable[ClaimAdded]], _UnitList[Any]] | None = None
     #: How each section after the facts is ranked when it is cut (`_Relevance`).
     rank: Mapping[SectionName, _Rank] = field(default_factory=dict)
+    #: The detectors' findings the View shows (`_finding_unit`), open ones first.
+    findings: _UnitList[Any] | None = None
 
 
 def _viewer_unit(meter: _Meter, viewer: Lens) -> _Unit | None:
@@ -2453,6 +2461,7 @@ def _units(
             SectionName.WORKING: relevance.claims(SectionName.WORKING, newest_first, _alone),
             SectionName.UNKNOWNS: relevance.claims(SectionName.UNKNOWNS, questions, lambda q: q[1]),
         }
+    findings = sorted(view.findings, key=lambda f: (not f.open, f.key, f.scope, f.locus))
     return _Units(
         identity,
         constraints,
@@ -2463,7 +2472,38 @@ def _units(
         unknowns,
         clean_working if clean else None,
         rank,
+        _UnitList(findings, lambda f: _finding_unit(meter, f), lambda f: f.candidates)
+        if findings
+        else None,
     )
+
+
+_NO_UNITS: _UnitList[Any] = _UnitList((), lambda _: _Unit([], [], 0), lambda _: ())
+#: Most keys a finding's line lists before counting the rest.
+FINDING_KEYS_LISTED = 4
+
+
+def _finding_unit(meter: _Meter, f: SurfacedFinding) -> _Unit:
+    """One finding in one compact line: its type, anchor, detector, reason and witness (kept
+    back when it names a claim this lens may not see), the keys of its shown claims, and
+    whether a decision settled it."""
+    where = render_key(f.key) + (f" (scope={_part(f.scope)})" if f.scope != "global" else "")
+    line = f"{ITEM}{f.finding} at {where} ({_part(f.detector)})"
+    if f.withheld:
+        line += f": {f.not_shown} of its claims not shown"
+    elif f.reason:
+        line += f": {f.reason}"
+    if f.witness:
+        line += " [" + ", ".join(f"{k}={render_value(v)}" for k, v in f.witness.items()) + "]"
+    if f.candidates:
+        keys = [render_key(k) for k in f.keys]
+        more = len(keys) - FINDING_KEYS_LISTED
+        line += "; keys: " + ", ".join(keys[:FINDING_KEYS_LISTED])
+        if more > 0:
+            line += f" and {more} more"
+    if f.decided is not None:
+        line += f"; decided: {_clip(f.decided)}"
+    return _Unit([line], list(f.candidates), meter.line(line))
 
 
 def _alone(c: ClaimAdded) -> tuple[ClaimAdded]:
@@ -2501,6 +2541,7 @@ def _layout(
     later = (
         (SectionName.NEEDS_REVIEW, units.review, _REVIEW, None),
         (SectionName.CONFLICTS, units.conflicts, _CONFLICTS, None),
+        (SectionName.FINDINGS, units.findings or _NO_UNITS, _FINDINGS, None),
         (SectionName.WORKING, units.working, _WORKING, policy.working_limit),
         (SectionName.ENVIRONMENT, units.environment, _SIGNALS, policy.environment_limit),
         (SectionName.UNKNOWNS, units.unknowns, _QUESTIONS, None),

@@ -14,6 +14,8 @@
     │   ├── ResolverInputError (ValueError)  a resolver input that is not a conflict's candidates
     │   ├── ContractError (ValueError)      a bad predicate contract or registry
     │   │   ├── NormalizerContractError     a custom normalizer breaks the normalizer contract
+    │   │   ├── DetectorContractError       a detector breaks the detector contract
+    │   │   │                               (registry.checker.check_detector)
     │   │   └── RegistryError               a registry file / declaration that cannot be used
     │   │                                   (registry.checker; not pure, so not re-exported here)
     │   ├── OpRuleError (ValueError)        an op field breaks the op schema

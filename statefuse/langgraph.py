@@ -1059,6 +1059,41 @@ class StateFuseStore(BaseStore):
         store._owns = True
         return store
 
+    def findings(self) -> list[dict[str, Any]]:
+        """The conflicts across items that the space's detectors found (SEMANTICS §5) and
+        this store's lens sees, in the graph's words: ``type``, ``detector``, ``reason``,
+        ``witness`` (the numbers; both None when it names a claim the lens may not see),
+        ``open`` (no decision settles it), ``items`` (each claim that is an item: its
+        ``namespace`` and ``key``) and ``keys`` (claim keys of the others, as
+        ``namespace/subject/predicate``), ``not_shown`` (claims the lens may not see) and the
+        ``conflict_id`` (cut to `SHORT_ID_CHARS` hex digits). Reads the conflicts alone on a
+        replica opened on its derived state (`Replica.conflicts`)."""
+        page = self.replica.conflicts()
+        view = project(page.state, self.lens, resolver=self.resolver)
+        out = []
+        for f in view.findings:
+            items, keys = [], []
+            for c in f.candidates:
+                ns = item_namespace(c.namespace) if c.predicate == PREDICATE else None
+                if ns is None:
+                    keys.append(f"{c.namespace}/{c.subject}/{c.predicate}")
+                else:
+                    items.append({"namespace": list(ns), "key": c.subject})
+            out.append(
+                {
+                    "type": f.finding,
+                    "detector": f.detector,
+                    "reason": f.reason or None,
+                    "witness": None if f.witness is None else plain_value(dict(f.witness)),
+                    "open": f.open,
+                    "items": items,
+                    "keys": sorted(set(keys)),
+                    "not_shown": f.not_shown,
+                    "conflict_id": _short(f.conflict_id),
+                }
+            )
+        return out
+
     def close(self) -> None:
         """Close the replica if this store opened it (`open`, `memory`)."""
         if self._owns:

@@ -307,8 +307,20 @@ class DecisionInfo(TypedDict):
     ]
 
 
+class FindingInfo(TypedDict):
+    """What a detector found across keys (a budget exceeded by several costs, two bookings of
+    one room that overlap): the conflict's key is the finding's anchor."""
+
+    type: Annotated[str, Field(description="e.g. over-budget, double-booking, detector-failed")]
+    detector: Annotated[str, Field(description="the detector, name@version")]
+    reason: str
+    witness: Annotated[Any, Field(description="the numbers that show it")]
+    keys: Annotated[list[str], Field(description="every key its claims are at")]
+
+
 class ConflictInfo(TypedDict):
-    """Active claims of one key and scope that disagree."""
+    """Active claims of one key and scope that disagree, or a detector's finding (``finding``)
+    over claims of several keys, each claim a candidate of its own."""
 
     key: str
     scope: str
@@ -317,6 +329,7 @@ class ConflictInfo(TypedDict):
     decision: Annotated[
         DecisionInfo | None, Field(description="null: undecided (every candidate stands)")
     ]
+    finding: NotRequired[FindingInfo]
 
 
 class Conflicts(TypedDict):
@@ -533,13 +546,22 @@ def _conflict_info(conflict: ConflictSet, state: State, names: AuthorNames) -> C
             author=_author(d.author),
             author_name=_name(d.author, names),
         )
-    return ConflictInfo(
+    info = ConflictInfo(
         key=format_key(conflict.key),
         scope=conflict.scope,
         conflict_id=conflict.conflict_id.hex(),
         candidates=candidates,
         decision=decision,
     )
+    if conflict.finding:
+        info["finding"] = FindingInfo(
+            type=conflict.finding,
+            detector=conflict.detector,
+            reason=conflict.reason,
+            witness=None if conflict.witness is None else json_value(dict(conflict.witness)),
+            keys=[format_key(k) for k in conflict.keys],
+        )
+    return info
 
 
 def _settled(state: State, conflict: ConflictSet) -> bool:
@@ -549,7 +571,17 @@ def _settled(state: State, conflict: ConflictSet) -> bool:
 
 
 def _conflict_line(conflict: ConflictSet, state: State, names: AuthorNames) -> str:
-    """``key [scope]: value (claim, author, provenance) | …`` for the text of ``conflicts``."""
+    """``key [scope]: value (claim, author, provenance) | …`` for the text of ``conflicts``;
+    a finding: ``type at key [scope] (detector): reason [witness]; keys``."""
+    if conflict.finding:
+        line = (
+            f"{conflict.finding} at {format_key(conflict.key)} [{conflict.scope}]"
+            f" ({conflict.detector}): {conflict.reason}"
+        )
+        if conflict.witness:
+            line += " [" + ", ".join(f"{k}={value_cell(v)}" for k, v in conflict.witness.items())
+            line += "]"
+        return line + "; " + ", ".join(format_key(k) for k in conflict.keys)
     shown = []
     for cid in conflict.candidates:
         c = state.claims[cid]

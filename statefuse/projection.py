@@ -39,6 +39,7 @@ import itertools
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from statefuse.index import LocusKey
 from statefuse.lens import Lens, scope_rank
@@ -72,6 +73,7 @@ from statefuse.view import (
     Selection,
     StaleNote,
     SurfacedConflict,
+    SurfacedFinding,
     Unordered,
     View,
 )
@@ -773,7 +775,79 @@ class _Run:
             preserved=dict(sorted(seen.preserved.items())),
             _lineage=(next(_serials), *_parent(before, seen)),
             retracted=self._retracted(),
+            **self._findings(),
         )
+
+    def _findings(self) -> dict[str, Any]:
+        """``findings`` and ``findings_not_shown`` of the View: each finding of the State with
+        the claims this lens sees (rules 1-3), its reason and witness kept back when it names
+        a claim the lens does not see, settled by the applicable decision with the highest
+        (lamport, op_id) whose scope and chosen claim the lens sees. Findings are few; this
+        visits each of their claims once per View."""
+        state = self.state
+        found = state.findings
+        if not found:
+            return {}
+        claims = state._ix.claims
+        out: list[SurfacedFinding] = []
+        unseen = 0
+        for f in found:
+            shown = tuple(c for c in map(claims.__getitem__, f.candidates) if self._sees(c))
+            if f.candidates and not shown:
+                unseen += 1
+                continue
+            missing = len(f.candidates) - len(shown)
+            decided = self._finding_decision(f, {c.op_id: c for c in shown})
+            out.append(
+                SurfacedFinding(
+                    finding=f.finding,
+                    detector=f.detector,
+                    key=f.key,
+                    scope=f.scope,
+                    locus=f.locus,
+                    conflict_id=f.conflict_id,
+                    candidates=shown,
+                    keys=tuple(sorted({(c.namespace, c.subject, c.predicate) for c in shown}))
+                    if f.candidates
+                    else f.keys,
+                    reason="" if missing else f.reason,
+                    witness=None if missing else f.witness,
+                    not_shown=missing,
+                    decided=None if decided is None else (decided[0].reason or "decided"),
+                    # a preserve decision settles the finding without choosing a claim
+                    selected=None
+                    if decided is None or not decided[0].outcome.selects
+                    else decided[1],
+                )
+            )
+        return {"findings": tuple(out), "findings_not_shown": unseen}
+
+    def _sees(self, c: ClaimAdded) -> bool:
+        """Rules 1-3 for one claim, counting nothing (a finding's claims are counted where
+        their keys are projected)."""
+        if c.visibility and self.lens.roles.isdisjoint(c.visibility):
+            return False
+        if not self.sees_scope(c.scope):
+            return False
+        now = self.lens.now
+        return not (now is not None and c.expires is not None and c.expires < now)
+
+    def _finding_decision(
+        self, f: ConflictSet, shown: Mapping[bytes, ClaimAdded]
+    ) -> tuple[DecisionAdded, ClaimAdded] | None:
+        state = self.state
+        best: tuple[DecisionAdded, ClaimAdded] | None = None
+        for d in state.decisions_at(f.locus):
+            pick = shown.get(d.selected_claim_id)
+            if (
+                pick is not None
+                and d.outcome.settles  # a deferred finding stays open
+                and (best is None or (d.lamport, d.op_id) > (best[0].lamport, best[0].op_id))
+                and self.sees_scope(d.scope)
+                and state.why_stale(d) is None
+            ):
+                best = (d, pick)
+        return best
 
     def _retracted(self) -> RetractedValues | None:
         """The retracted values this lens may look for: the labels (visibility, scope) of the

@@ -236,8 +236,9 @@ def _pending_index(db: sqlite3.Connection) -> None:
 
 def _mark_received(db: sqlite3.Connection, ms: int) -> None:
     """Record that the changes up to the last position were received at ``ms`` (one row per
-    write; a position already marked keeps its first time). The table is made on first use, not by a schema step: a store stays readable and
-    writable by the releases before it (which ignore the table and record no marks)."""
+    write; a position already marked keeps its first time). The table is made on first use,
+    not by a schema step: a store stays readable and writable by the releases before it
+    (which ignore the table and record no marks)."""
     db.execute("CREATE TABLE IF NOT EXISTS received (pos INTEGER PRIMARY KEY, ms INTEGER NOT NULL)")
     db.execute(
         "INSERT OR IGNORE INTO received (pos, ms)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 from itertools import filterfalse
@@ -26,7 +26,14 @@ from statefuse.index import Index, LocusKey
 from statefuse.keytext import Key, KeyTextError, parse_key
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Outcome
 from statefuse.registry import Registry
-from statefuse.registry.value import encode_canonical, encode_value
+from statefuse.registry.detector import (
+    DETECTOR_FAILED,
+    DetectorClaim,
+    DetectorInput,
+    DetectorSpec,
+    run_detector,
+)
+from statefuse.registry.value import FrozenMap, encode_canonical, encode_value, frozen_value
 
 if TYPE_CHECKING:
     from statefuse.lifecycle import ConflictEvent
@@ -35,6 +42,9 @@ LOCUS_DOMAIN = b"statefuse/locus/v1"
 CONFLICT_DOMAIN = b"statefuse/conflict/v1"
 GROUP_DOMAIN = b"statefuse/group/v1"
 DIGEST_DOMAIN = b"statefuse/state/v1"
+FINDING_DOMAIN = b"statefuse/finding/v1"
+#: The group key prefix of a finding's candidates: each claim is a group of its own.
+FINDING_GROUP = b"#"
 
 _T = TypeVar("_T")
 
@@ -53,6 +63,15 @@ def locus_of(namespace: str, subject: str, predicate: str, scope: str) -> bytes:
 def _locus_of_key(lk: LocusKey) -> bytes:
     """`locus_of` for a key taken from verified claims (its strs need no re-validation)."""
     return blake3.blake3(LOCUS_DOMAIN + encode_canonical(list(lk))).digest()
+
+
+def finding_locus(detector: str, finding: str, anchor: Sequence[str], scope: str) -> bytes:
+    """``blake3(detector name, finding type, anchor key, scope)`` in a domain of its own: the
+    place of a detector's finding, stable across snapshots and across versions of the
+    detector (a decision made on it goes on applying while its claims do)."""
+    return blake3.blake3(
+        FINDING_DOMAIN + encode_value([detector, finding, list(anchor), scope])
+    ).digest()
 
 
 def conflict_id_of(locus: bytes, claim_ids: tuple[bytes, ...]) -> bytes:
@@ -112,7 +131,16 @@ class StaleDecision:
 
 @dataclass(frozen=True, slots=True)
 class ConflictSet:
-    """Active claims of one functional (key, scope) that disagree. Never resolved here."""
+    """Active claims of one functional (key, scope) that disagree, or a detector's finding over
+    claims of one or several keys (SEMANTICS §5). Never resolved here.
+
+    A finding (``finding`` is its type, non-empty) is anchored at ``key`` (its anchor key) and
+    ``scope``; its ``locus`` is `finding_locus` (stable across snapshots), each candidate claim
+    is a group of its own (so a decision selects one claim), ``detector`` names the detector
+    (``name@version``), ``reason`` and ``witness`` say why, ``keys`` lists every key its claims
+    touch. A ``detector-failed`` finding (`DETECTOR_FAILED`) has no candidates; its reason
+    names the error. A same-key conflict leaves the trailing fields at their defaults, so its
+    shape and ids are those of every earlier release."""
 
     locus: bytes
     conflict_id: bytes
@@ -120,6 +148,16 @@ class ConflictSet:
     scope: str
     candidates: tuple[bytes, ...]
     groups: tuple[CandidateGroup, ...]
+    finding: str = ""
+    detector: str = ""
+    reason: str = ""
+    witness: FrozenMap | None = field(default=None, hash=False)
+    keys: tuple[tuple[str, str, str], ...] = ()
+
+    @property
+    def is_finding(self) -> bool:
+        """True for a detector's finding, False for a same-key conflict."""
+        return bool(self.finding)
 
 
 def key_of(key: str | Sequence[str]) -> Key:
@@ -368,11 +406,22 @@ class State:
 
     @cached_property
     def conflicts(self) -> tuple[ConflictSet, ...]:
-        """Every ConflictSet, sorted by locus."""
+        """Every ConflictSet, same-key conflicts and detectors' findings, sorted by locus."""
         made = self._conflict_made
         out = [made(lk) for lk in self._ix.conflicted]
+        out.extend(self.findings)
         out.sort(key=lambda c: c.locus)
         return tuple(out)
+
+    @property
+    def findings(self) -> tuple[ConflictSet, ...]:
+        """The findings of the registry's detectors (SEMANTICS §5), sorted by locus: each
+        detector run on the active claims of the predicates it declares (not run when there
+        are none). Carried from the State before: only the detectors that read a predicate
+        whose active claims changed since are run again."""
+        if not self._ix.registry.detectors:
+            return ()
+        return self.derived(_carried_findings).all
 
     @cached_property
     def _conflicts_by_locus(self) -> Mapping[bytes, ConflictSet]:
@@ -655,13 +704,7 @@ class State:
         section("claims", list(self._active_ids))
         section("retracted", [[c, sorted(ks)] for c, ks in sorted(ix.killed.items())])
         section("retractions", sorted(ix.retractions))
-        section(
-            "conflicts",
-            [
-                [c.locus, c.conflict_id, [[g.normal_key, list(g.claim_ids)] for g in c.groups]]
-                for c in self.conflicts
-            ],
-        )
+        section("conflicts", [_digest_entry(c) for c in self.conflicts])
         section(
             "stale",
             [
@@ -691,6 +734,147 @@ class State:
             f"State({len(ix.claims)} claims, {len(ix.claims) - len(ix.killed)} active,"
             f" {len(ix.conflicted)} conflicts)"
         )
+
+
+def _digest_entry(c: ConflictSet) -> list[object]:
+    entry: list[object] = [
+        c.locus,
+        c.conflict_id,
+        [[g.normal_key, list(g.claim_ids)] for g in c.groups],
+    ]
+    if c.finding:  # a same-key conflict keeps the entry of earlier releases
+        entry += [c.finding, c.detector, c.reason, c.witness, [list(k) for k in c.keys]]
+    return entry
+
+
+# --- findings (SEMANTICS §5) ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Findings:
+    """The findings of one State, by detector, and each detector's input by locus key (what
+    the next State updates for the loci written since, instead of scanning every key)."""
+
+    inputs: dict[str, dict[LocusKey, tuple[bytes, ...]]]
+    found: dict[str, tuple[ConflictSet, ...]]
+    all: tuple[ConflictSet, ...] = ()
+
+    def settle(self) -> _Findings:
+        out = [c for label in sorted(self.found) for c in self.found[label]]
+        out.sort(key=lambda c: c.locus)
+        self.all = tuple(out)
+        return self
+
+
+def _members(m: bytes | tuple[bytes, ...]) -> tuple[bytes, ...]:
+    return (m,) if isinstance(m, bytes) else m
+
+
+def _carried_findings(state: State) -> _Findings:
+    """The findings of ``state``: those of the State before for every detector that reads no
+    locus written since, each other detector run again on its (updated) input; from scratch
+    when there is no State before. Either way the same findings (a detector is a pure
+    function of its input, which is a function of the active claims)."""
+    ix = state._ix
+    specs = ix.registry.detectors
+    since = state.changes_since()
+    prev = since[0].get(_carried_findings) if since is not None else None
+    if (
+        since is not None
+        and isinstance(prev, _Findings)
+        and set(prev.found) == {s.label for s in specs}
+    ):
+        dirty: dict[str, dict[LocusKey, tuple[bytes, ...]]] = {}
+        for lk in since[1]:
+            for spec in ix.registry.detectors_reading(lk[0], lk[2]):
+                inputs = dirty.get(spec.label)
+                if inputs is None:
+                    inputs = dirty[spec.label] = prev.inputs[spec.label].copy()
+                m = ix.members.get(lk)
+                if m is None:
+                    inputs.pop(lk, None)
+                else:
+                    inputs[lk] = _members(m)
+        if not dirty:
+            return prev
+        out = _Findings({**prev.inputs, **dirty}, dict(prev.found))
+        for spec in specs:
+            if spec.label in dirty:
+                out.found[spec.label] = _run(state, spec, dirty[spec.label])
+        return out.settle()
+    any_namespace: dict[str, list[DetectorSpec]] = {}
+    exact: dict[tuple[str, str], list[DetectorSpec]] = {}
+    for spec in specs:
+        for namespace, predicate in spec.reads:
+            if namespace is None:
+                any_namespace.setdefault(predicate, []).append(spec)
+            else:
+                exact.setdefault((namespace, predicate), []).append(spec)
+    every: dict[str, dict[LocusKey, tuple[bytes, ...]]] = {s.label: {} for s in specs}
+    for lk, m in ix.members.items():
+        readers = any_namespace.get(lk[2], ())
+        more = exact.get((lk[0], lk[2]), ()) if exact else ()
+        for spec in (*readers, *more):
+            every[spec.label][lk] = _members(m)
+    found = {spec.label: _run(state, spec, every[spec.label]) for spec in specs}
+    return _Findings(every, found).settle()
+
+
+def _run(
+    state: State, spec: DetectorSpec, inputs: Mapping[LocusKey, tuple[bytes, ...]]
+) -> tuple[ConflictSet, ...]:
+    """The findings of ``spec`` on the claims ``inputs`` holds (none when it holds none)."""
+    if not inputs:
+        return ()
+    claims = state._ix.claims
+    ids = sorted(cid for members in inputs.values() for cid in members)
+    given = DetectorInput(
+        tuple(
+            DetectorClaim(
+                c.op_id, c.namespace, c.subject, c.predicate, c.scope, c.value, c.author, c.lamport
+            )
+            for c in map(claims.__getitem__, ids)
+        )
+    )
+    found, error = run_detector(spec, state._ix.registry.detector_code(spec), given)
+    if error is not None:
+        anchor = ("detector", spec.label, "failed")
+        locus = finding_locus(spec.name, DETECTOR_FAILED, anchor, "global")
+        witness = frozen_value({"detector": spec.label, "claims": len(given)})
+        assert isinstance(witness, FrozenMap)
+        return (
+            ConflictSet(
+                locus=locus,
+                conflict_id=conflict_id_of(locus, ()),
+                key=anchor,
+                scope="global",
+                candidates=(),
+                groups=(),
+                finding=DETECTOR_FAILED,
+                detector=spec.label,
+                reason=f"detector {spec.label} {error}",
+                witness=witness,
+            ),
+        )
+    out = []
+    for f in found:
+        locus = finding_locus(spec.name, f.type, f.anchor, f.scope)
+        out.append(
+            ConflictSet(
+                locus=locus,
+                conflict_id=conflict_id_of(locus, f.claim_ids),
+                key=f.anchor,
+                scope=f.scope,
+                candidates=f.claim_ids,
+                groups=tuple(CandidateGroup(FINDING_GROUP + c, (c,)) for c in f.claim_ids),
+                finding=f.type,
+                detector=f.detector,
+                reason=f.reason,
+                witness=f.witness,
+                keys=f.keys,
+            )
+        )
+    return tuple(out)
 
 
 def _carried_conflicts(state: State) -> dict[LocusKey, ConflictSet]:

@@ -761,6 +761,8 @@ class StoreIndex:
             named += self._rows("ix_claim", _SLICE, "ref", list(deps))
             deps = self._take_claims(named, claims, gone, memo) - seen_deps
             frontier = sorted({r[3] for r in named} - seen_loci)
+        if registry.detectors:
+            self._close_over_detectors(registry, claims, gone, memo, seen_loci)
         # a retraction by id always retracts its target, so only retracted claims (and what a
         # dependency names) can be the target of one: active claims need no lookup by id
         ids = gone | seen_deps
@@ -778,9 +780,83 @@ class StoreIndex:
         cited = list({e for c in claims.values() for e in c.evidence})
         for e in memo.decode(self._rows("ix_evidence", "op_id, data", "op_id", cited)):
             evidence[e.op_id] = e  # type: ignore[assignment]
+        if not registry.detectors:
+            return Materializer.from_checked(
+                claims, retractions, evidence, decisions, registry=registry
+            ).state()
+        state = Materializer.from_checked(
+            dict(claims), dict(retractions), dict(evidence), dict(decisions), registry=registry
+        ).state()
+        # decisions made on the findings: a finding's locus is no claim's, so read them now
+        rows = self._rows("ix_decision", "op_id, data", "locus", [f.locus for f in state.findings])
+        fresh = [d for d in memo.decode(rows) if d.op_id not in decisions]
+        if not fresh:
+            return state
+        for d in fresh:
+            decisions[d.op_id] = d  # type: ignore[assignment]
         return Materializer.from_checked(
             claims, retractions, evidence, decisions, registry=registry
         ).state()
+
+    def _close_over_detectors(
+        self,
+        registry: Registry,
+        claims: dict[bytes, ClaimAdded],
+        gone: set[bytes],
+        memo: OpMemo,
+        seen_loci: set[bytes],
+    ) -> None:
+        """Add to a slice every active claim a declared detector reads, for each detector
+        that reads a claim of the slice (and so on, for detectors reading what that added):
+        a detector is a function of its whole input, so a slice that holds part of it holds
+        all of it, and its findings are those of the whole State. Costs a read of the claims
+        of those predicates (by namespace and predicate on the key index, or a scan of the
+        claims for a predicate declared for every namespace)."""
+        done: set[str] = set()
+        while True:
+            wanted = [
+                spec
+                for spec in registry.detectors
+                if spec.label not in done
+                and any(
+                    spec.reads_predicate(c.namespace, c.predicate)
+                    for cid, c in claims.items()
+                    if cid not in gone
+                )
+            ]
+            if not wanted:
+                return
+            for spec in wanted:
+                done.add(spec.label)
+                rows = self._detector_rows(spec.reads, _SLICE)
+                self._take_claims(rows, claims, gone, memo)
+                seen_loci.update(r[3] for r in rows)
+
+    def _detector_rows(
+        self, reads: Iterable[tuple[str | None, str]], columns: str
+    ) -> list[tuple[Any, ...]]:
+        """``columns`` of the active claims of the (namespace or None, predicate) ``reads``."""
+        out: list[tuple[Any, ...]] = []
+        for namespace, predicate in reads:
+            if namespace is None:
+                sql = f"SELECT {columns} FROM ix_claim WHERE predicate = ? AND active = 1"
+                out.extend(self._db.execute(sql, (predicate,)))
+            else:
+                sql = (
+                    f"SELECT {columns} FROM ix_claim"
+                    " WHERE namespace = ? AND predicate = ? AND active = 1"
+                )
+                out.extend(self._db.execute(sql, (namespace, predicate)))
+        return out
+
+    def detector_loci(self, registry: Registry) -> list[bytes]:
+        """The loci of the active claims the declared detectors of ``registry`` read, sorted
+        (none when it declares none): what a slice must hold to show every finding."""
+        self._check_present()
+        if not registry.detectors:
+            return []
+        reads = sorted({r for spec in registry.detectors for r in spec.reads}, key=str)
+        return sorted({r[0] for r in self._detector_rows(reads, "locus")})
 
     def _rows(
         self, table: str, columns: str, key: str, values: Sequence[bytes], extra: str = ""

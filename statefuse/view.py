@@ -110,6 +110,45 @@ class Preserved:
 
 
 @dataclass(frozen=True, slots=True)
+class SurfacedFinding:
+    """A detector's finding (SEMANTICS §5) as one lens sees it.
+
+    ``finding`` is its type (``"over-budget"``, or ``"detector-failed"``), ``detector`` the
+    detector (``name@version``), ``key`` and ``scope`` its anchor; ``candidates`` the claims of
+    it this lens may see, ``keys`` their keys, ``not_shown`` how many it may not (never which).
+    A finding with a claim this lens may not see keeps its ``reason`` and ``witness`` back
+    (``""`` and None, ``withheld`` True): they are worked out from every claim's value, so the
+    numbers could tell a hidden value. A finding none of whose claims it may see is not here at
+    all (`View.findings_not_shown` counts it). ``decided`` holds the reason of the decision
+    that settles it (an applicable decision whose chosen claim this lens sees), else None:
+    an open finding is unresolved, like a surfaced conflict."""
+
+    finding: str
+    detector: str
+    key: Key
+    scope: str
+    locus: bytes
+    conflict_id: bytes
+    candidates: tuple[ClaimAdded, ...]
+    keys: tuple[Key, ...]
+    reason: str
+    witness: Mapping[str, Value] | None
+    not_shown: int = 0
+    decided: str | None = None
+    selected: ClaimAdded | None = None
+
+    @property
+    def withheld(self) -> bool:
+        """True when the reason and witness are kept back (a claim of it is not shown)."""
+        return self.not_shown > 0
+
+    @property
+    def open(self) -> bool:
+        """True while no decision this lens sees settles it."""
+        return self.decided is None
+
+
+@dataclass(frozen=True, slots=True)
 class Contest:
     """Why a selection is contested: a decision, the registry's policy or a resolver chose one
     value of a conflict this view sees, and the other values stay visible beside it.
@@ -441,6 +480,16 @@ class View:
     #: The retracted claims this lens may see (roles, scope, not expired) whose values context
     #: assembly looks for in free text to scrub them (`statefuse.scrub`); None: none.
     retracted: RetractedValues | None = field(default=None, compare=False, repr=False)
+    #: The detectors' findings this lens sees (SEMANTICS §5), by locus: open ones are
+    #: unresolved; see `SurfacedFinding`.
+    findings: tuple[SurfacedFinding, ...] = ()
+    #: How many findings this lens sees none of the claims of (counted only).
+    findings_not_shown: int = 0
+
+    @property
+    def open_findings(self) -> tuple[SurfacedFinding, ...]:
+        """The findings no decision this lens sees settles."""
+        return tuple(f for f in self.findings if f.open)
 
     def to_json(self) -> str:
         """Deterministic JSON (sorted keys; ids in hex; bytes values as ``{"$bytes": hex}``)."""
@@ -472,6 +521,14 @@ class View:
             "excluded_ids": {k: [i.hex() for i in v] for k, v in sorted(self.excluded_ids.items())},
             "explanations": {"/".join(k): v for k, v in sorted(self.explanations.items())},
             "contested": {"/".join(k): contest_dict(c) for k, c in sorted(self.contested.items())},
+            **(
+                {
+                    "findings": [finding_dict(f) for f in self.findings],
+                    "findings_not_shown": self.findings_not_shown,
+                }
+                if self.findings or self.findings_not_shown
+                else {}
+            ),
         }
 
 
@@ -555,6 +612,25 @@ def _conflict_fields(c: SurfacedConflict) -> dict[str, Any]:
         "groups": [[x.claim_id.hex() for x in g] for g in c.groups],
         "reason": c.reason,
         "error": c.error,
+    }
+
+
+def finding_dict(f: SurfacedFinding) -> dict[str, Any]:
+    """A `SurfacedFinding` as JSON-ready data (the View's JSON and MCP spell it the same way)."""
+    return {
+        "finding": f.finding,
+        "detector": f.detector,
+        "key": list(f.key),
+        "scope": f.scope,
+        "locus": f.locus.hex(),
+        "conflict_id": f.conflict_id.hex(),
+        "candidates": [_claim(x) for x in f.candidates],
+        "keys": ["/".join(k) for k in f.keys],
+        "reason": f.reason,
+        "witness": None if f.witness is None else json_value(dict(f.witness)),
+        "not_shown": f.not_shown,
+        "decided": f.decided,
+        "selected": None if f.selected is None else f.selected.claim_id.hex(),
     }
 
 

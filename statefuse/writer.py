@@ -42,8 +42,8 @@ from statefuse.op import (
 )
 from statefuse.registry import DEFAULT_REGISTRY, Registry
 from statefuse.registry.value import Value, frozen_value
-from statefuse.state import ConflictSet, State, group_id_of
-from statefuse.view import SurfacedConflict
+from statefuse.state import FINDING_GROUP, ConflictSet, State, group_id_of
+from statefuse.view import SurfacedConflict, SurfacedFinding
 
 #: The ClaimAdded fields `Writer.claim` validates itself, with the checks ClaimAdded names
 #: (``author`` when the writer is made, ``claim_ref`` because the writer computes it).
@@ -166,7 +166,7 @@ class Writer:
 
     def decide_on(
         self,
-        conflict: ConflictSet | SurfacedConflict,
+        conflict: ConflictSet | SurfacedConflict | SurfacedFinding,
         claim_id: bytes | None = None,
         *,
         state: State | None = None,
@@ -204,7 +204,7 @@ class Writer:
         not shown comes without ``state`` (field ``state``, rule ``full-conflict``).
         """
         kind = _outcome("outcome", outcome)
-        if isinstance(conflict, SurfacedConflict):
+        if isinstance(conflict, (SurfacedConflict, SurfacedFinding)):
             ids = tuple(c.claim_id for c in conflict.candidates)
         elif isinstance(conflict, ConflictSet):
             ids = conflict.candidates
@@ -248,12 +248,15 @@ class Writer:
         )
 
     def _check_merged(
-        self, conflict: ConflictSet | SurfacedConflict, claim_id: bytes, state: State | None
+        self,
+        conflict: ConflictSet | SurfacedConflict | SurfacedFinding,
+        claim_id: bytes,
+        state: State | None,
     ) -> None:
         """A merged claim is this writer's, and its ``depends_on`` names at least two of the
         conflict's other candidates (by claim id or claim ref): StateFuse never makes up a
         merged value, it records which candidates the decider combined."""
-        if isinstance(conflict, SurfacedConflict):
+        if isinstance(conflict, (SurfacedConflict, SurfacedFinding)):
             claims = {c.claim_id: c for c in conflict.candidates}
         elif state is not None:
             claims = {cid: state.claims[cid] for cid in conflict.candidates if cid in state.claims}
@@ -285,9 +288,28 @@ class Writer:
             )
 
     def _decided_groups(
-        self, conflict: ConflictSet | SurfacedConflict, claim_id: bytes, state: State | None
+        self,
+        conflict: ConflictSet | SurfacedConflict | SurfacedFinding,
+        claim_id: bytes,
+        state: State | None,
     ) -> tuple[list[bytes], bytes]:
         """The group ids a decision on ``conflict`` records, and the one of ``claim_id``."""
+        if isinstance(conflict, SurfacedFinding):
+            # each claim of a finding is a group of its own
+            full = state.conflict_at(conflict.locus) if state is not None else None
+            if full is not None and full.conflict_id == conflict.conflict_id:
+                return self._decided_groups(full, claim_id, None)
+            if conflict.not_shown:
+                raise OpRuleError(
+                    "state",
+                    "full-conflict",
+                    f"the view did not show {conflict.not_shown} claim(s) of this finding;"
+                    " pass the State it was projected from (state=)",
+                )
+            ids = sorted(c.claim_id for c in conflict.candidates)
+            return [group_id_of(FINDING_GROUP + c) for c in ids], group_id_of(
+                FINDING_GROUP + claim_id
+            )
         if isinstance(conflict, SurfacedConflict) and state is not None:
             full = state.conflict_at(conflict.locus)
             if full is not None and full.conflict_id == conflict.conflict_id:

@@ -175,7 +175,7 @@ from statefuse.sync.version import (
 )
 from statefuse.typo import nearest, typo_of
 from statefuse.vectorstore import MemoryVectors, VectorStore
-from statefuse.view import SurfacedConflict
+from statefuse.view import SurfacedConflict, SurfacedFinding
 from statefuse.writer import Writer
 
 if TYPE_CHECKING:
@@ -2110,12 +2110,21 @@ class Replica:
             every = sorted(state.conflicts, key=_conflict_order)
             shown = every if limit is None else every[:limit]
             return ConflictPage(state, tuple(shown), len(every))
+        registry = self.registry
         with self.store.read_transaction():
             loci = ix.conflict_loci(limit=limit)
             total = ix.conflict_count()
-            state = ix.state_of(loci, registry=self.registry)
-        shown = sorted(state.conflicts, key=_conflict_order)
-        return ConflictPage(state, tuple(shown), total)
+            if not registry.detectors:
+                state = ix.state_of(loci, registry=registry)
+                shown = sorted(state.conflicts, key=_conflict_order)
+                return ConflictPage(state, tuple(shown), total)
+            # findings: the slice holds what the declared detectors read (`state_of`)
+            state = ix.state_of([*loci, *ix.detector_loci(registry)], registry=registry)
+        listed = set(loci)
+        every = [c for c in state.conflicts if c.finding or c.locus in listed]
+        every.sort(key=_conflict_order)
+        findings = len(state.findings)
+        return ConflictPage(state, tuple(every[:limit] if limit else every), total + findings)
 
     @_locked
     def quarantine(self) -> list[QuarantineRecord]:
@@ -2428,7 +2437,7 @@ class Replica:
     @_writes
     def decide(
         self,
-        conflict: ConflictSet | SurfacedConflict,
+        conflict: ConflictSet | SurfacedConflict | SurfacedFinding,
         claim_id: bytes | str | ClaimAdded | None = None,
         *,
         scope: str = "global",
@@ -3011,6 +3020,8 @@ class Replica:
             lens = lens if lens is not None else Lens(now=self._clock())
             with self.store.read_transaction():
                 loci = ix.context_loci(query, budget=budget)
+                if self.registry.detectors:  # what the findings are made of (`state_of`)
+                    loci = [*loci, *ix.detector_loci(self.registry)]
                 state = ix.state_of(loci, registry=self.registry, memo=self._op_memo)
                 totals = _totals(ix, state)
             cache = self._slice_cache

@@ -341,7 +341,7 @@ def test_a_sliced_context_counts_the_whole_memorys_facts_and_conflicts(tmp_path:
     facts, conflicts = 300 - 20 + 1, 19  # one claim of the decided conflict is a fact
     announced: set[tuple[str, str]] = set()
     for query in ["price of v7", "", "v123 price quote"]:
-        for budget in [400, 1200]:
+        for budget in [400, 600, 900, 1200]:
             for how, ctx in (
                 ("lazy", lazy.context(query, lens=lens, budget=budget)),
                 ("full", full.context(query, lens=lens, budget=budget)),
