@@ -7,8 +7,8 @@ holds exactly what SEMANTICS §4–§5 say for the set of ops applied, whatever 
   ``c.reasserts``); a claim is active iff it is not in ``killed``.
 - ``members[locus_key]``: the active claims of one (namespace, subject, predicate, scope): the
   claim id itself when there is one (most keys; saves a container per key), else a tuple.
-- ``conflicted``: the locus keys of functional predicates whose active claims have more than one
-  normal form.
+- ``conflicted``: the locus keys of functional predicates where two active claims conflict: more
+  than one normal form, with overlapping validity and agreeing contexts (`validity`).
 
 Every value stored in the dicts is immutable (tuples, bytes, ops), so a snapshot is a shallow copy
 (`copy`). Group keys and loci are pure caches of functions of a claim, so they may be shared.
@@ -23,6 +23,8 @@ from typing import Protocol, TypeVar, cast
 
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Op
 from statefuse.registry import Registry
+from statefuse.validity import conflicts_with
+from statefuse.validity import has_conflict as _has_conflict
 
 LocusKey = tuple[str, str, str, str]
 
@@ -243,12 +245,9 @@ class Index:
         return self._by_ref
 
     def has_conflict(self, members: Iterable[bytes]) -> bool:
-        it = iter(members)
-        first = next(it, None)
-        if first is None:
-            return False
-        g0 = self.gkey(first)
-        return any(self.gkey(m) != g0 for m in it)
+        """Whether some two of these active claims (of one locus) conflict (`validity`)."""
+        claims = self.claims
+        return _has_conflict([claims[m] for m in members], self.gkey)
 
     # --- one-op updates --------------------------------------------------------------------------
 
@@ -301,11 +300,14 @@ class Index:
             self.members[lk] = cid
             return
         self.members[lk] = (*current, cid)
-        if (
-            lk not in self.conflicted
-            and self.functional(c.namespace, c.predicate)
-            and self.gkey(current[0]) != self.gkey(cid)
-        ):
+        if lk in self.conflicted or not self.functional(c.namespace, c.predicate):
+            return
+        claims = self.claims
+        if c.situated or any(claims[m].situated for m in current):
+            # No conflict before: one is made iff the new claim conflicts with one held.
+            if conflicts_with(c, [claims[m] for m in current], self.gkey):
+                self.conflicted.add(lk)
+        elif self.gkey(current[0]) != self.gkey(cid):
             self.conflicted.add(lk)
 
     def _deactivate(self, cid: bytes) -> None:

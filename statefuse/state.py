@@ -27,6 +27,7 @@ from statefuse.keytext import Key, KeyTextError, parse_key
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded
 from statefuse.registry import Registry
 from statefuse.registry.value import encode_canonical, encode_value
+from statefuse.validity import conflicting
 
 LOCUS_DOMAIN = b"statefuse/locus/v1"
 CONFLICT_DOMAIN = b"statefuse/conflict/v1"
@@ -336,7 +337,10 @@ class State:
 
     def _conflict(self, lk: LocusKey) -> ConflictSet:
         ix = self._ix
-        ids = tuple(sorted(ix.members_at(lk)))
+        claims = ix.claims
+        # The candidates: the active claims that conflict with at least one other (all of them
+        # unless some claim carries an interval or a context, SEMANTICS §5).
+        ids = conflicting([claims[m] for m in ix.members_at(lk)], ix.gkey)
         groups: dict[bytes, list[bytes]] = {}
         for cid in ids:
             groups.setdefault(ix.gkey(cid), []).append(cid)

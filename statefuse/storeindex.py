@@ -42,6 +42,7 @@ from statefuse.ranker import _doc_words, words
 from statefuse.registry import Registry
 from statefuse.state import State, _locus_of_key, group_id_of
 from statefuse.store import StoreError
+from statefuse.validity import has_conflict
 
 #: Ops read from the caller's iterable per step of `StoreIndex.rebuild` (and per progress call).
 REBUILD_CHUNK = 5_000
@@ -620,6 +621,7 @@ class StoreIndex:
                     part,
                 )
             )
+        split = self._narrowed(split)
         if split:
             db.executemany(_INSERT_CONFLICT, ((lc, *touched[lc]) for lc in split))
         stale: list[bytes] = []
@@ -632,6 +634,38 @@ class StoreIndex:
             )
         if stale:
             db.executemany("DELETE FROM ix_conflict WHERE locus = ?", ((lc,) for lc in stale))
+
+    def _narrowed(self, split: set[bytes]) -> set[bytes]:
+        """The loci of ``split`` (each with active claims of more than one value group) where
+        two active claims conflict by `statefuse.validity.has_conflict`, the rule the
+        in-memory index applies: claims with an interval or a context conflict only where
+        their intervals overlap and their contexts agree. Only loci holding such a claim are
+        decoded (they, and only they, encode the key ``valid_from``); the others conflict as
+        their value groups say."""
+        if not split:
+            return split
+        db = self._db
+        by_locus: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        situated: set[bytes] = set()
+        for part in _chunks(list(split)):
+            for locus, grp, data in db.execute(
+                "SELECT locus, grp, data FROM ix_claim"
+                f" WHERE locus IN ({_marks(len(part))}) AND active = 1",
+                part,
+            ):
+                by_locus.setdefault(locus, []).append((grp, data))
+                if b"valid_from" in data:
+                    situated.add(locus)
+        if not situated:
+            return split
+        out = split - situated
+        for locus in situated:
+            rows = by_locus[locus]
+            claims = _decode_ops([data for _, data in rows])
+            groups = {c.op_id: grp for c, (grp, _) in zip(claims, rows, strict=True)}
+            if has_conflict(claims, groups.__getitem__):  # type: ignore[arg-type]
+                out.add(locus)
+        return out
 
     def rebuild(
         self,
@@ -697,7 +731,8 @@ class StoreIndex:
             )
             if grouping.functional(row[1], row[3])
         ]
-        db.executemany(_INSERT_CONFLICT, conflicts)
+        kept = self._narrowed({row[0] for row in conflicts})
+        db.executemany(_INSERT_CONFLICT, (row for row in conflicts if row[0] in kept))
         (active,) = db.execute("SELECT count(*) FROM ix_claim WHERE active = 1").fetchone()
         self._set_meta("active", active)
         self._set_meta("lamport", lamport)
