@@ -85,6 +85,7 @@ from statefuse.scrub import (
 )
 from statefuse.state import State
 from statefuse.tokenizer import CachedTokenizer, Tokenizer, default_tokenizer
+from statefuse.validity import situation
 from statefuse.view import (
     Contest,
     How,
@@ -1801,6 +1802,8 @@ def _claim_line(view: View, c: ClaimAdded, *, tag: str = "", value: str | None =
     sel = view.selected.get(c.key)
     agree = len(sel.claims) if sel is not None and sel.how is not How.MULTI else 1
     shown = render_value(c.value) if value is None else value
+    if c.situated:  # when and where it holds: "[2026-01-01 .. 2026-03-01) {location=London}"
+        shown += situation(c)
     return (
         f"{ITEM}{tag}{render_key(c.key)}: {shown}"
         f"{_meta(c, agree, sel.how if sel else None, authority=not tag)}{_stale_mark(view, c)}"
@@ -1831,7 +1834,8 @@ def _conflict_unit(meter: _Meter, sc: SurfacedConflict, names: AuthorNames) -> _
         sources = sorted({_clip(c.provenance) for c in g if c.provenance})
         if sources:
             bits.append("from " + _some([json.dumps(s, ensure_ascii=False) for s in sources]))
-        lines.append(f"    • {render_value(rep.value)} ({'; '.join(bits)})")
+        where = situation(rep) if rep.situated else ""
+        lines.append(f"    • {render_value(rep.value)}{where} ({'; '.join(bits)})")
     return _Unit(lines, list(sc.candidates), meter.lines(lines))
 
 

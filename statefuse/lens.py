@@ -10,7 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
+from statefuse.error import OpRuleError
+from statefuse.op import _context
 from statefuse.registry.error import InputError
+from statefuse.registry.value import FrozenMap
 
 
 class LensError(InputError, ValueError):
@@ -42,7 +45,13 @@ class Lens:
     ``roles`` open claims whose ``visibility`` names one of them; ``task`` / ``session`` open
     claims scoped ``task:<task>`` / ``session:<session>``; ``include`` opens hypothetical and
     draft claims; ``now`` (ms since the epoch) hides claims that expired before it (``None``:
-    no expiry filtering); ``query`` is for ranking in context assembly. Raises LensError.
+    no expiry filtering); ``query`` is for ranking in context assembly.
+
+    ``valid_at`` (ms) is the instant in the world the viewer asks about: only claims whose
+    ``[valid_from, valid_until)`` holds it are shown (SEMANTICS §9). None means ``now``; when
+    both are None every interval is shown (as before valid time existed). ``context`` (a map
+    of dimensions to str, int or bool) shows only claims whose context agrees with it on
+    every dimension both name; claims naming no dimension are always shown. Raises LensError.
     """
 
     roles: frozenset[str] = frozenset()
@@ -51,6 +60,8 @@ class Lens:
     include: frozenset[Include] = frozenset()
     now: int | None = None
     query: str = ""
+    valid_at: int | None = None
+    context: FrozenMap | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "roles", _names("roles", self.roles))
@@ -71,6 +82,19 @@ class Lens:
             raise LensError("now", "ms", "now is ms since the epoch (a non-negative int) or None")
         if not isinstance(self.query, str):
             raise LensError("query", "str", "query must be a str")
+        if self.valid_at is not None and (type(self.valid_at) is not int or self.valid_at < 0):
+            raise LensError(
+                "valid_at", "ms", "valid_at is ms since the epoch (a non-negative int) or None"
+            )
+        try:
+            object.__setattr__(self, "context", _context("context", self.context))
+        except OpRuleError as e:
+            raise LensError(e.field, e.rule, e.message) from None
+
+    @property
+    def instant(self) -> int | None:
+        """The instant claims must hold at to be shown: ``valid_at``, else ``now``."""
+        return self.valid_at if self.valid_at is not None else self.now
 
     def sees_scope(self, scope: str) -> bool:
         if scope == "global":

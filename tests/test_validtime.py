@@ -9,20 +9,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statefuse import Materializer, Writer, materialize
+from statefuse import Materializer, Writer, materialize, project
 from statefuse.error import EncodingError, OpRuleError
+from statefuse.lens import Lens, LensError
 from statefuse.op import ClaimAdded, decode_op, decode_ops
 from statefuse.registry import DEFAULT_REGISTRY
 from statefuse.sqlitestore import SQLiteStore
 from statefuse.store import StoreInfo
 from statefuse.testing import TEST_REGISTRY, assert_index_agrees, assert_same_state, state_summary
+from statefuse.timeline import timeline
 from statefuse.validity import (
     conflicting,
     contexts_agree,
     format_interval,
+    holds_at,
     instant_ms,
     overlaps,
 )
+from statefuse.view import How
 
 REG = TEST_REGISTRY
 INFO = StoreInfo(space="team", mode="open", root=b"", registry=b"\x01" * 32)
@@ -365,3 +369,137 @@ def test_a_price_that_changed_on_a_date_is_a_timeline_not_a_conflict():
     (c,) = materialize([old, new, overlapping]).conflicts
     assert c.candidates == tuple(sorted((old.op_id, overlapping.op_id, new.op_id)))
     assert state_summary(materialize([old, new]))["conflicts"] == []
+
+
+# --- what a lens sees: Lens.valid_at, Lens.context ----------------------------------------------
+
+
+def _price_change():
+    w = Writer("w", registry=REG, clock=lambda: 0)
+    old = w.claim("shop", "tea", "price", 12, valid_until="2026-03-01")
+    new = w.claim("shop", "tea", "price", 15, valid_from="2026-03-01")
+    return old, new
+
+
+TEA = ("shop", "tea", "price")
+
+
+def test_a_lens_at_an_instant_shows_the_value_that_holds_then_and_counts_the_other():
+    old, new = _price_change()
+    state = materialize([old, new], registry=REG)
+    feb = project(state, Lens(valid_at=instant_ms("t", "2026-02-01")))
+    assert feb.selected[TEA].claim == old and feb.selected[TEA].how is How.SOLE
+    assert feb.excluded["not-valid-at"] == 1
+    assert feb.excluded_ids["not-valid-at"] == (new.claim_id,)
+    # without valid_at, the lens's now is the instant
+    april = project(state, Lens(now=instant_ms("t", "2026-04-01")))
+    assert april.selected[TEA].claim == new and april.excluded["not-valid-at"] == 1
+    # valid_at wins over now
+    both = project(state, Lens(now=instant_ms("t", "2026-04-01"), valid_at=JAN))
+    assert both.selected[TEA].claim == old
+    # neither: every interval is shown, side by side (no conflict), with its interval
+    timeless = project(state, Lens())
+    assert timeless.unresolved == () and "not-valid-at" not in timeless.excluded
+    sel = timeless.selected[TEA]
+    assert sel.how is How.MULTI and {c.op_id for c in sel.claims} == {old.op_id, new.op_id}
+    assert timeless.explanations[TEA] == (
+        "shop/tea/price [global]: 12 [.. 2026-03-01), 15 [2026-03-01 ..)"
+        " (values hold in different intervals or contexts)"
+    )
+
+
+def test_a_conflict_is_visible_only_among_the_claims_a_lens_still_shows():
+    w1, w2 = (Writer(n, registry=DEFAULT_REGISTRY, clock=lambda: 0) for n in ("a", "b"))
+    london_open = w1.claim("shop", "s1", "status", "open", context={"location": "London"})
+    paris_closed = w2.claim("shop", "s1", "status", "closed", context={"location": "Paris"})
+    london_closed = w2.claim(
+        "shop", "s1", "status", "closed", context={"location": "London"}, valid_until=MAR
+    )
+    state = materialize([london_open, paris_closed, london_closed])
+    key = ("shop", "s1", "status")
+    london = project(state, Lens(context={"location": "London"}, valid_at=JAN))
+    (surfaced,) = london.surfaced_conflicts
+    assert {c.op_id for c in surfaced.candidates} == {london_open.op_id, london_closed.op_id}
+    assert london.excluded["other-context"] == 1
+    paris = project(state, Lens(context={"location": "Paris"}, valid_at=JAN))
+    assert paris.unresolved == () and paris.selected[key].claim == paris_closed
+    assert paris.excluded["other-context"] == 2
+    # in June the London "closed" no longer holds: one value left, no conflict
+    june = project(state, Lens(context={"location": "London"}, valid_at=JUN))
+    assert june.unresolved == () and june.selected[key].claim == london_open
+    assert june.excluded == {
+        "hidden": 0,
+        "out-of-scope": 0,
+        "expired": 0,
+        "shadowed": 0,
+        "not-valid-at": 1,
+        "other-context": 1,
+    }
+
+
+@settings(max_examples=60)
+@given(_situated_programs(), st.integers(0, 7), _ctx)
+def test_a_lens_shows_exactly_the_claims_that_hold_and_agree_and_carries_over(ops, day, ctx):
+    lens = Lens(valid_at=day * DAY, context=ctx)
+    full = materialize(ops, registry=REG)
+    view = project(full, lens)
+    shown: dict = {}
+    for key, sel in view.selected.items():
+        shown[key] = list(sel.claims)
+    for sc in view.surfaced_conflicts:
+        shown[sc.key] = list(sc.candidates)
+    for claims in shown.values():
+        for c in claims:
+            assert holds_at(c, day * DAY) and contexts_agree(c.context, ctx)
+    active = full.active_claims()
+    late = [c for c in active if not holds_at(c, day * DAY)]
+    elsewhere = [c for c in active if holds_at(c, day * DAY) and not contexts_agree(c.context, ctx)]
+    assert view.excluded.get("not-valid-at", 0) == len(late)
+    assert view.excluded.get("other-context", 0) == len(elsewhere)
+    for key in view.unresolved:
+        assert conflicting(shown[key], full._ix.gkey)
+    # the View carried over from State to State equals the one made from scratch
+    m = Materializer(registry=REG)
+    for op in ops:
+        m.apply(op)
+        project(m.state(), lens)
+    again = project(m.state(), lens)
+    assert again.unresolved == view.unresolved
+    assert dict(again.excluded) == dict(view.excluded)
+    assert {k: s.claim.op_id for k, s in again.selected.items()} == {
+        k: s.claim.op_id for k, s in view.selected.items()
+    }
+
+
+def test_bad_lens_instants_and_contexts_are_typed_errors():
+    with pytest.raises(LensError) as e:
+        Lens(valid_at=-5)
+    assert (e.value.field, e.value.rule) == ("valid_at", "ms")
+    with pytest.raises(LensError) as e:
+        Lens(context={"location": 1.5})
+    assert e.value.field == "context.location"
+
+
+# --- a key's timeline ------------------------------------------------------------------------
+
+
+def test_a_timeline_lists_a_keys_values_by_interval_with_retracted_ones_on_request():
+    w = Writer("w", registry=REG, clock=lambda: 0)
+    old, new = _price_change()
+    wrong = w.claim("shop", "tea", "price", 99, valid_from="2026-02-01", valid_until="2026-02-02")
+    plain = w.claim("shop", "tea", "price", 12)
+    oops = w.retract(claim_id=wrong.claim_id)
+    state = materialize([new, wrong, old, plain, oops], registry=REG)
+    entries = timeline(state, TEA)
+    # open start first (by end: the one ending in March before the unbounded one)
+    assert [e.claim for e in entries] == [old, plain, new]
+    assert [(e.valid_from, e.valid_until) for e in entries] == [
+        (None, MAR),
+        (None, None),
+        (MAR, None),
+    ]
+    assert [e.in_conflict for e in entries] == [False, True, True]  # 12 forever vs 15 from March
+    every = timeline(state, TEA, retracted=True)
+    assert [e.claim for e in every] == [old, plain, wrong, new]
+    assert [e.retracted for e in every] == [False, False, True, False]
+    assert [e.claim for e in timeline(state, TEA, valid_at=JAN)] == [old, plain]
