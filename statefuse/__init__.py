@@ -112,6 +112,7 @@ from statefuse.state import (
 )
 from statefuse.statediff import RetractedClaim, StateDiff, state_diff
 from statefuse.storeindex import StoreIndex
+from statefuse.timeline import TimelineEntry, timeline
 from statefuse.tokenizer import (
     BpeTokenizer,
     ByteEstimate,
@@ -241,6 +242,7 @@ __all__ = [
     "StoreInfo",
     "StoreWarning",
     "SurfacedConflict",
+    "TimelineEntry",
     "Tokenizer",
     "TokenizerError",
     "Transcript",
@@ -285,6 +287,7 @@ __all__ = [
     "run_resolver",
     "save_registry",
     "state_diff",
+    "timeline",
 ]
 
 #: Names served from the layer above (`sync`): the replica signs and verifies changes, so it lives

@@ -1459,7 +1459,8 @@ class _Facts:
             chars = self.policy.summary_value_chars
             mark = _contest_mark(contest, self.prep.names, listed=listed, most_chars=chars)
         meta = _meta(c, agree, how, contest=mark)
-        line = f"{ITEM}{render_key(c.key)}: {render_value(c.value)}{meta}{changed}"
+        where = situation(c) if c.situated else ""
+        line = f"{ITEM}{render_key(c.key)}: {render_value(c.value)}{where}{meta}{changed}"
         lines, shown = self._recalc_lines(c)
         return _Unit([line, *lines], [c, *shown], self._cost([line, *lines]))
 
@@ -1481,6 +1482,8 @@ class _Facts:
         v = render_value(c.value)
         if len(v) > self.policy.summary_value_chars:
             return None
+        if c.situated:
+            v += situation(c)
         contest = self._contest(c)
         if contest is not None:
             mark = _contest_mark(contest, self.prep.names, listed=False, most_chars=0)

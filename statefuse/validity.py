@@ -70,6 +70,13 @@ def overlaps(a: ClaimAdded, b: ClaimAdded) -> bool:
     return sa < eb and sb < ea
 
 
+def replaces(new: ClaimAdded, old: ClaimAdded) -> bool:
+    """Whether an update writing ``new`` replaces its author's ``old`` claim at the key: when
+    the two could not both apply (their intervals overlap and their contexts agree). A claim
+    without interval or context replaces every earlier one, as updates always did."""
+    return overlaps(new, old) and contexts_agree(new.context, old.context)
+
+
 def _signature(c: ClaimAdded) -> tuple[tuple[str, str, Scalar], ...]:
     ctx = c.context
     if not ctx:

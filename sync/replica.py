@@ -161,7 +161,9 @@ from statefuse.sync.snapshot import (
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
 from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change
 from statefuse.sync.version import Version, VersionError, counted, covered, version_of
+from statefuse.timeline import TimelineEntry, timeline
 from statefuse.typo import nearest, typo_of
+from statefuse.validity import replaces
 from statefuse.vectorstore import MemoryVectors, VectorStore
 from statefuse.view import SurfacedConflict
 from statefuse.writer import Writer
@@ -2347,6 +2349,11 @@ class Replica:
         disagreement still surfaces as a conflict; two replicas updating one key concurrently
         still conflict (each retracts only its own). ``meta`` is `add_claim`'s.
 
+        A value with an interval or a context (SEMANTICS §9, §5) replaces only those of your
+        claims it would conflict with: whose interval overlaps its own and whose context
+        agrees (`statefuse.validity.replaces`), so "15 from March" written after "12 until
+        March" leaves the earlier value standing.
+
         Use `update` when your own value changed (a status, a counter, a date that moved); use
         `add_claim` for a new, independent assertion that should stand beside your earlier ones
         (a second source, an observation at another time)."""
@@ -2361,7 +2368,8 @@ class Replica:
         with self.batch():
             new = self.add_claim(namespace, subject, predicate, value, **meta)
             for old in mine:
-                self.retract(old, reason="updated", superseded_by=new.claim_id)
+                if replaces(new, old):
+                    self.retract(old, reason="updated", superseded_by=new.claim_id)
         return new
 
     @_writes
@@ -2453,6 +2461,26 @@ class Replica:
             return key_history(self.state(at=at), key, scope)
         # the key's rows alone on a store opened on its derived state (`state_for`)
         return key_history(self.state_for(key, scope=scope), key, scope)
+
+    def timeline(
+        self,
+        key: str | tuple[str, str, str],
+        *,
+        scope: str | None = None,
+        context: Mapping[str, str | int | bool] | None = None,
+        valid_at: int | None = None,
+        retracted: bool = False,
+        at: Version | str | None = None,
+    ) -> list[TimelineEntry]:
+        """A key's values by the interval they hold in (`statefuse.timeline.timeline`): open
+        starts first, open ends last; retracted values only with ``retracted`` (marked).
+        ``key`` is ``"namespace/subject/predicate"`` or its three parts; ``at`` reads the
+        memory at that version. Raises KeyTextError for a key it cannot read."""
+        parts = key_of(key)
+        state = self.state(at=at) if at is not None else self.state_for(parts, scope=scope)
+        return timeline(
+            state, parts, scope=scope, context=context, valid_at=valid_at, retracted=retracted
+        )
 
     def _claim_id(self, ref: bytes | str | ClaimAdded, field: str) -> bytes:
         """The id ``ref`` names: a claim's own, a 32-byte id as it is, a hex form resolved
