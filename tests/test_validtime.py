@@ -503,3 +503,67 @@ def test_a_timeline_lists_a_keys_values_by_interval_with_retracted_ones_on_reque
     assert [e.claim for e in every] == [old, plain, wrong, new]
     assert [e.retracted for e in every] == [False, False, True, False]
     assert [e.claim for e in timeline(state, TEA, valid_at=JAN)] == [old, plain]
+
+
+# --- old stores and old peers -------------------------------------------------------------------
+
+
+def test_a_store_of_the_release_before_reads_unchanged_and_takes_situated_claims(tmp_path):
+    """The schema-6 release store: every claim keeps its id and status, its conflicts and its
+    decision are as written, on a read-only open and on the lazy open of its derived state;
+    a claim with an interval then joins it without touching the old conflicts."""
+    from test_migration import RELEASE_6, WRITTEN_6, _check_replica_holds_what_was_written, _copy
+
+    from statefuse.sync.replica import Replica
+
+    path = _copy(tmp_path, release=RELEASE_6)
+    rep = Replica.open(path, readonly=True)
+    try:
+        _check_replica_holds_what_was_written(rep, written=WRITTEN_6)
+        assert not any(c.situated for c in rep.state().all_claims())
+    finally:
+        rep.close()
+    rep = Replica.open(path)
+    try:
+        before = {(c.locus, c.conflict_id) for c in rep.state().conflicts}
+        timed = rep.add_claim("project/alpha/owner", "Kim", valid_from="2027-01-01")
+        # an open-ended owner (Dana, Lee) overlaps 2027: Kim joins that conflict
+        joined = rep.state().conflict_of("project", "alpha", "owner")
+        assert joined is not None and timed.claim_id in joined.candidates
+        rest = {(c.locus, c.conflict_id) for c in rep.state().conflicts if c.key != joined.key}
+        assert rest <= before
+    finally:
+        rep.close()
+    again = Replica.open(path)  # the lazy open on the derived state agrees
+    try:
+        assert (
+            again.state_for(("project", "alpha", "owner")).conflict_of("project", "alpha", "owner")
+            == joined
+        )
+    finally:
+        again.close()
+
+
+def test_a_peer_of_the_release_before_quarantines_a_situated_claim_with_the_op_version_rule(
+    monkeypatch, tmp_path
+):
+    """What `statefuse import` of this release's bundle does on the release before (seen with
+    that release: ``bad-op ... unsupported op format version 4 [rule: op-version]``), with the
+    new versions taken out of the decoder; the plain change beside it is accepted."""
+    from statefuse import op as op_module
+    from statefuse.sync.replica import Replica
+
+    writer = Replica.memory(space="team")
+    writer.add_claim("shop/tea/price", 12)
+    writer.add_claim("shop/tea/price", 15, valid_from="2026-03-01")
+    changes = [c.data for c in writer.log.changes()]
+    monkeypatch.setattr(op_module, "_KNOWN_VERSIONS", frozenset((1, 2)))
+    old = Replica.open(tmp_path / "old.db", space="team", create=True)
+    try:
+        report = old.receive(changes)
+        assert report.quarantined == 1
+        (q,) = old.quarantine()
+        assert q.reason == "bad-op" and "op-version" in q.message and "version 4" in q.message
+        assert [c.value for c in old.state().active_claims()] == [12]
+    finally:
+        old.close()
