@@ -6,14 +6,14 @@ function of (state, lens, resolver) and can be replayed exactly.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from statefuse.error import OpRuleError
 from statefuse.op import _context
 from statefuse.registry.error import InputError
-from statefuse.registry.value import FrozenMap
 
 
 class LensError(InputError, ValueError):
@@ -38,7 +38,7 @@ def _names(field: str, value: object) -> frozenset[str]:
     return frozenset(out)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Lens:
     """What one viewer may see.
 
@@ -61,7 +61,7 @@ class Lens:
     now: int | None = None
     query: str = ""
     valid_at: int | None = None
-    context: FrozenMap | None = None
+    context: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "roles", _names("roles", self.roles))
@@ -91,6 +91,29 @@ class Lens:
         except OpRuleError as e:
             raise LensError(e.field, e.rule, e.message) from None
 
+    def _identity(self) -> tuple[object, ...]:
+        """What equality and hashing compare: every field, the context by typed entries (a
+        `FrozenMap` has no hash, and ``1 == True`` would make two contexts equal)."""
+        ctx = typed_context(self.context)
+        return (
+            self.roles,
+            self.task,
+            self.session,
+            self.include,
+            self.now,
+            self.query,
+            self.valid_at,
+            ctx,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Lens):
+            return NotImplemented
+        return self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
     @property
     def instant(self) -> int | None:
         """The instant claims must hold at to be shown: ``valid_at``, else ``now``."""
@@ -111,6 +134,11 @@ class Lens:
 
     def sees_roles(self, visibility: tuple[str, ...]) -> bool:
         return not visibility or not self.roles.isdisjoint(visibility)
+
+
+def typed_context(ctx: Mapping[str, Any] | None) -> tuple[tuple[str, str, Any], ...]:
+    """A context's entries with each value's type, so that ``1`` and ``True`` differ."""
+    return tuple((k, type(v).__name__, v) for k, v in ctx.items()) if ctx else ()
 
 
 def scope_rank(scope: str) -> int:

@@ -655,16 +655,16 @@ class _Tools:
             }
             replaced: list[bytes] = []
             if update:
-                mine = {
+                own = {
                     c.claim_id: c
                     for c in rep.state_for((ns, subject, predicate), scope=scope).active_at(
                         ns, subject, predicate, scope
                     )
                     if c.author == rep.author
                 }
-                replaced = list(mine)
+                replaced = list(own)
                 c = rep.update(ns, subject, predicate, stored, **meta)
-                replaced = [r for r in replaced if replaces(c, mine[r])]
+                replaced = [r for r in replaced if replaces(c, own[r])]
             else:
                 c = rep.add_claim(ns, subject, predicate, stored, **meta)
             # the key's rows only, on a store opened on its derived state

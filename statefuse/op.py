@@ -371,7 +371,7 @@ def _context(name: str, v: object) -> FrozenMap | None:
             )
     if type(v) is FrozenMap:
         return v
-    return cast(FrozenMap, FrozenMap(v))
+    return FrozenMap(v)
 
 
 def _check_interval(valid_from: int | None, valid_until: int | None) -> None:

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from statefuse.index import LocusKey
-from statefuse.lens import Lens, scope_rank
+from statefuse.lens import Lens, scope_rank, typed_context
 from statefuse.op import ClaimAdded, DecisionAdded, confidence_rank
 from statefuse.registry.contract import Policy, PredicateContract
 from statefuse.registry.error import InputError
@@ -507,7 +507,7 @@ def _memo_key(
         except TypeError:
             return None
         r = resolver
-    ctx = tuple(lens.context.items()) if lens.context else ()
+    ctx = typed_context(lens.context)
     return (lens.roles, lens.task, lens.session, lens.include, r, order, lens.valid_at, ctx)
 
 

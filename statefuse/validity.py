@@ -18,6 +18,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 from statefuse.error import OpRuleError
 from statefuse.op import ClaimAdded
@@ -33,7 +34,8 @@ _YEAR_10000 = 253_402_300_800_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 Scalar = str | int | bool
-Context = Mapping[str, Scalar]
+#: A context as given or stored (a `FrozenMap` on a claim): dimension -> str, int or bool.
+Context = Mapping[str, Any]
 
 
 def span(c: ClaimAdded) -> tuple[int, int]:
@@ -77,7 +79,7 @@ def replaces(new: ClaimAdded, old: ClaimAdded) -> bool:
     return overlaps(new, old) and contexts_agree(new.context, old.context)
 
 
-def _signature(c: ClaimAdded) -> tuple[tuple[str, str, Scalar], ...]:
+def _signature(c: ClaimAdded) -> tuple[tuple[str, str, Any], ...]:
     ctx = c.context
     if not ctx:
         return ()
@@ -94,7 +96,7 @@ def conflicting(claims: Sequence[ClaimAdded], gkey: Callable[[bytes], bytes]) ->
         if all(gkey(c.op_id) == g0 for c in claims):
             return ()
         return tuple(sorted(c.op_id for c in claims))
-    classes: dict[tuple[tuple[str, str, Scalar], ...], list[ClaimAdded]] = {}
+    classes: dict[tuple[tuple[str, str, Any], ...], list[ClaimAdded]] = {}
     for c in claims:
         classes.setdefault(_signature(c), []).append(c)
     sigs = list(classes)

@@ -16,7 +16,13 @@ from statefuse.op import ClaimAdded, decode_op, decode_ops
 from statefuse.registry import DEFAULT_REGISTRY
 from statefuse.sqlitestore import SQLiteStore
 from statefuse.store import StoreInfo
-from statefuse.testing import TEST_REGISTRY, assert_index_agrees, assert_same_state, state_summary
+from statefuse.testing import (
+    TEST_REGISTRY,
+    assert_index_agrees,
+    assert_same_state,
+    op_lists,
+    state_summary,
+)
 from statefuse.timeline import timeline
 from statefuse.validity import (
     conflicting,
@@ -471,6 +477,17 @@ def test_a_lens_shows_exactly_the_claims_that_hold_and_agree_and_carries_over(op
     }
 
 
+def test_a_lens_with_a_context_is_a_value_equal_and_hashed_by_its_dimensions():
+    a, b = Lens(context={"b": 1, "a": "x"}), Lens(context={"a": "x", "b": 1})
+    assert a == b and hash(a) == hash(b) and len({a, b, Lens()}) == 2
+    assert Lens(context={}) == Lens() and Lens(context={"a": 1}) != Lens(context={"a": True})
+    # and a View made for one is never handed to the other
+    w = Writer("w", registry=REG, clock=lambda: 0)
+    state = materialize([w.claim("shop", "s1", "status", "open", context={"tier": 1})])
+    assert project(state, Lens(context={"tier": 1})).excluded.get("other-context", 0) == 0
+    assert project(state, Lens(context={"tier": True})).excluded["other-context"] == 1
+
+
 def test_bad_lens_instants_and_contexts_are_typed_errors():
     with pytest.raises(LensError) as e:
         Lens(valid_at=-5)
@@ -567,3 +584,17 @@ def test_a_peer_of_the_release_before_quarantines_a_situated_claim_with_the_op_v
         assert [c.value for c in old.state().active_claims()] == [12]
     finally:
         old.close()
+
+
+@given(op_lists())
+def test_on_programs_without_intervals_or_contexts_conflicts_are_todays(ops):
+    """Today's rule, written out: a functional locus conflicts iff its active claims hold more
+    than one value group, and then every active claim there is a candidate."""
+    state = materialize(ops, registry=REG)
+    ix = state._ix
+    want = {}
+    for lk in ix.members:
+        ids = tuple(sorted(ix.members_at(lk)))
+        if ix.functional(lk[0], lk[2]) and len({ix.gkey(i) for i in ids}) > 1:
+            want[lk] = ids
+    assert {(*c.key, c.scope): c.candidates for c in state.conflicts} == want
