@@ -797,11 +797,12 @@ def _cmd_show(s: Session) -> int:
         claims = [
             c for c in claims if _key_of(c)[: len(prefix)] == prefix and a.scope in (None, c.scope)
         ]
+    claims = _situated_filter(a, claims)
     claims = sorted(claims, key=_SHOW_ORDER)
     limit = _conflict_limit(a.limit)
     more = 0 if limit is None else max(0, len(claims) - limit)
     claims = claims if limit is None else claims[:limit]
-    notes = {c.op_id: claim_notes(c, state) for c in claims}
+    notes = {c.op_id: _situated_note(c) + claim_notes(c, state) for c in claims}
     if s.json:  # build only the form asked for: a memory may hold many claims
         claims_json = [{**_claim_json(c, state, names), "notes": notes[c.op_id]} for c in claims]
         data: dict[str, Any] = {"claims": claims_json}
@@ -978,6 +979,28 @@ def _cmd_history(s: Session) -> int:
     data = {"key": list(key), "events": [_event_json(e, names) for e in events]}
     s.emit({**data, "more": left_out}, text)
     return EXIT_OK
+
+
+def _situated_filter(a: argparse.Namespace, claims: list[ClaimAdded]) -> list[ClaimAdded]:
+    """``show --valid-at`` / ``--context``: the claims that hold then and agree."""
+    from statefuse.validity import contexts_agree, holds_at
+
+    at = _instant_option(a.valid_at, "--valid-at")
+    ctx = _context_option(a.context)
+    if at is not None:
+        claims = [c for c in claims if holds_at(c, at)]
+    if ctx:
+        claims = [c for c in claims if contexts_agree(c.context, ctx)]
+    return claims
+
+
+def _situated_note(c: ClaimAdded) -> list[str]:
+    """A claim's interval and context as a note of ``show`` (none for most claims)."""
+    if not c.situated:
+        return []
+    from statefuse.validity import situation
+
+    return [situation(c).strip()]
 
 
 def _cmd_timeline(s: Session) -> int:
@@ -2459,6 +2482,16 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scope", help="only claims in this scope")
     p.add_argument("--limit", metavar="N", help="show at most N claims (default: all)")
     _at_argument(p)
+    p.add_argument(
+        "--valid-at", metavar="TIME", help="only claims that hold at TIME (ISO 8601; default: all)"
+    )
+    p.add_argument(
+        "--context",
+        metavar="DIM=VALUE",
+        action="append",
+        default=[],
+        help="only claims whose context agrees, e.g. location=London (repeat)",
+    )
 
 
 def _conflicts_arguments(p: argparse.ArgumentParser) -> None:

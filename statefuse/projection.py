@@ -28,7 +28,8 @@ expire (most keys) are put in buckets by that visibility and scope. A lens sees 
 none of it, so it judges buckets, not claims, and its View reads the seen buckets through
 `statefuse.view.SelectedMap`, which makes a sole candidate's `Selection` only when it is read.
 Conflicts of that shape get their groups and text prepared once; the few other keys (claims
-in several scopes or visibilities, or with an expiry) are worked out per call. Whether the lens
+in several scopes or visibilities, or with an expiry, a validity interval or a context) are
+worked out per call. Whether the lens
 sees a scope is looked up once per scope and call. The tests compare every View with a
 straightforward reference projection.
 """
@@ -702,11 +703,22 @@ class _ExcludedIds(Mapping[str, tuple[bytes, ...]]):
     def __getitem__(self, reason: str) -> tuple[bytes, ...]:
         return self._made()[reason]
 
+    def _reasons(self) -> tuple[str, ...]:
+        """The reasons listed: always the three of `PUBLIC_REASONS`, then those of
+        `SITUATED_REASONS` some claim was left out for (found without sorting any ids)."""
+        if self._ids is not None:
+            return tuple(self._ids)
+        outcomes = self._outcomes.values()
+        extra = (("not-valid-at",) if any(o.not_valid_at for o in outcomes) else ()) + (
+            ("other-context",) if any(o.other_context for o in outcomes) else ()
+        )
+        return (*PUBLIC_REASONS, *extra)
+
     def __iter__(self) -> Iterator[str]:
-        return iter(self._made())
+        return iter(self._reasons())
 
     def __len__(self) -> int:
-        return len(self._made())
+        return len(self._reasons())
 
     def __repr__(self) -> str:
         return repr(self._made())

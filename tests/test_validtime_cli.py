@@ -99,3 +99,16 @@ def test_bad_times_and_dimensions_are_one_error_line(sf):
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error:"), proc.stderr
     assert json.loads(sf("show", "--json").stdout)["claims"] == []
+
+
+def test_show_filters_by_instant_and_context_and_notes_them(sf):
+    sf("claim", "shop/tea/price", "12", "--valid-until", "2026-03-01")
+    sf("claim", "shop/tea/price", "15", "--valid-from", "2026-03-01")
+    sf("claim", "shop/s1/status", "open", "--context", "location=London")
+    table = sf("show").stdout
+    assert "[.. 2026-03-01)" in table and "{location=London}" in table
+    feb = json.loads(sf("show", "--valid-at", "2026-02-01", "--json").stdout)["claims"]
+    assert sorted(json.dumps(c["value"]) for c in feb) == ['"open"', "12"]
+    assert [c["valid_until"] for c in feb if c["value"] == 12] == [1_772_323_200_000]
+    paris = json.loads(sf("show", "--context", "location=Paris", "--json").stdout)["claims"]
+    assert sorted(json.dumps(c["value"]) for c in paris) == ["12", "15"]
