@@ -227,6 +227,18 @@ def plain_value(value: Value) -> Value:
     return value
 
 
+def json_value(v: Value) -> Any:
+    """A JSON-ready deep copy of a value; bytes become ``{"$bytes": "<hex>"}`` (shared by the
+    View's JSON and the judge payload, so both spell values the same way)."""
+    if isinstance(v, bytes):
+        return {"$bytes": v.hex()}
+    if isinstance(v, (list, FrozenList)):
+        return [json_value(x) for x in v]
+    if isinstance(v, (dict, FrozenMap)):
+        return {k: json_value(x) for k, x in v.items()}
+    return v
+
+
 def _canon(value: Any, field: str, depth: int, frozen: bool, named: bool) -> Value:
     """``value`` validated, its maps in canonical order, its containers frozen or plain. Unless
     ``named``, items are checked under their container's field (formatting a name per item

@@ -59,6 +59,7 @@ import itertools
 import json
 import re
 from bisect import bisect_left, insort
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -634,8 +635,10 @@ class _Prepared:
 
     Made from the preparation of the View this one was carried over from (`View._lineage`)
     when the cache has it: only the keys projected again since, and the keys of claims whose
-    staleness changed, are sorted again, into copies (a preparation never changes once made,
-    as the contexts made from it expand their handles from it later).
+    staleness changed, are sorted again, in the containers the earlier preparation hands over
+    (`_give`; a preparation never changes what it holds once made, as the contexts made from
+    it expand their handles from it later: one that gave its containers away sorts its View
+    again when asked).
 
     Questions go to known unknowns unless the key they ask about is answered: it has a shown
     claim that is not a question (a selected claim — the representative of a single-valued
@@ -694,6 +697,37 @@ class _Prepared:
 
     # -- sorting into sections --
 
+    #: What `_carry` hands from a preparation to the next (`_give`).
+    _GIVEN = frozenset(
+        (
+            "sections",
+            "conflicts",
+            "conflict_keys",
+            "asked",
+            "ns_counts",
+            "candidates",
+            "corpus",
+            "candidate_corpus",
+        )
+    )
+
+    def _give(self) -> None:
+        """Hand the sorted View over to the preparation carried from this one, which patches
+        it in place. Copying it instead costs each agent step a pass over every fact, for
+        contexts of earlier steps that are seldom expanded: such a context's handles find
+        this preparation given away and sort its View again (`__getattr__`), with the same
+        result, as a preparation never changes what it holds."""
+        for name in self._GIVEN:
+            delattr(self, name)
+        self.sorted_ids = None
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for a missing attribute: a given-away container, sorted again
+        if name in _Prepared._GIVEN and "view" in self.__dict__:
+            self._fill()
+            return self.__dict__[name]
+        raise AttributeError(name)
+
     def _fill(self) -> None:
         self.sections: list[dict[bytes, ClaimAdded]] = [{} for _ in range(7)]
         self.conflicts: dict[Key, SurfacedConflict] = {}
@@ -714,8 +748,8 @@ class _Prepared:
         self.candidate_corpus = Corpus(self.candidates, serial=self.serial)
 
     def _carry(self, before: _Prepared, take: bool) -> None:
-        """Made from ``before``: on copies of its containers, or on the containers themselves
-        when ``take`` (nothing holds ``before`` any more; it is left empty)."""
+        """Made from ``before``, on its containers, which it gives away (`_give`): ``take``
+        says nothing holds ``before`` any more, so not even its conflict keys are copied."""
         view, old = self.view, before.view
         assert view._lineage is not None
         keys = set(view._lineage[2])
@@ -725,20 +759,15 @@ class _Prepared:
                 c = before._find(cid)
                 if c is not None:
                     keys.add(c.key)
-        if take:
-            self.sections, before.sections = before.sections, []
-            self.conflicts, before.conflicts = before.conflicts, {}
-            self.conflict_keys, before.conflict_keys = before.conflict_keys, []
-            self.asked, before.asked = before.asked, {}
-            self.ns_counts, before.ns_counts = before.ns_counts, {}
-            self.candidates, before.candidates = before.candidates, {}
-        else:
-            self.sections = [s.copy() for s in before.sections]
-            self.conflicts = before.conflicts.copy()
-            self.conflict_keys = before.conflict_keys.copy()
-            self.asked = before.asked.copy()
-            self.ns_counts = before.ns_counts.copy()
-            self.candidates = before.candidates.copy()
+        self.sections = before.sections
+        self.conflicts = before.conflicts
+        # a context's conflict section holds this list itself: a copy unless nothing does
+        self.conflict_keys = before.conflict_keys if take else before.conflict_keys.copy()
+        self.asked = before.asked
+        self.ns_counts = before.ns_counts
+        self.candidates = before.candidates
+        ids = before.sorted_ids
+        before._give()
         self._added = []
         self._removed = []
         self._cadded = []
@@ -771,10 +800,7 @@ class _Prepared:
             added=[c for c in self._cadded if c.op_id not in back],
             removed=[cid for cid in self._cremoved if cid not in back],
         )
-        ids = before.sorted_ids
         if ids is not None and len(added) + len(removed) < 256:
-            if not take:
-                ids = ids.copy()
             for cid in removed:
                 del ids[bisect_left(ids, cid)]
             for c in added:
@@ -1076,21 +1102,32 @@ class _UnitList(Generic[_T]):
 
 def _best_scored(scores: Mapping[bytes, float], k: int) -> list[tuple[float, bytes]]:
     """The first ``k`` positively scored claims as (-score, id), best first, equal scores by
-    claim id (all of them if fewer), found without sorting them all: the scores above the
-    cut (`heapq.nlargest`) are sorted, and of the claims tied at the cut (a query's common
-    word gives thousands of claims of one length one score) only the first few by id."""
+    claim id (all of them if fewer), found without sorting them all.
+
+    A query's common word gives thousands of claims a handful of distinct scores, so the cut
+    comes from the distinct scores and their counts (`collections.Counter` counts in C), and
+    the claims at or above it are picked out in C as well (`itertools.compress`): no Python
+    step per scored claim. Of the claims tied at the cut only the first few by id are kept."""
     if k >= len(scores):
         return sorted((-sc, cid) for cid, sc in scores.items() if sc > 0)
-    cut = heapq.nlargest(k, scores.values())[-1]
+    counts = Counter(scores.values())
+    cut = 0.0
+    held = 0
+    for value in sorted(counts, reverse=True):
+        cut = value
+        held += counts[value]
+        if held >= k:
+            break
     if cut <= 0:
         return sorted((-sc, cid) for cid, sc in scores.items() if sc > 0)
-    hi = [(-sc, cid) for cid, sc in scores.items() if sc >= cut]  # one pass over the scores
-    if len(hi) <= k:
+    picked = list(itertools.compress(scores.keys(), map(cut.__le__, scores.values())))
+    if held <= k:
+        hi = [(-scores[cid], cid) for cid in picked]
         hi.sort()
         return hi
-    above = [x for x in hi if x[0] != -cut]  # more than k: claims tied at the cut
+    above = [(-sc, cid) for cid in picked if (sc := scores[cid]) != cut]  # more than k: ties
     above.sort()
-    tied = heapq.nsmallest(k - len(above), [cid for s, cid in hi if s == -cut])
+    tied = heapq.nsmallest(k - len(above), [cid for cid in picked if scores[cid] == cut])
     return above + [(-cut, cid) for cid in tied]
 
 

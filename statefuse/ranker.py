@@ -269,14 +269,23 @@ class _Index:
 
 
 def _add_to(acc: dict[bytes, float], ids: dict[bytes, None], v: float) -> None:
-    """``acc[c] = acc.get(c, 0.0) + v`` for every id in ``ids``, with set operations: the
-    same floats (``0.0 + v`` is ``v``), a Python step only per id already scored."""
-    held = acc.keys()
-    both = ids.keys() & held
-    fresh = dict.fromkeys(ids.keys() - held if both else ids, v) if len(both) < len(ids) else {}
-    if both:
-        acc.update({c: acc[c] + v for c in both})
-    acc.update(fresh)
+    """``acc[c] = acc.get(c, 0.0) + v`` for every id in ``ids``, with set operations and
+    C-level maps: the same floats (``0.0 + v`` is ``v``, and ``v + x`` is ``x + v``), no
+    Python step per id."""
+    if not acc:
+        acc.update(dict.fromkeys(ids, v))
+        return
+    both = list(ids.keys() & acc.keys())
+    if not both:
+        acc.update(dict.fromkeys(ids, v))
+        return
+    summed = zip(both, map(v.__add__, map(acc.__getitem__, both)), strict=True)
+    if len(both) == len(ids):
+        acc.update(summed)
+        return
+    add = dict.fromkeys(ids, v)
+    add.update(summed)
+    acc.update(add)
 
 
 class LexicalRanker:

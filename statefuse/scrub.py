@@ -35,9 +35,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from statefuse.op import ClaimAdded, ClaimRetracted
-from statefuse.registry.value import Value
+from statefuse.registry.value import Value, json_value
 from statefuse.state import State
-from statefuse.view import json_value
 
 #: Fewest characters a folded value needs to be looked for in free text.
 MIN_CHARS = 4

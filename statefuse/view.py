@@ -21,7 +21,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from statefuse.op import ClaimAdded
-from statefuse.registry.value import FrozenList, FrozenMap, Value
+from statefuse.registry.value import Value, json_value
 
 if TYPE_CHECKING:
     from statefuse.scrub import RetractedValues
@@ -427,18 +427,6 @@ class View:
             "explanations": {"/".join(k): v for k, v in sorted(self.explanations.items())},
             "contested": {"/".join(k): contest_dict(c) for k, c in sorted(self.contested.items())},
         }
-
-
-def json_value(v: Value) -> Any:
-    """A JSON-ready deep copy of a value; bytes become ``{"$bytes": "<hex>"}`` (shared by the
-    View's JSON and the judge payload, so both spell values the same way)."""
-    if isinstance(v, bytes):
-        return {"$bytes": v.hex()}
-    if isinstance(v, (list, FrozenList)):
-        return [json_value(x) for x in v]
-    if isinstance(v, (dict, FrozenMap)):
-        return {k: json_value(x) for k, x in v.items()}
-    return v
 
 
 def _claim(c: ClaimAdded) -> dict[str, Any]:

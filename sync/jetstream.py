@@ -784,6 +784,10 @@ class JetStreamLink:
         #: so no message it took is lost), and the loop-side event `wake` sets to end a wait.
         self._poll: asyncio.Future[list[Msg]] | None = None
         self._interrupt: asyncio.Event | None = None
+        #: Set when the connection drops while publishes await their PubAck (armed by `_send`
+        #: only on a live connection): those publishes end at once instead of waiting out
+        #: the round, and the round reports the drop.
+        self._dropped: asyncio.Event | None = None
         #: Set by `wake`, cleared by the `wait` it ends (a wake before a wait ends that wait).
         self._woken = threading.Event()
         #: When the last round asked the broker for the stream's state (monotonic), and the
@@ -903,6 +907,8 @@ class JetStreamLink:
 
     async def _on_disconnect(self) -> None:
         self._last_error = f"disconnected from {self.shown_url}"
+        if self._dropped is not None:
+            self._dropped.set()
 
     def _scrub(self, text: str) -> str:
         return _scrubbed(text, self.url)
@@ -1033,7 +1039,10 @@ class JetStreamLink:
                 " a chunk of 1 KiB",
             )
         # up to `_PUBLISH_WINDOW` publishes await their PubAck at once (sent in order); a
-        # change counts as done, in outbox order, once its own PubAck came
+        # change counts as done, in outbox order, once its own PubAck came. On a live
+        # connection, a drop ends the waiting at once (a connection that is already down may
+        # come back within the round: then the publishes wait for it, as before)
+        self._dropped = asyncio.Event() if self._nc.is_connected else None
         window: list[tuple[bytes, asyncio.Future[None]]] = []
         try:
             for cid, data in outbox:
@@ -1042,6 +1051,7 @@ class JetStreamLink:
                     await self._settle(window, done, progress, len(outbox))
             await self._settle(window, done, progress, len(outbox))
         finally:
+            self._dropped = None
             for _, task in window:  # cancelled, or a failure ended the settling early
                 task.cancel()
 
@@ -1059,21 +1069,48 @@ class JetStreamLink:
                 }
                 await self._put(data[i * room : (i + 1) * room], headers)
 
-    @staticmethod
     async def _settle(
+        self,
         window: list[tuple[bytes, asyncio.Future[None]]],
         done: list[bytes],
         progress: Callable[[int, int], object] | None,
         total: int,
     ) -> None:
-        """Wait for every publish of ``window`` (emptied); note the acknowledged ones in
-        ``done``, then raise the first failure, if any."""
+        """Wait for every publish of ``window`` (emptied), or until the connection drops
+        (`_dropped`: the unacknowledged ones are cancelled, left in the outbox for the next
+        round); note the acknowledged ones in ``done``, then raise the first failure, if
+        any."""
         batch = list(window)
         window.clear()
         if not batch:
             return
-        await asyncio.wait([task for _, task in batch])
+        tasks: set[asyncio.Future[Any]] = {task for _, task in batch}
+        dropped = self._dropped
+        watch = asyncio.ensure_future(dropped.wait()) if dropped is not None else None
+        try:
+            pending = set(tasks)
+            while pending and not (dropped is not None and dropped.is_set()):
+                _, pending = await asyncio.wait(
+                    pending if watch is None else {*pending, watch},
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                pending.discard(watch)
+        finally:
+            if watch is not None:
+                watch.cancel()
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        if any(not task.done() for task in tasks):
+            await asyncio.wait(tasks)
         failure: BaseException | None = None
+        if dropped is not None and dropped.is_set():
+            failure = BrokerUnavailableError(
+                "url",
+                "broker-unreachable",
+                f"disconnected from {self.shown_url} while publishing: the changes not"
+                " acknowledged stay in the outbox",
+            )
         for cid, task in batch:
             error = task.exception() if not task.cancelled() else asyncio.CancelledError()
             if error is None:

@@ -4,8 +4,10 @@ reference names every public name. How examples run: tests/docblocks.py."""
 
 from __future__ import annotations
 
+import html
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import subprocess
@@ -54,8 +56,15 @@ def test_every_page_is_in_the_nav_and_the_nav_names_no_missing_page():
     assert sorted(listed) == sorted(_name(p) for p in PAGES)
 
 
-def test_the_site_builds_with_strict_checks(tmp_path):
-    missing = [m for m in ("mkdocs", "material") if importlib.util.find_spec(m) is None]
+_SITES: dict[str, Path] = {}
+
+
+def _build_site(tmp_path: Path) -> Path:
+    """The site, built once per test process with ``mkdocs build --strict``."""
+    if "site" in _SITES:
+        return _SITES["site"]
+    needed = ("mkdocs", "material", "mkdocstrings_handlers.python")
+    missing = [m for m in needed if importlib.util.find_spec(m.split(".")[0]) is None]
     if missing:
         message = f"{', '.join(missing)} not installed: pip install -e '.[docs]' (the docs extra)"
         if IN_CI:
@@ -73,15 +82,67 @@ def test_the_site_builds_with_strict_checks(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "WARNING" not in proc.stderr, proc.stderr
+    _SITES["site"] = site
+    return site
+
+
+def test_the_site_builds_with_strict_checks(tmp_path):
+    site = _build_site(tmp_path)
     for page in PAGES:
         html = "index.html" if page.name == "index.md" else f"{page.stem}/index.html"
         assert (site / page.relative_to(DOCS).parent / html).is_file(), page
 
 
-@pytest.mark.parametrize(
-    "module",
-    ["statefuse", "statefuse.sync", "statefuse.registry", "statefuse.mcp", "statefuse.langgraph"],
+PUBLIC_MODULES = (
+    "statefuse",
+    "statefuse.sync",
+    "statefuse.registry",
+    "statefuse.mcp",
+    "statefuse.langgraph",
 )
+
+
+def _exported_code() -> set[str]:
+    """The dotted paths (defining module + qualified name) of every class and function the
+    public modules export."""
+    out = set()
+    for module in PUBLIC_MODULES:
+        pkg = importlib.import_module(module)
+        for name in pkg.__all__:
+            obj = getattr(pkg, name)
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and obj.__module__.startswith(
+                "statefuse"
+            ):
+                out.add(f"{obj.__module__}.{obj.__qualname__}")
+    return out
+
+
+def test_the_page_from_the_docstrings_has_an_entry_for_each_exported_class_and_function():
+    page = (DOCS / "reference" / "python.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^::: (\S+)$", page, re.M)
+    assert len(listed) == len(set(listed))
+    want = _exported_code()
+    missing = sorted(want - set(listed))
+    assert not missing, "add to docs/reference/python.md:\n" + "\n".join(
+        f"::: {m}" for m in missing
+    )
+    assert sorted(set(listed) - want) == []  # nothing listed that is not exported
+
+
+def test_the_page_from_the_docstrings_shows_signatures_and_docstrings(tmp_path):
+    site = _build_site(tmp_path)
+    text = html.unescape(
+        re.sub(r"<[^>]+>", "", (site / "reference" / "python" / "index.html").read_text())
+    )
+    text = re.sub(r"\s+", " ", text)
+    from statefuse.sync.replica import Replica
+
+    first = " ".join((Replica.add_claim.__doc__ or "").split("\n\n")[0].split())
+    assert first and first.replace("``", "").replace("`", "") in text.replace("`", "")
+    assert "add_claim( namespace: str, subject: str, predicate: str, value: Value," in text
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
 def test_the_api_reference_names_every_public_name(module):
     reference = (DOCS / "reference" / "api.md").read_text(encoding="utf-8")
     names = importlib.import_module(module).__all__
