@@ -44,6 +44,10 @@ from statefuse.state import State, _locus_of_key, group_id_of
 from statefuse.store import StoreError
 from statefuse.validity import has_conflict
 
+#: Bytes every encoded claim with an interval or a context holds (the key of a field only
+#: ClaimAdded versions 3 and 4 carry): a claim without them may hold them too, inside a value,
+#: so this only picks the loci worth decoding.
+_SITUATED_MARK = b"\xaavalid_from"
 #: Ops read from the caller's iterable per step of `StoreIndex.rebuild` (and per progress call).
 REBUILD_CHUNK = 5_000
 #: Most parameters one statement binds (well under every SQLite build's limit, and PostgreSQL's).
@@ -645,22 +649,29 @@ class StoreIndex:
         if not split:
             return split
         db = self._db
-        by_locus: dict[bytes, list[tuple[bytes, bytes]]] = {}
         situated: set[bytes] = set()
         for part in _chunks(list(split)):
+            situated.update(
+                r[0]
+                for r in db.execute(
+                    "SELECT DISTINCT locus FROM ix_claim"
+                    f" WHERE locus IN ({_marks(len(part))}) AND active = 1"
+                    " AND instr(data, ?) > 0",
+                    (*part, _SITUATED_MARK),
+                )
+            )
+        if not situated:
+            return split
+        out = split - situated
+        by_locus: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        for part in _chunks(list(situated)):
             for locus, grp, data in db.execute(
                 "SELECT locus, grp, data FROM ix_claim"
                 f" WHERE locus IN ({_marks(len(part))}) AND active = 1",
                 part,
             ):
                 by_locus.setdefault(locus, []).append((grp, data))
-                if b"valid_from" in data:
-                    situated.add(locus)
-        if not situated:
-            return split
-        out = split - situated
-        for locus in situated:
-            rows = by_locus[locus]
+        for locus, rows in by_locus.items():
             claims = _decode_ops([data for _, data in rows])
             groups = {c.op_id: grp for c, (grp, _) in zip(claims, rows, strict=True)}
             if has_conflict(claims, groups.__getitem__):  # type: ignore[arg-type]
