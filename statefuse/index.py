@@ -245,9 +245,27 @@ class Index:
         return self._by_ref
 
     def has_conflict(self, members: Iterable[bytes]) -> bool:
-        """Whether some two of these active claims (of one locus) conflict (`validity`)."""
+        """Whether some two of these active claims (of one locus) conflict (`validity`).
+
+        One value group is never a conflict, and is what most loci with several claims hold
+        (agreement): that is checked first, by group keys alone, so intervals and contexts are
+        looked at only where values differ."""
+        ids = members if type(members) is tuple else tuple(members)
+        if not ids:
+            return False
+        gkey = self.gkey
+        g0 = gkey(ids[0])
+        for m in ids:
+            if gkey(m) != g0:
+                break
+        else:
+            return False
         claims = self.claims
-        return _has_conflict([claims[m] for m in members], self.gkey)
+        for m in ids:
+            c = claims[m]
+            if c.valid_from is not None or c.valid_until is not None or c.context is not None:
+                return _has_conflict([claims[m] for m in ids], gkey)
+        return True  # two values, each held always and everywhere
 
     # --- one-op updates --------------------------------------------------------------------------
 
@@ -302,12 +320,19 @@ class Index:
         self.members[lk] = (*current, cid)
         if lk in self.conflicted or not self.functional(c.namespace, c.predicate):
             return
+        # No conflict before: one is made iff the new claim conflicts with a claim held, which
+        # needs a claim of another value (then, for a claim without interval or context, that
+        # is enough: it holds always and everywhere).
+        gkey = self.gkey
+        g = gkey(cid)
+        others = [m for m in current if gkey(m) != g]
+        if not others:
+            return
+        if not c.situated:
+            self.conflicted.add(lk)
+            return
         claims = self.claims
-        if c.situated or any(claims[m].situated for m in current):
-            # No conflict before: one is made iff the new claim conflicts with one held.
-            if conflicts_with(c, [claims[m] for m in current], self.gkey):
-                self.conflicted.add(lk)
-        elif self.gkey(current[0]) != self.gkey(cid):
+        if conflicts_with(c, [claims[m] for m in others], gkey):
             self.conflicted.add(lk)
 
     def _deactivate(self, cid: bytes) -> None:

@@ -91,10 +91,13 @@ def conflicting(claims: Sequence[ClaimAdded], gkey: Callable[[bytes], bytes]) ->
     active claims of one functional locus; ``gkey`` gives a claim id's value group)."""
     if len(claims) < 2:
         return ()
-    if not any(c.situated for c in claims):
-        g0 = gkey(claims[0].op_id)
-        if all(gkey(c.op_id) == g0 for c in claims):
-            return ()
+    g0 = gkey(claims[0].op_id)
+    if all(gkey(c.op_id) == g0 for c in claims):
+        return ()  # one value: agreement, whatever the intervals and contexts
+    for c in claims:  # (`ClaimAdded.situated`, inline: this runs for every conflict read)
+        if c.valid_from is not None or c.valid_until is not None or c.context is not None:
+            break
+    else:
         return tuple(sorted(c.op_id for c in claims))
     classes: dict[tuple[tuple[str, str, Any], ...], list[ClaimAdded]] = {}
     for c in claims:
@@ -114,11 +117,13 @@ def conflicting(claims: Sequence[ClaimAdded], gkey: Callable[[bytes], bytes]) ->
 
 def has_conflict(claims: Sequence[ClaimAdded], gkey: Callable[[bytes], bytes]) -> bool:
     """True when some two of ``claims`` conflict (`conflicting` is not empty)."""
+    if len(claims) < 2:
+        return False
+    g0 = gkey(claims[0].op_id)
+    if all(gkey(c.op_id) == g0 for c in claims):
+        return False
     if not any(c.situated for c in claims):
-        if len(claims) < 2:
-            return False
-        g0 = gkey(claims[0].op_id)
-        return any(gkey(c.op_id) != g0 for c in claims)
+        return True
     return bool(conflicting(claims, gkey))
 
 
