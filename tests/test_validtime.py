@@ -224,13 +224,14 @@ def _gkey(claims):
     return by_id.__getitem__
 
 
-@settings(max_examples=300)
+@settings(max_examples=min(settings.default.max_examples, 300))
 @given(_situated_claims())
 def test_interval_and_context_grouping_equals_the_pairwise_definition(claims):
     gkey = _gkey(claims)
     assert conflicting(claims, gkey) == _pairwise(claims, gkey)
 
 
+@settings(max_examples=min(settings.default.max_examples, 200))
 @given(st.lists(st.integers(0, 3), max_size=8))
 def test_without_intervals_or_contexts_every_claim_is_a_candidate_once_two_values_differ(values):
     claims = [_claim(lamport=i + 1, value=v) for i, v in enumerate(values)]
@@ -240,11 +241,11 @@ def test_without_intervals_or_contexts_every_claim_is_a_candidate_once_two_value
 
 
 def test_grouping_is_not_quadratic_on_many_claims():
-    """50,000 claims of two values on disjoint consecutive days: no conflict, found by one
-    sweep (all pairs would be 1.25e9 comparisons)."""
+    """20,000 claims of two values on disjoint consecutive days: no conflict, found by one
+    sweep (all pairs would be 2e8 comparisons)."""
     claims = [
         _claim(lamport=i + 1, value=i % 2, valid_from=i * DAY, valid_until=(i + 1) * DAY)
-        for i in range(50_000)
+        for i in range(20_000)
     ]
     assert conflicting(claims, _gkey(claims)) == ()
 
@@ -284,7 +285,7 @@ def _situated_programs(draw):
     return ops
 
 
-@settings(max_examples=100)
+@settings(max_examples=min(settings.default.max_examples, 100))
 @given(_situated_programs(), st.data())
 def test_incremental_equals_full_with_intervals_and_dimensions(ops, data):
     order = data.draw(st.permutations(ops))
@@ -307,7 +308,7 @@ def store(tmp_path_factory):
     s.close()
 
 
-@settings(max_examples=40)
+@settings(max_examples=min(settings.default.max_examples, 40))
 @given(_situated_programs(), st.integers(1, 5))
 def test_the_store_derived_state_agrees_with_the_in_memory_state(store, ops, size):
     ix = store.index()
@@ -443,7 +444,7 @@ def test_a_conflict_is_visible_only_among_the_claims_a_lens_still_shows():
     }
 
 
-@settings(max_examples=60)
+@settings(max_examples=min(settings.default.max_examples, 60))
 @given(_situated_programs(), st.integers(0, 7), _ctx)
 def test_a_lens_shows_exactly_the_claims_that_hold_and_agree_and_carries_over(ops, day, ctx):
     lens = Lens(valid_at=day * DAY, context=ctx)
@@ -586,6 +587,7 @@ def test_a_peer_of_the_release_before_quarantines_a_situated_claim_with_the_op_v
         old.close()
 
 
+@settings(max_examples=min(settings.default.max_examples, 100))
 @given(op_lists())
 def test_on_programs_without_intervals_or_contexts_conflicts_are_todays(ops):
     """Today's rule, written out: a functional locus conflicts iff its active claims hold more
