@@ -435,7 +435,16 @@ def _key_of(c: ClaimAdded) -> Key:
 
 def _where(c: ClaimAdded) -> str:
     """``key [scope] = value``, the way one-line confirmations name a claim."""
-    return f"{format_key(_key_of(c))} [{c.scope}] = {value_cell(c.value)}"
+    return f"{format_key(_key_of(c))} [{c.scope}] = {_claim_value_cell(c)}"
+
+
+def _claim_value_cell(c: ClaimAdded) -> str:
+    """A claim's value as a table cell, with its interval and context when it has them."""
+    if not c.situated:
+        return value_cell(c.value)
+    from statefuse.validity import situation
+
+    return value_cell(c.value) + situation(c)
 
 
 def _report_json(report: MergeReport) -> dict[str, Any]:
@@ -877,7 +886,7 @@ def _conflict_text(conflict: ConflictSet, state: State, names: AuthorNames) -> s
             [
                 str(group_of[cid]),
                 short_id(cid),
-                value_cell(c.value),
+                _claim_value_cell(c),
                 names.label(c.author),
                 c.provenance,
             ]
@@ -963,7 +972,7 @@ def _cmd_history(s: Session) -> int:
             e.event,
             short_id(e.claim.claim_id),
             e.claim.scope,
-            value_cell(e.claim.value),
+            _claim_value_cell(e.claim),
             names.label(e.author),
             e.why.strip(),
         ]

@@ -63,8 +63,13 @@ def test_values_by_location_are_two_facts_and_a_second_london_value_is_a_conflic
     sf("claim", "shop/s1/status", "open", "--context", "location=London")
     sf("claim", "shop/s1/status", "closed", "--context", "location=Paris")
     assert json.loads(sf("conflicts", "--json").stdout)["conflicts"] == []
-    sf("claim", "shop/s1/status", "closed", "--context", "location=London")
+    added = sf("claim", "shop/s1/status", "closed", "--context", "location=London").stdout
+    assert added.rstrip().endswith('shop/s1/status [global] = "closed" {location=London}')
     (conflict,) = json.loads(sf("conflicts", "--json").stdout)["conflicts"]
+    assert sorted(c["context"]["location"] for c in conflict["candidates"]) == ["London"] * 2
+    listed = sf("conflicts").stdout
+    assert '"open" {location=London}' in listed and '"closed" {location=London}' in listed
+    assert "Paris" not in listed
     paris = sf("context", "--query", "status", "--context", "location=Paris").stdout
     assert "UNRESOLVED" not in paris and "closed {location=Paris}" in paris
     london = sf("context", "--query", "status", "--context", "location=London").stdout
