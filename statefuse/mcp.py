@@ -80,7 +80,7 @@ from statefuse.ranker import LexicalRanker, Ranker, words
 from statefuse.resolver import Conservative
 from statefuse.state import ConflictSet, State, locus_of
 from statefuse.storeindex import StoreIndex
-from statefuse.validity import instant_ms, replaces
+from statefuse.validity import instant_ms, replaces, situation
 from statefuse.view import Contest, json_value
 
 if TYPE_CHECKING:
@@ -156,7 +156,9 @@ class ClaimInfo(TypedDict):
         list[str],
         Field(
             description="conflict (disagreement nobody decided), chosen / overruled (a decision"
-            " applies), stale (it rests on a retracted claim)"
+            " applies), stale (it rests on a retracted claim); first, when the value holds only"
+            " for a time or in a context, that interval and context, e.g."
+            ' "[2026-01-01 .. 2026-03-01) {location=London}"'
         ),
     ]
 
@@ -277,6 +279,13 @@ class Candidate(TypedDict):
     confidence: float | None
     authority: str
     lamport: int
+    holds: Annotated[
+        str,
+        Field(
+            description='when and where the value holds, e.g. "[2026-01-01 .. 2026-03-01)'
+            ' {location=London}"; empty: always and everywhere'
+        ),
+    ]
 
 
 class DecisionInfo(TypedDict):
@@ -401,7 +410,7 @@ def _claim_info(c: ClaimAdded, state: State, names: AuthorNames) -> ClaimInfo:
         confidence=c.confidence,
         authority=c.authority,
         lamport=c.lamport,
-        notes=claim_notes(c, state),
+        notes=([situation(c).strip()] if c.situated else []) + claim_notes(c, state),
     )
 
 
@@ -474,6 +483,7 @@ def _conflict_info(conflict: ConflictSet, state: State, names: AuthorNames) -> C
                 confidence=c.confidence,
                 authority=c.authority,
                 lamport=c.lamport,
+                holds=situation(c).strip() if c.situated else "",
             )
         )
     d = state.decision_for(conflict)
@@ -501,7 +511,8 @@ def _conflict_line(conflict: ConflictSet, state: State, names: AuthorNames) -> s
     for cid in conflict.candidates:
         c = state.claims[cid]
         where = ", ".join(filter(None, (short_id(cid), names.label(c.author), c.provenance)))
-        shown.append(f"{value_cell(c.value)} ({where})")
+        holds = situation(c) if c.situated else ""
+        shown.append(f"{value_cell(c.value)}{holds} ({where})")
     return f"{format_key(conflict.key)} [{conflict.scope}]: " + " | ".join(shown)
 
 

@@ -61,6 +61,16 @@ def test_values_by_location_and_a_lens_context(session):
     assert r["conflict"] is False and r["replaced"] == []
     paris = session.text("recall", query="status", context={"location": "Paris"})
     assert "closed {location=Paris}" in paris and "London" not in paris
+    session.ok(
+        "remember",
+        key="shop/s1/status",
+        value="closed",
+        context={"location": "London"},
+        update=False,
+    )
+    (conflict,) = session.ok("conflicts")["conflicts"]
+    assert [c["holds"] for c in conflict["candidates"]] == ["{location=London}"] * 2
+    assert '"open" {location=London}' in session.text("conflicts")
 
 
 def test_bad_instants_and_contexts_are_refused_naming_the_argument(session, store):
