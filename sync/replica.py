@@ -2377,9 +2377,9 @@ class Replica:
         self, old: bytes | str | ClaimAdded, new_value: Value, reason: str = ""
     ) -> tuple[ClaimAdded, ClaimRetracted]:
         """Replace a claim (the claim, its id, hex or a unique hex prefix; one this replica
-        has, else ClaimLookupError): a new claim (same key and metadata, new value) plus an
-        exact retraction of the old one naming the new one in ``superseded_by``, in one
-        change."""
+        has, else ClaimLookupError): a new claim (same key and metadata, interval and context
+        included, new value) plus an exact retraction of the old one naming the new one in
+        ``superseded_by``, in one change."""
         self._check_open()
         old = self._claim(old, "old")
         with self.batch():
@@ -2399,6 +2399,9 @@ class Replica:
                 depends_on=old.depends_on,
                 expires=old.expires,
                 kind=old.kind,
+                valid_from=old.valid_from,
+                valid_until=old.valid_until,
+                context=old.context,
             )
             retraction = self.retract(old, reason=reason, superseded_by=new.claim_id)
         return new, retraction

@@ -600,3 +600,13 @@ def test_on_programs_without_intervals_or_contexts_conflicts_are_todays(ops):
         if ix.functional(lk[0], lk[2]) and len({ix.gkey(i) for i in ids}) > 1:
             want[lk] = ids
     assert {(*c.key, c.scope): c.candidates for c in state.conflicts} == want
+
+
+def test_superseding_a_value_keeps_its_interval_and_context():
+    from statefuse.sync.replica import Replica
+
+    rep = Replica.memory(space="team")
+    old = rep.add_claim("shop/s1/hours", "9-17", valid_from=JAN, context={"location": "London"})
+    new, _ = rep.supersede(old, "9-18")
+    assert (new.valid_from, new.valid_until, new.context) == (JAN, None, old.context)
+    assert [c.value for c in rep.state().active_claims()] == ["9-18"]
