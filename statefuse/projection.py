@@ -29,9 +29,8 @@ none of it, so it judges buckets, not claims, and its View reads the seen bucket
 `statefuse.view.SelectedMap`, which makes a sole candidate's `Selection` only when it is read.
 Conflicts of that shape get their groups and text prepared once; the few other keys (claims
 in several scopes or visibilities, or with an expiry, a validity interval or a context) are
-worked out per call. Whether the lens
-sees a scope is looked up once per scope and call. The tests compare every View with a
-straightforward reference projection.
+worked out per call. Whether the lens sees a scope is looked up once per scope and call. The
+tests compare every View with a straightforward reference projection.
 """
 
 from __future__ import annotations
@@ -266,8 +265,9 @@ class _Placer:
             )
         ):
             return (key, claims)
-        if any(c.situated for c in claims):  # shown per lens instant and context
-            return (key, claims)
+        for c in claims:  # shown per lens instant and context (`ClaimAdded.situated`, inline)
+            if c.valid_from is not None or c.valid_until is not None or c.context is not None:
+                return (key, claims)
         predicate = key[2]
         contract = self.contracts.get(predicate)
         if contract is None:
