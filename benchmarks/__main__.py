@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from benchmarks import ingest, reconcile
+from benchmarks import ingest, reconcile, validtime
 from benchmarks.materialize import (
     Row,
     bench_codecs,
@@ -82,6 +82,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--ingest", action="store_true", help="run only the verified-ingest benchmarks"
+    )
+    parser.add_argument(
+        "--valid-time",
+        action="store_true",
+        help="run only materialize with 10%% of claims carrying intervals, against plain",
     )
     parser.add_argument("--json", type=Path, default=None, help="write the JSON result here")
     parser.add_argument(
@@ -185,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         return reconcile.main(args)
     if args.ingest:
         return ingest.main(args)
+    if args.valid_time:
+        return validtime.main(args)
     machine = machine_info()
     rows, info = run(args)
     title = (

@@ -48,6 +48,7 @@ NUMBER_PREDICATE = "price"
 HOT_KEY_CLAIMS = 2_000
 #: Start of the logical clock writers read (a fixed instant, so ops do not depend on the date).
 CLOCK_START_MS = 1_767_225_600_000
+DAY_MS = 86_400_000
 
 _STATUS_WORDS = ("open", "closed", "blocked", "in review", "done", "cancelled", "on hold")
 _PEOPLE = ("dana", "ravi", "mei", "ola", "sam", "ines", "kofi", "yuki", "lena", "omar")
@@ -103,8 +104,13 @@ class WorkloadGenerator:
     retract (so lamports grow as they would between replicas), and values vary in type.
     """
 
-    def __init__(self, seed: int, registry: Registry, *, label: str = "base") -> None:
+    def __init__(
+        self, seed: int, registry: Registry, *, label: str = "base", interval_share: float = 0.0
+    ) -> None:
         self.rng = random.Random(f"statefuse-bench/{seed}/{label}")
+        #: The share of claims given a validity interval (0: none, and no random draw for it,
+        #: so the workload is exactly the plain one).
+        self.interval_share = interval_share
         self.registry = registry
         self._clock: Callable[[], int] = itertools.count(CLOCK_START_MS, 3).__next__
         self.writers = [
@@ -153,7 +159,21 @@ class WorkloadGenerator:
 
     def _claim(self, key: _Key, value: Value, writer: Writer | None = None) -> ClaimAdded:
         w = writer or self._writer()
-        c = w.claim(key.namespace, key.subject, key.predicate, value, scope=key.scope)
+        if self.interval_share and self.rng.random() < self.interval_share:
+            # within a year, for 1 to 90 days: some intervals of one key overlap, some do not
+            start = CLOCK_START_MS + self.rng.randrange(365) * DAY_MS
+            until = start + self.rng.randrange(1, 91) * DAY_MS
+            c = w.claim(
+                key.namespace,
+                key.subject,
+                key.predicate,
+                value,
+                scope=key.scope,
+                valid_from=start,
+                valid_until=until,
+            )
+        else:
+            c = w.claim(key.namespace, key.subject, key.predicate, value, scope=key.scope)
         self.claims.append(c)
         return c
 

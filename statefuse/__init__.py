@@ -117,6 +117,7 @@ from statefuse.state import (
 )
 from statefuse.statediff import RetractedClaim, StateDiff, state_diff
 from statefuse.storeindex import StoreIndex
+from statefuse.timeline import TimelineEntry, timeline
 from statefuse.tokenizer import (
     BpeTokenizer,
     ByteEstimate,
@@ -259,6 +260,7 @@ __all__ = [
     "StoreWarning",
     "SurfacedConflict",
     "SurfacedFinding",
+    "TimelineEntry",
     "Tokenizer",
     "TokenizerError",
     "Transcript",
@@ -304,6 +306,7 @@ __all__ = [
     "run_resolver",
     "save_registry",
     "state_diff",
+    "timeline",
 ]
 
 #: Names served from the layer above (`sync`): the replica signs and verifies changes, so it lives

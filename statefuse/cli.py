@@ -408,6 +408,18 @@ def _claim_json(c: ClaimAdded, state: State, names: AuthorNames) -> dict[str, An
         "depends_on": [d.hex() for d in c.depends_on],
         "expires": c.expires,
         "active": state.is_active(c.claim_id),
+        **_situated_json(c),
+    }
+
+
+def _situated_json(c: ClaimAdded) -> dict[str, Any]:
+    """A claim's interval and context (present only when it has one of them)."""
+    if not c.situated:
+        return {}
+    return {
+        "valid_from": c.valid_from,
+        "valid_until": c.valid_until,
+        "context": dict(c.context) if c.context else {},
     }
 
 
@@ -423,7 +435,16 @@ def _key_of(c: ClaimAdded) -> Key:
 
 def _where(c: ClaimAdded) -> str:
     """``key [scope] = value``, the way one-line confirmations name a claim."""
-    return f"{format_key(_key_of(c))} [{c.scope}] = {value_cell(c.value)}"
+    return f"{format_key(_key_of(c))} [{c.scope}] = {_claim_value_cell(c)}"
+
+
+def _claim_value_cell(c: ClaimAdded) -> str:
+    """A claim's value as a table cell, with its interval and context when it has them."""
+    if not c.situated:
+        return value_cell(c.value)
+    from statefuse.validity import situation
+
+    return value_cell(c.value) + situation(c)
 
 
 def _report_json(report: MergeReport) -> dict[str, Any]:
@@ -655,6 +676,9 @@ def _assert(s: Session, *, update: bool) -> tuple[Replica, ClaimAdded]:
         visibility=a.visibility,
         depends_on=depends,
         expires=a.expires,
+        valid_from=_instant_option(a.valid_from, "--valid-from"),
+        valid_until=_instant_option(a.valid_until, "--valid-until"),
+        context=_context_option(a.context),
     )
     return rep, c
 
@@ -825,11 +849,12 @@ def _cmd_show(s: Session) -> int:
         claims = [
             c for c in claims if _key_of(c)[: len(prefix)] == prefix and a.scope in (None, c.scope)
         ]
+    claims = _situated_filter(a, claims)
     claims = sorted(claims, key=_SHOW_ORDER)
     limit = _conflict_limit(a.limit)
     more = 0 if limit is None else max(0, len(claims) - limit)
     claims = claims if limit is None else claims[:limit]
-    notes = {c.op_id: claim_notes(c, state) for c in claims}
+    notes = {c.op_id: _situated_note(c) + claim_notes(c, state) for c in claims}
     if s.json:  # build only the form asked for: a memory may hold many claims
         claims_json = [{**_claim_json(c, state, names), "notes": notes[c.op_id]} for c in claims]
         data: dict[str, Any] = {"claims": claims_json}
@@ -943,7 +968,7 @@ def _conflict_text(conflict: ConflictSet, state: State, names: AuthorNames) -> s
             [
                 str(group_of[cid]),
                 short_id(cid),
-                value_cell(c.value),
+                _claim_value_cell(c),
                 names.label(c.author),
                 c.provenance,
             ]
@@ -1090,7 +1115,7 @@ def _cmd_history(s: Session) -> int:
             e.event,
             short_id(e.claim.claim_id),
             e.claim.scope,
-            value_cell(e.claim.value),
+            _claim_value_cell(e.claim),
             names.label(e.author),
             e.why.strip(),
         ]
@@ -1105,6 +1130,91 @@ def _cmd_history(s: Session) -> int:
         text = f"{plural(left_out, 'earlier event')} not shown ({len(every)} in all).\n" + text
     data = {"key": list(key), "events": [_event_json(e, names) for e in events]}
     s.emit({**data, "more": left_out}, text)
+    return EXIT_OK
+
+
+def _situated_filter(a: argparse.Namespace, claims: list[ClaimAdded]) -> list[ClaimAdded]:
+    """``show --valid-at`` / ``--context``: the claims that hold then and agree."""
+    from statefuse.validity import contexts_agree, holds_at
+
+    at = _instant_option(a.valid_at, "--valid-at")
+    ctx = _context_option(a.context)
+    if at is not None:
+        claims = [c for c in claims if holds_at(c, at)]
+    if ctx:
+        claims = [c for c in claims if contexts_agree(c.context, ctx)]
+    return claims
+
+
+def _situated_note(c: ClaimAdded) -> list[str]:
+    """A claim's interval and context as a note of ``show`` (none for most claims)."""
+    if not c.situated:
+        return []
+    from statefuse.validity import situation
+
+    return [situation(c).strip()]
+
+
+def _cmd_timeline(s: Session) -> int:
+    from statefuse.timeline import timeline
+    from statefuse.validity import format_context, format_instant
+
+    a = s.args
+    key = parse_key(a.key)
+    rep = s.replica(readonly=True)
+    names = rep.author_names()
+    at = _at(a, rep)
+    state = rep.state_for(key, scope=a.scope) if at is None else rep.state(at=at)
+    entries = timeline(
+        state,
+        key,
+        scope=a.scope,
+        context=_context_option(a.context),
+        valid_at=_instant_option(a.valid_at, "--valid-at"),
+        retracted=a.retracted,
+    )
+
+    def when(ms: int | None) -> str:
+        return "" if ms is None else format_instant(ms)
+
+    def note(e: Any) -> str:
+        return ", ".join(
+            n for n, on in (("retracted", e.retracted), ("conflict", e.in_conflict)) if on
+        )
+
+    rows = [
+        [
+            when(e.valid_from) or "..",
+            when(e.valid_until) or "..",
+            short_id(e.claim.claim_id),
+            e.claim.scope,
+            value_cell(e.claim.value),
+            format_context(e.claim.context),
+            names.label(e.claim.author),
+            note(e),
+        ]
+        for e in entries
+    ]
+    header = ["FROM", "UNTIL", "CLAIM", "SCOPE", "VALUE", "CONTEXT", "AUTHOR", "NOTE"]
+    text = table(header, rows) if rows else f"No values for {format_key(key)}."
+    data = {
+        "key": list(key),
+        "values": [
+            {
+                "claim_id": e.claim.claim_id.hex(),
+                "scope": e.claim.scope,
+                "value": json_value(e.claim.value),
+                "valid_from": e.valid_from,
+                "valid_until": e.valid_until,
+                "context": dict(e.claim.context) if e.claim.context else {},
+                **_authored(e.claim.author, names),
+                "retracted": e.retracted,
+                "in_conflict": e.in_conflict,
+            }
+            for e in entries
+        ],
+    }
+    s.emit(data, text)
     return EXIT_OK
 
 
@@ -2400,6 +2510,78 @@ def _claim_arguments(p: argparse.ArgumentParser) -> None:
         "--depends-on", metavar="CLAIM", action="append", default=[], help="a claim it rests on"
     )
     p.add_argument("--expires", metavar="MS", type=int, help="expiry, ms since the epoch")
+    _situated_claim_arguments(p)
+
+
+def _situated_claim_arguments(p: argparse.ArgumentParser) -> None:
+    """When and where a claimed value holds (SEMANTICS §9, §5)."""
+    p.add_argument(
+        "--valid-from",
+        metavar="TIME",
+        help="the value holds from TIME on (ISO 8601, e.g. 2026-03-01 or 2026-03-01T09:00Z)",
+    )
+    p.add_argument(
+        "--valid-until", metavar="TIME", help="the value holds until TIME (excluded; ISO 8601)"
+    )
+    p.add_argument(
+        "--context",
+        metavar="DIM=VALUE",
+        action="append",
+        default=[],
+        help="a dimension the value holds in, e.g. location=London (repeat)",
+    )
+
+
+def _lens_situation_arguments(p: argparse.ArgumentParser, *, context: bool = True) -> None:
+    """A read's instant in the world and its context dimensions."""
+    p.add_argument(
+        "--valid-at",
+        metavar="TIME",
+        help="show the values that hold at TIME (ISO 8601; default: now)",
+    )
+    if context:
+        p.add_argument(
+            "--context",
+            metavar="DIM=VALUE",
+            action="append",
+            default=[],
+            help="show only values of this context, e.g. location=London (repeat)",
+        )
+
+
+def _instant_option(text: str | None, option: str) -> int | None:
+    """``--valid-from`` and the like: ISO 8601 text (or whole ms) -> ms since the epoch."""
+    from statefuse.validity import instant_ms
+
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        return instant_ms(option, text)
+    except StateFuseError as e:
+        raise CliError(option, "iso-8601", str(getattr(e, "message", e))) from None
+
+
+def _context_option(items: list[str], option: str = "--context") -> dict[str, Any] | None:
+    """``--context k=v`` (repeated) -> the dimensions; a VALUE that reads as a JSON whole
+    number or true/false is that, anything else is text."""
+    if not items:
+        return None
+    out: dict[str, Any] = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        if not eq or not name:
+            raise CliError(option, "dim-value", f"expected DIM=VALUE, got {item!r}")
+        value: Any = text
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if type(parsed) in (int, bool):
+            value = parsed
+        out[name] = value
+    return out
 
 
 def _string_argument(p: argparse.ArgumentParser) -> None:
@@ -2461,6 +2643,16 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scope", help="only claims in this scope")
     p.add_argument("--limit", metavar="N", help="show at most N claims (default: all)")
     _at_argument(p)
+    p.add_argument(
+        "--valid-at", metavar="TIME", help="only claims that hold at TIME (ISO 8601; default: all)"
+    )
+    p.add_argument(
+        "--context",
+        metavar="DIM=VALUE",
+        action="append",
+        default=[],
+        help="only claims whose context agrees, e.g. location=London (repeat)",
+    )
 
 
 def _conflicts_arguments(p: argparse.ArgumentParser) -> None:
@@ -2478,6 +2670,14 @@ def _history_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("key", metavar="KEY", help="namespace/subject/predicate")
     p.add_argument("--scope", help="only this scope")
     p.add_argument("--limit", metavar="N", help="show the latest N events (default: all)")
+    _at_argument(p)
+
+
+def _timeline_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("key", metavar="KEY", help="namespace/subject/predicate")
+    p.add_argument("--scope", help="only this scope")
+    p.add_argument("--retracted", action="store_true", help="list retracted values too (marked)")
+    _lens_situation_arguments(p)
     _at_argument(p)
 
 
@@ -2696,6 +2896,7 @@ def _context_arguments(p: argparse.ArgumentParser) -> None:
     )
     _embedder_argument(p)
     _at_argument(p)
+    _lens_situation_arguments(p)
 
 
 def _embedder_argument(p: argparse.ArgumentParser) -> None:
@@ -2753,6 +2954,8 @@ def _cmd_context(s: Session) -> int:
         include=frozenset(a.include),
         now=time.time_ns() // 1_000_000,
         query=a.query,
+        valid_at=_instant_option(a.valid_at, "--valid-at"),
+        context=_context_option(a.context),
     )
     order = replica.registry.authority_order
     resolvers: dict[str, Resolver] = {
@@ -2806,6 +3009,7 @@ COMMANDS: tuple[Command, ...] = (
         "conflicts", "list conflicts with their candidates", _conflicts_arguments, _cmd_conflicts
     ),
     Command("history", "every assertion and retraction of a key", _history_arguments, _cmd_history),
+    Command("timeline", "a key's values by when they hold", _timeline_arguments, _cmd_timeline),
     Command("version", "this replica's version (its changes so far)", _no_arguments, _cmd_version),
     Command("diff", "what changed between two versions", _diff_arguments, _cmd_diff),
     Command("decide", "decide a conflict for one candidate", _decide_arguments, _cmd_decide),

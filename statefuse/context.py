@@ -86,6 +86,7 @@ from statefuse.scrub import (
 )
 from statefuse.state import State
 from statefuse.tokenizer import CachedTokenizer, Tokenizer, default_tokenizer
+from statefuse.validity import situation
 from statefuse.view import (
     Contest,
     Deferral,
@@ -1517,7 +1518,8 @@ class _Facts:
             chars = self.policy.summary_value_chars
             mark = _contest_mark(contest, self.prep.names, listed=listed, most_chars=chars)
         meta = _meta(c, agree, how, contest=mark)
-        line = f"{ITEM}{render_key(c.key)}: {render_value(c.value)}{meta}{changed}"
+        where = situation(c) if c.situated else ""
+        line = f"{ITEM}{render_key(c.key)}: {render_value(c.value)}{where}{meta}{changed}"
         lines, shown = self._recalc_lines(c)
         return _Unit([line, *lines], [c, *shown], self._cost([line, *lines]))
 
@@ -1539,6 +1541,8 @@ class _Facts:
         v = render_value(c.value)
         if len(v) > self.policy.summary_value_chars:
             return None
+        if c.situated:
+            v += situation(c)
         contest = self._contest(c)
         if contest is not None:
             mark = _contest_mark(contest, self.prep.names, listed=False, most_chars=0)
@@ -1860,6 +1864,8 @@ def _claim_line(view: View, c: ClaimAdded, *, tag: str = "", value: str | None =
     sel = view.selected.get(c.key)
     agree = len(sel.claims) if sel is not None and sel.how not in _ALL_SHOWN else 1
     shown = render_value(c.value) if value is None else value
+    if c.situated:  # when and where it holds: "[2026-01-01 .. 2026-03-01) {location=London}"
+        shown += situation(c)
     return (
         f"{ITEM}{tag}{render_key(c.key)}: {shown}"
         f"{_meta(c, agree, sel.how if sel else None, authority=not tag)}{_stale_mark(view, c)}"
@@ -1892,7 +1898,8 @@ def _conflict_unit(meter: _Meter, sc: SurfacedConflict, names: AuthorNames) -> _
         sources = sorted({_clip(c.provenance) for c in g if c.provenance})
         if sources:
             bits.append("from " + _some([json.dumps(s, ensure_ascii=False) for s in sources]))
-        lines.append(f"    • {render_value(rep.value)} ({'; '.join(bits)})")
+        where = situation(rep) if rep.situated else ""
+        lines.append(f"    • {render_value(rep.value)}{where} ({'; '.join(bits)})")
     return _Unit(lines, list(sc.candidates), meter.lines(lines))
 
 

@@ -7,8 +7,8 @@ holds exactly what SEMANTICS §4–§5 say for the set of ops applied, whatever 
   ``c.reasserts``); a claim is active iff it is not in ``killed``.
 - ``members[locus_key]``: the active claims of one (namespace, subject, predicate, scope): the
   claim id itself when there is one (most keys; saves a container per key), else a tuple.
-- ``conflicted``: the locus keys of functional predicates whose active claims have more than one
-  normal form.
+- ``conflicted``: the locus keys of functional predicates where two active claims conflict: more
+  than one normal form, with overlapping validity and agreeing contexts (`validity`).
 
 Every value stored in the dicts is immutable (tuples, bytes, ops), so a snapshot is a shallow copy
 (`copy`). Group keys and loci are pure caches of functions of a claim, so they may be shared.
@@ -23,6 +23,8 @@ from typing import Protocol, TypeVar, cast
 
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Op
 from statefuse.registry import Registry
+from statefuse.validity import conflicts_with
+from statefuse.validity import has_conflict as _has_conflict
 
 LocusKey = tuple[str, str, str, str]
 
@@ -243,12 +245,27 @@ class Index:
         return self._by_ref
 
     def has_conflict(self, members: Iterable[bytes]) -> bool:
-        it = iter(members)
-        first = next(it, None)
-        if first is None:
+        """Whether some two of these active claims (of one locus) conflict (`validity`).
+
+        One value group is never a conflict, and is what most loci with several claims hold
+        (agreement): that is checked first, by group keys alone, so intervals and contexts are
+        looked at only where values differ."""
+        ids = members if type(members) is tuple else tuple(members)
+        if not ids:
             return False
-        g0 = self.gkey(first)
-        return any(self.gkey(m) != g0 for m in it)
+        gkey = self.gkey
+        g0 = gkey(ids[0])
+        for m in ids:
+            if gkey(m) != g0:
+                break
+        else:
+            return False
+        claims = self.claims
+        for m in ids:
+            c = claims[m]
+            if c.valid_from is not None or c.valid_until is not None or c.context is not None:
+                return _has_conflict([claims[m] for m in ids], gkey)
+        return True  # two values, each held always and everywhere
 
     # --- one-op updates --------------------------------------------------------------------------
 
@@ -301,11 +318,21 @@ class Index:
             self.members[lk] = cid
             return
         self.members[lk] = (*current, cid)
-        if (
-            lk not in self.conflicted
-            and self.functional(c.namespace, c.predicate)
-            and self.gkey(current[0]) != self.gkey(cid)
-        ):
+        if lk in self.conflicted or not self.functional(c.namespace, c.predicate):
+            return
+        # No conflict before: one is made iff the new claim conflicts with a claim held, which
+        # needs a claim of another value (then, for a claim without interval or context, that
+        # is enough: it holds always and everywhere).
+        gkey = self.gkey
+        g = gkey(cid)
+        others = [m for m in current if gkey(m) != g]
+        if not others:
+            return
+        if not c.situated:
+            self.conflicted.add(lk)
+            return
+        claims = self.claims
+        if conflicts_with(c, [claims[m] for m in others], gkey):
             self.conflicted.add(lk)
 
     def _deactivate(self, cid: bytes) -> None:

@@ -80,6 +80,7 @@ from statefuse.ranker import LexicalRanker, Ranker, words
 from statefuse.resolver import Conservative
 from statefuse.state import ConflictSet, State, locus_of
 from statefuse.storeindex import StoreIndex
+from statefuse.validity import instant_ms, replaces, situation
 from statefuse.view import Contest, json_value
 
 if TYPE_CHECKING:
@@ -165,7 +166,9 @@ class ClaimInfo(TypedDict):
         list[str],
         Field(
             description="conflict (disagreement nobody decided), chosen / overruled (a decision"
-            " applies), stale (it rests on a retracted claim)"
+            " applies), stale (it rests on a retracted claim); first, when the value holds only"
+            " for a time or in a context, that interval and context, e.g."
+            ' "[2026-01-01 .. 2026-03-01) {location=London}"'
         ),
     ]
 
@@ -289,6 +292,13 @@ class Candidate(TypedDict):
     confidence: float | None
     authority: str
     lamport: int
+    holds: Annotated[
+        str,
+        Field(
+            description='when and where the value holds, e.g. "[2026-01-01 .. 2026-03-01)'
+            ' {location=London}"; empty: always and everywhere'
+        ),
+    ]
 
 
 class DecisionInfo(TypedDict):
@@ -457,7 +467,7 @@ def _claim_info(c: ClaimAdded, state: State, names: AuthorNames) -> ClaimInfo:
         confidence=c.confidence,
         authority=c.authority,
         lamport=c.lamport,
-        notes=claim_notes(c, state),
+        notes=([situation(c).strip()] if c.situated else []) + claim_notes(c, state),
     )
 
 
@@ -533,6 +543,7 @@ def _conflict_info(conflict: ConflictSet, state: State, names: AuthorNames) -> C
                 confidence=c.confidence,
                 authority=c.authority,
                 lamport=c.lamport,
+                holds=situation(c).strip() if c.situated else "",
             )
         )
     d = state.decision_for(conflict)
@@ -586,7 +597,8 @@ def _conflict_line(conflict: ConflictSet, state: State, names: AuthorNames) -> s
     for cid in conflict.candidates:
         c = state.claims[cid]
         where = ", ".join(filter(None, (short_id(cid), names.label(c.author), c.provenance)))
-        shown.append(f"{value_cell(c.value)} ({where})")
+        holds = situation(c) if c.situated else ""
+        shown.append(f"{value_cell(c.value)}{holds} ({where})")
     return f"{format_key(conflict.key)} [{conflict.scope}]: " + " | ".join(shown)
 
 
@@ -636,6 +648,29 @@ _Scope = Annotated[
     str, Field(description="global (default), task:ID, session:ID, hypothetical or draft")
 ]
 _Reason = Annotated[str, Field(description="why, kept with the op for everyone to read")]
+_Instant = Annotated[
+    str | int | None,
+    Field(
+        description="an instant: ISO 8601 with a UTC offset or Z (a bare date is its midnight"
+        " UTC), or ms since the epoch; the value holds from valid_from (included) until"
+        " valid_until (excluded); leave out for no bound"
+    ),
+]
+_Dimensions = Annotated[
+    dict[str, str | int | bool] | None,
+    Field(
+        description='the context the value holds in, e.g. {"location": "London"}; a'
+        " dimension left out applies to every value of it"
+    ),
+]
+
+
+def _instant(name: str, v: str | int | None) -> int | None:
+    """A tool's instant argument as ms, or a ToolArgumentError naming it."""
+    try:
+        return instant_ms(name, v)
+    except InputError as exc:
+        raise ToolArgumentError(name, exc.rule, exc.message) from None
 
 
 class _Tools:
@@ -688,31 +723,45 @@ class _Tools:
                 " independent assertion that stands beside my earlier ones"
             ),
         ] = True,
+        valid_from: _Instant = None,
+        valid_until: _Instant = None,
+        context: _Dimensions = None,
     ) -> Annotated[CallToolResult, Remembered]:
         """Assert a claim: the value of a key, signed by this memory's key and stored before
         the call returns. Another agent's different value at the key is kept too, as a
-        conflict (the result says so); nothing is overwritten."""
+        conflict (the result says so); nothing is overwritten. A value that holds only for a
+        time (valid_from / valid_until) or in one context (e.g. {"location": "London"})
+        conflicts only with values of overlapping times and agreeing contexts, and an update
+        replaces only such values of yours."""
         with _argument("key"):
             ns, subject, predicate = parse_key(key)
         with _argument("value"):
             stored = value_from_json(value)
+        situated = {
+            "valid_from": _instant("valid_from", valid_from),
+            "valid_until": _instant("valid_until", valid_until),
+            "context": context,
+        }
         with self.lock:
             rep = self.replica
             meta: dict[str, Any] = {
                 "scope": scope,
                 "confidence": confidence,
                 "provenance": provenance,
+                **{k: v for k, v in situated.items() if v is not None},
             }
             replaced: list[bytes] = []
             if update:
-                replaced = [
-                    c.claim_id
+                own = {
+                    c.claim_id: c
                     for c in rep.state_for((ns, subject, predicate), scope=scope).active_at(
                         ns, subject, predicate, scope
                     )
                     if c.author == rep.author
-                ]
+                }
+                replaced = list(own)
                 c = rep.update(ns, subject, predicate, stored, **meta)
+                replaced = [r for r in replaced if replaces(c, own[r])]
             else:
                 c = rep.add_claim(ns, subject, predicate, stored, **meta)
             # the key's rows only, on a store opened on its derived state
@@ -757,13 +806,31 @@ class _Tools:
         session: Annotated[
             str | None, Field(description="your session: opens session:SESSION claims")
         ] = None,
+        valid_at: Annotated[
+            str | int | None,
+            Field(
+                description="the instant you ask about (ISO 8601, e.g. 2026-02-14, or ms since"
+                " the epoch): only values that hold then are shown (default: now)"
+            ),
+        ] = None,
+        context: _Dimensions = None,
     ) -> Annotated[CallToolResult, Recalled]:
         """The memory as a model should read it: constraints first, facts ranked for the query
         (the most relevant last), corrections applied, unresolved conflicts and unknowns
-        marked, within a token budget. Read it before answering from memory."""
+        marked, within a token budget. Read it before answering from memory. A value that
+        holds only for a time or in one context shows it, e.g. "[2026-01-01 .. 2026-03-01)"
+        or "{location=London}"."""
         roles = [role] if isinstance(role, str) else list(role or [])
+        at = _instant("valid_at", valid_at)
         try:
-            lens = Lens(roles=frozenset(roles), task=task, session=session, now=_now_ms())
+            lens = Lens(
+                roles=frozenset(roles),
+                task=task,
+                session=session,
+                now=_now_ms(),
+                valid_at=at,
+                context=context,
+            )
         except InputError as exc:
             field = "role" if exc.field == "roles" else exc.field
             raise ToolArgumentError(field, exc.rule, exc.message) from None

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import re
 import types
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
 from itertools import repeat
@@ -383,6 +383,65 @@ def confidence_rank(confidence: float | None) -> float:
     return UNSET_CONFIDENCE_RANK if confidence is None else confidence
 
 
+#: Most dimensions one claim's ``context`` names.
+MAX_CONTEXT_DIMENSIONS = 16
+#: Longest dimension name, and longest text value of a dimension, in characters.
+MAX_DIMENSION_CHARS = 128
+
+
+def _context(name: str, v: object) -> FrozenMap | None:
+    """A claim's context dimensions: None (it names none; an empty map is stored as None, so
+    "no dimensions" has one encoding) or a small map of names to scalars (str, int or bool),
+    stored sorted (a `FrozenMap`) so that one context has one encoding. Floats, None and
+    containers are refused: a dimension's values must compare exactly (SEMANTICS §5)."""
+    if v is None:
+        return None
+    if not isinstance(v, Mapping):
+        raise _err(
+            name, "context-map", f"expected a map of dimension -> value, got {type(v).__name__}"
+        )
+    if not v:
+        return None
+    if len(v) > MAX_CONTEXT_DIMENSIONS:
+        raise _err(name, "context-size", f"more than {MAX_CONTEXT_DIMENSIONS} dimensions")
+    for k, x in v.items():
+        if type(k) is not str or not k or len(k) > MAX_DIMENSION_CHARS:
+            raise _err(
+                name,
+                "context-dimension",
+                f"a dimension is a str of 1..{MAX_DIMENSION_CHARS} characters, not {k!r}",
+            )
+        _utf8(f"{name}.{k}", k)
+        t = type(x)
+        if t is str:
+            if len(x) > MAX_DIMENSION_CHARS:
+                raise _err(
+                    f"{name}.{k}", "context-value", f"longer than {MAX_DIMENSION_CHARS} characters"
+                )
+            _utf8(f"{name}.{k}", x)
+        elif t is int:
+            if not INT_MIN <= x <= INT_MAX:
+                raise _err(f"{name}.{k}", "context-value", "int outside the signed 64-bit range")
+        elif t is not bool:
+            raise _err(
+                f"{name}.{k}",
+                "context-value",
+                f"a dimension's value is a str, int or bool, not {t.__name__}",
+            )
+    if type(v) is FrozenMap:
+        return v
+    return FrozenMap(v)
+
+
+def _check_interval(valid_from: int | None, valid_until: int | None) -> None:
+    if valid_from is not None and valid_until is not None and not valid_from < valid_until:
+        raise _err(
+            "valid_until",
+            "valid-interval",
+            f"valid_until ({valid_until}) must be after valid_from ({valid_from}): [from, until)",
+        )
+
+
 def _value(name: str, v: object) -> Value:
     # Depth 2: a value sits one level inside the op's own map, and the decoder counts from there.
     # Frozen, so that nothing reading the op can change it under its id (SEMANTICS §1).
@@ -711,12 +770,25 @@ class ClaimAdded(_OpBase):
     Claims with a stated confidence encode as version 1 (so claims written before unset
     existed, at 1.0, keep their bytes and ids); claims without one encode as version 2, which
     leaves the field out.
+
+    ``valid_from`` / ``valid_until`` (ms since the epoch, UTC; None: unbounded) say when the
+    value holds in the world, half-open ``[from, until)``; ``context`` names the dimensions it
+    holds in (``{"location": "London"}``; a dimension not named applies to every value of it).
+    Both narrow conflicts (SEMANTICS §5, §9) and are data of the claim: part of its id, not of
+    its ``claim_ref``. A claim carrying any of them encodes as version 3 (a stated confidence)
+    or 4 (none), which add the three fields; every other claim keeps the encoding (and id) of
+    version 1 or 2. A reader of an earlier release refuses versions 3 and 4 with the
+    ``op-version`` rule (its peers quarantine such changes with that reason).
     """
 
     KIND: ClassVar[str] = "ClaimAdded"
-    FORMAT_VERSION: ClassVar[int] = 2
-    _EARLIER: ClassVar[tuple[int, ...]] = (1,)
-    _LACKS: ClassVar[dict[int, frozenset[str]]] = {2: frozenset(("confidence",))}
+    FORMAT_VERSION: ClassVar[int] = 4
+    _EARLIER: ClassVar[tuple[int, ...]] = (1, 2, 3)
+    _LACKS: ClassVar[dict[int, frozenset[str]]] = {
+        1: frozenset(("valid_from", "valid_until", "context")),
+        2: frozenset(("confidence", "valid_from", "valid_until", "context")),
+        4: frozenset(("confidence",)),
+    }
     author: Author
     lamport: int
     wall_ms: int
@@ -737,6 +809,9 @@ class ClaimAdded(_OpBase):
     expires: int | None = None
     kind: str = "fact"
     reasserts: tuple[bytes, ...] = ()
+    valid_from: int | None = None
+    valid_until: int | None = None
+    context: FrozenMap | None = None
     op_id: bytes = field(init=False, repr=False)
 
     _SCHEMA: ClassVar[tuple[tuple[str, Any], ...]] = (
@@ -760,13 +835,27 @@ class ClaimAdded(_OpBase):
         ("expires", _opt_ms),
         ("kind", _label),
         ("reasserts", _ids),
+        ("valid_from", _opt_ms),
+        ("valid_until", _opt_ms),
+        ("context", _context),
     )
 
     def __post_init__(self) -> None:
-        self._validate_and_seal()
+        self._validate()
+        _check_interval(self.valid_from, self.valid_until)
+        self._seal()
 
     def _version(self) -> int:
-        return 2 if self.confidence is None else 1
+        if self.valid_from is None and self.valid_until is None and self.context is None:
+            return 2 if self.confidence is None else 1
+        return 4 if self.confidence is None else 3
+
+    @property
+    def situated(self) -> bool:
+        """True when the claim says when or where it holds (an interval or a context)."""
+        return (
+            self.valid_from is not None or self.valid_until is not None or self.context is not None
+        )
 
     @property
     def claim_id(self) -> bytes:
@@ -1383,11 +1472,15 @@ class _FastType:
         return ops
 
 
+#: ClaimAdded versions with valid time and context: decoded one by one by the reference (their
+#: context map is stored sorted, which the column checks do not rewrite).
+_SITUATED_VERSIONS = frozenset((3, 4))
 #: Core op types and versions by their canonical key order (each order is distinct).
 _FAST_TYPES: dict[tuple[str, ...], _FastType] = {
     _encoding_order(t, v): _FastType(t, v)
     for t in (EvidenceAdded, ClaimAdded, ClaimRetracted, DecisionAdded)
     for v in (t.FORMAT_VERSION, *t._EARLIER)
+    if not (t is ClaimAdded and v in _SITUATED_VERSIONS)
 }
 _digest = blake3.blake3.digest
 #: Fewer ops of one type than this are decoded one by one: the column checks cost about as much

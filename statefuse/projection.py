@@ -28,21 +28,21 @@ expire (most keys) are put in buckets by that visibility and scope. A lens sees 
 none of it, so it judges buckets, not claims, and its View reads the seen buckets through
 `statefuse.view.SelectedMap`, which makes a sole candidate's `Selection` only when it is read.
 Conflicts of that shape get their groups and text prepared once; the few other keys (claims
-in several scopes or visibilities, or with an expiry) are worked out per call. Whether the lens
-sees a scope is looked up once per scope and call. The tests compare every View with a
-straightforward reference projection.
+in several scopes or visibilities, or with an expiry, a validity interval or a context) are
+worked out per call. Whether the lens sees a scope is looked up once per scope and call. The
+tests compare every View with a straightforward reference projection.
 """
 
 from __future__ import annotations
 
 import itertools
 from bisect import bisect_left
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from statefuse.index import LocusKey
-from statefuse.lens import Lens, scope_rank
+from statefuse.lens import Lens, scope_rank, typed_context
 from statefuse.op import ClaimAdded, DecisionAdded, Outcome, confidence_rank
 from statefuse.registry.contract import Policy, PredicateContract
 from statefuse.registry.error import InputError
@@ -61,6 +61,7 @@ from statefuse.resolver import (
 )
 from statefuse.scrub import RetractedValues, retracted_index
 from statefuse.state import ConflictSet, State
+from statefuse.validity import conflicting, contexts_agree, holds_at, situation, span
 from statefuse.view import (
     Contest,
     Deferral,
@@ -82,6 +83,10 @@ __all__ = ["DEFAULT_AUTHORITY_ORDER", "PUBLIC_REASONS", "ProjectionError", "proj
 
 #: Exclusion reasons whose claim ids a View may list (``hidden`` is only ever counted).
 PUBLIC_REASONS = ("out-of-scope", "expired", "shadowed")
+#: Exclusion reasons of valid time and context (SEMANTICS §9, §5): a claim that does not hold
+#: at the lens's instant, or holds in a context the lens's context disagrees with. A View
+#: names them (in ``excluded`` and ``excluded_ids``) only when it left a claim out for them.
+SITUATED_REASONS = ("not-valid-at", "other-context")
 
 
 class ProjectionError(InputError, TypeError):
@@ -95,7 +100,8 @@ def _representative(claims: Sequence[ClaimAdded]) -> ClaimAdded:
 
 
 def _fmt(c: ClaimAdded) -> str:
-    return repr(c.value)
+    """A value as explanations show it, with its interval and context when it has them."""
+    return repr(c.value) + situation(c) if c.situated else repr(c.value)
 
 
 def _note(shadowed: int) -> str:
@@ -130,6 +136,28 @@ def _visible_groups(
     shown = {c.op_id: c for c in here}
     groups = (tuple(shown[i] for i in g.claim_ids if i in shown) for g in conflict.groups)
     return tuple(g for g in groups if g)
+
+
+def _side_by_side(
+    key: Key, here: Sequence[ClaimAdded], gkey: Callable[[bytes], bytes], note: str
+) -> tuple[Selection, str] | None:
+    """Shown claims of a functional key that hold several values, none conflicting with
+    another (each holds in its own interval or context): all of them are selected, as the
+    values of a multi-valued key are, with each value's interval and context in the line.
+    None when they are all one value (then the key reads as agreement)."""
+    if len({gkey(c.op_id) for c in here}) < 2:
+        return None
+    scope = here[0].scope
+    ordered = tuple(sorted(here, key=_timeline_order))
+    values = ", ".join(_fmt(c) for c in ordered)
+    why = "values hold in different intervals or contexts"
+    line = f"{'/'.join(key)} [{scope}]: {values} ({why}){note}"
+    return Selection(key, scope, _representative(here), tuple(here), How.MULTI, why), line
+
+
+def _timeline_order(c: ClaimAdded) -> tuple[int, int, bytes]:
+    start, end = span(c)
+    return (start, end, c.op_id)
 
 
 def _decided_claim(state: State, d: DecisionAdded, shown: Sequence[ClaimAdded]) -> bytes | None:
@@ -241,6 +269,9 @@ class _Placer:
             )
         ):
             return (key, claims)
+        for c in claims:  # shown per lens instant and context (`ClaimAdded.situated`, inline)
+            if c.valid_from is not None or c.valid_until is not None or c.context is not None:
+                return (key, claims)
         predicate = key[2]
         contract = self.contracts.get(predicate)
         if contract is None:
@@ -481,7 +512,8 @@ def _memo_key(
         except TypeError:
             return None
         r = resolver
-    return (lens.roles, lens.task, lens.session, lens.include, r, order)
+    ctx = typed_context(lens.context)
+    return (lens.roles, lens.task, lens.session, lens.include, r, order, lens.valid_at, ctx)
 
 
 class _Views:
@@ -510,6 +542,8 @@ class _Outcome:
         "expired",
         "explanation",
         "hidden",
+        "not_valid_at",
+        "other_context",
         "out_of_scope",
         "preserved",
         "selected",
@@ -527,6 +561,8 @@ class _Outcome:
         self.out_of_scope: list[bytes] = []
         self.expired: list[bytes] = []
         self.shadowed: list[bytes] = []
+        self.not_valid_at: list[bytes] = []
+        self.other_context: list[bytes] = []
 
 
 class _Seen:
@@ -566,8 +602,9 @@ class _Seen:
         self.surfaced: list[SurfacedConflict] = []
         self.contested: dict[Key, Contest] = {}
         self.preserved: dict[Key, Preserved] = {}
-        #: Claims left out, counted: hidden, out of scope, expired, shadowed.
-        self.tally = [0, 0, 0, 0]
+        #: Claims left out, counted: hidden, out of scope, expired, shadowed, not valid at the
+        #: lens's instant, of another context.
+        self.tally = [0, 0, 0, 0, 0, 0]
         self.view: View | None = None
 
     def carried(self, plan: int, now: int | None) -> _Seen:
@@ -621,6 +658,8 @@ class _Seen:
         t[1] += sign * len(o.out_of_scope)
         t[2] += sign * len(o.expired)
         t[3] += sign * len(o.shadowed)
+        t[4] += sign * len(o.not_valid_at)
+        t[5] += sign * len(o.other_context)
 
 
 def _parent(before: _Seen | None, seen: _Seen) -> tuple[int, frozenset[Key]]:
@@ -631,8 +670,12 @@ def _parent(before: _Seen | None, seen: _Seen) -> tuple[int, frozenset[Key]]:
 
 
 def _timed(item: _Conflict | tuple[Key, tuple[ClaimAdded, ...]]) -> bool:
-    """Whether a rest item's outcome depends on the time (a claim of it expires)."""
-    return not isinstance(item, _Conflict) and any(c.expires is not None for c in item[1])
+    """Whether a rest item's outcome depends on the time (a claim of it expires, or holds in
+    an interval: a lens without ``valid_at`` asks about its ``now``)."""
+    return not isinstance(item, _Conflict) and any(
+        c.expires is not None or c.valid_from is not None or c.valid_until is not None
+        for c in item[1]
+    )
 
 
 class _ExcludedIds(Mapping[str, tuple[bytes, ...]]):
@@ -650,25 +693,44 @@ class _ExcludedIds(Mapping[str, tuple[bytes, ...]]):
             scope: list[bytes] = [i for b in self._out_of_scope for i in b.ids]
             expired: list[bytes] = []
             shadowed: list[bytes] = []
+            not_valid_at: list[bytes] = []
+            other_context: list[bytes] = []
             for o in self._outcomes.values():
                 scope += o.out_of_scope
                 expired += o.expired
                 shadowed += o.shadowed
+                not_valid_at += o.not_valid_at
+                other_context += o.other_context
             self._ids = {
                 "out-of-scope": tuple(sorted(scope)),
                 "expired": tuple(sorted(expired)),
                 "shadowed": tuple(sorted(shadowed)),
             }
+            if not_valid_at:
+                self._ids["not-valid-at"] = tuple(sorted(not_valid_at))
+            if other_context:
+                self._ids["other-context"] = tuple(sorted(other_context))
         return self._ids
 
     def __getitem__(self, reason: str) -> tuple[bytes, ...]:
         return self._made()[reason]
 
+    def _reasons(self) -> tuple[str, ...]:
+        """The reasons listed: always the three of `PUBLIC_REASONS`, then those of
+        `SITUATED_REASONS` some claim was left out for (found without sorting any ids)."""
+        if self._ids is not None:
+            return tuple(self._ids)
+        outcomes = self._outcomes.values()
+        extra = (("not-valid-at",) if any(o.not_valid_at for o in outcomes) else ()) + (
+            ("other-context",) if any(o.other_context for o in outcomes) else ()
+        )
+        return (*PUBLIC_REASONS, *extra)
+
     def __iter__(self) -> Iterator[str]:
-        return iter(("out-of-scope", "expired", "shadowed"))
+        return iter(self._reasons())
 
     def __len__(self) -> int:
-        return 3
+        return len(self._reasons())
 
     def __repr__(self) -> str:
         return repr(self._made())
@@ -711,6 +773,14 @@ class _Run:
         if now is not None and c.expires is not None and c.expires < now:
             self.out.expired.append(c.op_id)
             return False
+        if c.situated:
+            at = self.lens.instant
+            if at is not None and not holds_at(c, at):
+                self.out.not_valid_at.append(c.op_id)
+                return False
+            if not contexts_agree(c.context, self.lens.context):
+                self.out.other_context.append(c.op_id)
+                return False
         return True
 
     def outcome(self, item: _Conflict | tuple[Key, tuple[ClaimAdded, ...]]) -> _Outcome:
@@ -768,6 +838,7 @@ class _Run:
                 "out-of-scope": out_of_scope,
                 "expired": seen.tally[2],
                 "shadowed": seen.tally[3],
+                **{r: n for r, n in zip(SITUATED_REASONS, seen.tally[4:], strict=True) if n},
             },
             excluded_ids=_ExcludedIds(out, seen.outcomes),
             explanations=ExplanationMap(parts, seen.explanations),
@@ -878,9 +949,23 @@ class _Run:
             self.out.shadowed.extend(c.op_id for c in shown if scope_rank(c.scope) < top)
         contract = self.state.registry.contract_for(key[0], key[2])
         conflict = None
+        beside: tuple[ClaimAdded, ...] = ()
         if contract.functional and len(here) > 1:
             conflict = self.state.conflict_of(*key, here[0].scope)
+            if conflict is not None and any(c.situated for c in here):
+                # A conflict is visible only among the shown claims that conflict with each
+                # other (SEMANTICS §5); the other shown values hold beside it.
+                ids = set(conflicting(here, self.state._ix.gkey))
+                beside = tuple(c for c in here if c.op_id not in ids)
+                here = tuple(c for c in here if c.op_id in ids)
+                if not here:
+                    conflict, here, beside = None, beside, ()
         groups = _visible_groups(conflict, here)
+        if conflict is None and len(here) > 1 and contract.functional:
+            side_by_side = _side_by_side(key, here, self.state._ix.gkey, _note(shadowed))
+            if side_by_side is not None:
+                self.out.selected, self.out.explanation = side_by_side
+                return
         if len(groups) == 1:
             if contract.functional and len(here) == 1 and not shadowed:
                 self.out.selected = self.out.explanation = here[0]
@@ -893,7 +978,10 @@ class _Run:
         values = " | ".join(_fmt(g[0]) for g in groups)
         as_shown = ShownConflict.of(conflict, len(here))
         inp = ResolverInput._checked_by_caller(as_shown, here, groups, self.lens)
-        self._settle(key, conflict, inp, contract.policy, values, _note(shadowed))
+        note = _note(shadowed)
+        if beside:
+            note += "; also holds: " + ", ".join(_fmt(c) for c in beside)
+        self._settle(key, conflict, inp, contract.policy, values, note)
 
     def _settle(
         self,

@@ -34,6 +34,7 @@ from statefuse.registry.detector import (
     run_detector,
 )
 from statefuse.registry.value import FrozenMap, encode_canonical, encode_value, frozen_value
+from statefuse.validity import conflicting
 
 if TYPE_CHECKING:
     from statefuse.lifecycle import ConflictEvent
@@ -380,7 +381,10 @@ class State:
 
     def _conflict(self, lk: LocusKey) -> ConflictSet:
         ix = self._ix
-        ids = tuple(sorted(ix.members_at(lk)))
+        claims = ix.claims
+        # The candidates: the active claims that conflict with at least one other (all of them
+        # unless some claim carries an interval or a context, SEMANTICS §5).
+        ids = conflicting([claims[m] for m in ix.members_at(lk)], ix.gkey)
         groups: dict[bytes, list[bytes]] = {}
         for cid in ids:
             groups.setdefault(ix.gkey(cid), []).append(cid)

@@ -42,7 +42,12 @@ from statefuse.ranker import _doc_words, words
 from statefuse.registry import Registry
 from statefuse.state import State, _locus_of_key, group_id_of
 from statefuse.store import StoreError
+from statefuse.validity import has_conflict
 
+#: Bytes every encoded claim with an interval or a context holds (the key of a field only
+#: ClaimAdded versions 3 and 4 carry): a claim without them may hold them too, inside a value,
+#: so this only picks the loci worth decoding.
+_SITUATED_MARK = b"\xaavalid_from"
 #: Ops read from the caller's iterable per step of `StoreIndex.rebuild` (and per progress call).
 REBUILD_CHUNK = 5_000
 #: Most parameters one statement binds (well under every SQLite build's limit, and PostgreSQL's).
@@ -620,6 +625,7 @@ class StoreIndex:
                     part,
                 )
             )
+        split = self._narrowed(split)
         if split:
             db.executemany(_INSERT_CONFLICT, ((lc, *touched[lc]) for lc in split))
         stale: list[bytes] = []
@@ -632,6 +638,45 @@ class StoreIndex:
             )
         if stale:
             db.executemany("DELETE FROM ix_conflict WHERE locus = ?", ((lc,) for lc in stale))
+
+    def _narrowed(self, split: set[bytes]) -> set[bytes]:
+        """The loci of ``split`` (each with active claims of more than one value group) where
+        two active claims conflict by `statefuse.validity.has_conflict`, the rule the
+        in-memory index applies: claims with an interval or a context conflict only where
+        their intervals overlap and their contexts agree. Only loci holding such a claim are
+        decoded (they, and only they, encode the key ``valid_from``); the others conflict as
+        their value groups say."""
+        if not split:
+            return split
+        db = self._db
+        situated: set[bytes] = set()
+        for part in _chunks(list(split)):
+            situated.update(
+                r[0]
+                for r in db.execute(
+                    "SELECT DISTINCT locus FROM ix_claim"
+                    f" WHERE locus IN ({_marks(len(part))}) AND active = 1"
+                    " AND instr(data, ?) > 0",
+                    (*part, _SITUATED_MARK),
+                )
+            )
+        if not situated:
+            return split
+        out = split - situated
+        by_locus: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        for part in _chunks(list(situated)):
+            for locus, grp, data in db.execute(
+                "SELECT locus, grp, data FROM ix_claim"
+                f" WHERE locus IN ({_marks(len(part))}) AND active = 1",
+                part,
+            ):
+                by_locus.setdefault(locus, []).append((grp, data))
+        for locus, rows in by_locus.items():
+            claims = _decode_ops([data for _, data in rows])
+            groups = {c.op_id: grp for c, (grp, _) in zip(claims, rows, strict=True)}
+            if has_conflict(claims, groups.__getitem__):  # type: ignore[arg-type]
+                out.add(locus)
+        return out
 
     def rebuild(
         self,
@@ -697,7 +742,8 @@ class StoreIndex:
             )
             if grouping.functional(row[1], row[3])
         ]
-        db.executemany(_INSERT_CONFLICT, conflicts)
+        kept = self._narrowed({row[0] for row in conflicts})
+        db.executemany(_INSERT_CONFLICT, (row for row in conflicts if row[0] in kept))
         (active,) = db.execute("SELECT count(*) FROM ix_claim WHERE active = 1").fetchone()
         self._set_meta("active", active)
         self._set_meta("lamport", lamport)

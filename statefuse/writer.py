@@ -12,7 +12,8 @@ ops themselves only carry ``wall_ms`` as information.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import blake3
@@ -32,10 +33,12 @@ from statefuse.op import (
     Outcome,
     _author,
     _build_plan,
+    _check_interval,
     _checked_claim_ref,
     _label,
     _made_at,
     _name,
+    _opt_ms,
     _outcome,
     _scope,
     as_ops,
@@ -43,6 +46,7 @@ from statefuse.op import (
 from statefuse.registry import DEFAULT_REGISTRY, Registry
 from statefuse.registry.value import Value, frozen_value
 from statefuse.state import FINDING_GROUP, ConflictSet, State, group_id_of
+from statefuse.validity import instant_ms
 from statefuse.view import SurfacedConflict, SurfacedFinding
 
 #: The ClaimAdded fields `Writer.claim` validates itself, with the checks ClaimAdded names
@@ -354,11 +358,19 @@ class Writer:
         depends_on: Sequence[bytes] = (),
         expires: int | None = None,
         kind: str = "fact",
+        valid_from: int | datetime | str | None = None,
+        valid_until: int | datetime | str | None = None,
+        context: Mapping[str, str | int | bool] | None = None,
     ) -> ClaimAdded:
         """Assert ``value`` for (namespace, subject, predicate) in ``scope``.
 
         ``confidence`` is a float in [0, 1], or None (the default) when you state none: an
         unset confidence is recorded as unset and ranks below every stated one.
+
+        ``valid_from`` / ``valid_until`` say when the value holds in the world, half-open
+        ``[from, until)``: ms since the epoch, an aware ``datetime`` or ISO 8601 text (a bare
+        date is its midnight UTC; a naive time is refused). ``context`` names the dimensions
+        it holds in (``{"location": "London"}``). Both narrow conflicts (SEMANTICS §5, §9).
 
         Raises OpRuleError / ValueRuleError / ValueTypeError naming the bad field, and
         NormalizationError when the predicate's contract cannot normalize ``value``.
@@ -376,6 +388,11 @@ class Writer:
         ref = _checked_claim_ref(
             namespace, subject, predicate, scope, ref_value, canonical=ref_value is value
         )
+        if valid_from is not None or valid_until is not None:
+            valid_from = instant_ms("valid_from", valid_from)
+            valid_until = instant_ms("valid_until", valid_until)
+            # checked here because the builder below runs the field checks only
+            _check_interval(_opt_ms("valid_from", valid_from), _opt_ms("valid_until", valid_until))
         lamport, wall = self._tick()
         # In ClaimAdded._SCHEMA order; the fields validated above are not checked again.
         op: ClaimAdded = _build_claim(
@@ -400,6 +417,9 @@ class Writer:
                 expires,
                 kind,
                 self._reasserts(ref),
+                valid_from,
+                valid_until,
+                context,
             )
         )
         op._seal()

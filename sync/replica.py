@@ -173,7 +173,9 @@ from statefuse.sync.version import (
     received_by,
     version_of,
 )
+from statefuse.timeline import TimelineEntry, timeline
 from statefuse.typo import nearest, typo_of
+from statefuse.validity import replaces
 from statefuse.vectorstore import MemoryVectors, VectorStore
 from statefuse.view import SurfacedConflict, SurfacedFinding
 from statefuse.writer import Writer
@@ -2386,6 +2388,11 @@ class Replica:
         disagreement still surfaces as a conflict; two replicas updating one key concurrently
         still conflict (each retracts only its own). ``meta`` is `add_claim`'s.
 
+        A value with an interval or a context (SEMANTICS §9, §5) replaces only those of your
+        claims it would conflict with: whose interval overlaps its own and whose context
+        agrees (`statefuse.validity.replaces`), so "15 from March" written after "12 until
+        March" leaves the earlier value standing.
+
         Use `update` when your own value changed (a status, a counter, a date that moved); use
         `add_claim` for a new, independent assertion that should stand beside your earlier ones
         (a second source, an observation at another time)."""
@@ -2400,7 +2407,8 @@ class Replica:
         with self.batch():
             new = self.add_claim(namespace, subject, predicate, value, **meta)
             for old in mine:
-                self.retract(old, reason="updated", superseded_by=new.claim_id)
+                if replaces(new, old):
+                    self.retract(old, reason="updated", superseded_by=new.claim_id)
         return new
 
     @_writes
@@ -2408,9 +2416,9 @@ class Replica:
         self, old: bytes | str | ClaimAdded, new_value: Value, reason: str = ""
     ) -> tuple[ClaimAdded, ClaimRetracted]:
         """Replace a claim (the claim, its id, hex or a unique hex prefix; one this replica
-        has, else ClaimLookupError): a new claim (same key and metadata, new value) plus an
-        exact retraction of the old one naming the new one in ``superseded_by``, in one
-        change."""
+        has, else ClaimLookupError): a new claim (same key and metadata, interval and context
+        included, new value) plus an exact retraction of the old one naming the new one in
+        ``superseded_by``, in one change."""
         self._check_open()
         old = self._claim(old, "old")
         with self.batch():
@@ -2430,6 +2438,9 @@ class Replica:
                 depends_on=old.depends_on,
                 expires=old.expires,
                 kind=old.kind,
+                valid_from=old.valid_from,
+                valid_until=old.valid_until,
+                context=old.context,
             )
             retraction = self.retract(old, reason=reason, superseded_by=new.claim_id)
         return new, retraction
@@ -2507,6 +2518,27 @@ class Replica:
             return key_history(self.state(at=at), key, scope)
         # the key's rows alone on a store opened on its derived state (`state_for`)
         return key_history(self.state_for(key, scope=scope), key, scope)
+
+    @_locked
+    def timeline(
+        self,
+        key: str | tuple[str, str, str],
+        *,
+        scope: str | None = None,
+        context: Mapping[str, str | int | bool] | None = None,
+        valid_at: int | None = None,
+        retracted: bool = False,
+        at: Version | str | None = None,
+    ) -> list[TimelineEntry]:
+        """A key's values by the interval they hold in (`statefuse.timeline.timeline`): open
+        starts first, open ends last; retracted values only with ``retracted`` (marked).
+        ``key`` is ``"namespace/subject/predicate"`` or its three parts; ``at`` reads the
+        memory at that version. Raises KeyTextError for a key it cannot read."""
+        parts = key_of(key)
+        state = self.state(at=at) if at is not None else self.state_for(parts, scope=scope)
+        return timeline(
+            state, parts, scope=scope, context=context, valid_at=valid_at, retracted=retracted
+        )
 
     @_locked
     def conflict_history(

@@ -57,6 +57,7 @@ from statefuse.op import (
     EvidenceAdded,
     Layer,
     Op,
+    _context,
     _value,
     decode_op,
 )
@@ -89,7 +90,8 @@ _CHANGE_FIELDS = ("author", "seq", "prev", "registry", "change_id", "signature")
 
 
 def _value_fields(t: type[Any]) -> frozenset[str]:
-    return frozenset(name for name, check in t._SCHEMA if check is _value)
+    """Fields holding frozen maps or lists: values, and a claim's context dimensions."""
+    return frozenset(name for name, check in t._SCHEMA if check is _value or check is _context)
 
 
 class Load(Enum):
