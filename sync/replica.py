@@ -119,15 +119,16 @@ from statefuse.sync.author import (
     names_among,
 )
 from statefuse.sync.change import (
+    CHANGE_FORMAT_VERSION,
     MAX_CHANGE_BYTES,
     MAX_OPS_PER_CHANGE,
     ChangeInputError,
     UnverifiedChange,
     VerifiedChange,
-    change_body,
+    change_header,
     change_id_of,
     signed_message,
-    wire,
+    wire_with_bodies,
 )
 from statefuse.sync.changelog import ChangeLog, Fork, Ignored, Receipt, Status, verdict
 from statefuse.sync.clock import ClockJump, LamportGaps
@@ -2617,16 +2618,16 @@ class Replica:
         keeps the change within the limits peers apply, so it is not decoded back again (what
         `sign_change` does for ops of unknown origin); `verify` re-checks stored changes."""
         registry = self.registry.fingerprint
-        body = change_body(
+        op_ids = tuple(op.op_id for op in ops)
+        header = change_header(
             space=self.space,
             author=self.author,
             seq=seq,
             prev=prev,
             registry=registry,
-            ops=ops,
-            datas=datas,
+            op_ids=op_ids,
         )
-        cid = change_id_of(body)
+        cid = change_id_of(header)
         assert self.key is not None  # `_check_writable` refused to write without it
         signature = self.key.sign(signed_message(cid))
         return VerifiedChange(
@@ -2638,7 +2639,9 @@ class Replica:
             tuple(ops),
             cid,
             signature,
-            wire(body, signature),
+            wire_with_bodies(header, signature, datas),
+            op_ids,
+            CHANGE_FORMAT_VERSION,
         )
 
     # --- receiving -------------------------------------------------------------------------------
