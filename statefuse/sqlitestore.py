@@ -401,6 +401,9 @@ def _connect_rw(path: Path, wait: float) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     db.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}")
+    # deleted content is overwritten with zeros (a redacted body must not be recoverable
+    # from free pages, SEMANTICS §10)
+    db.execute("PRAGMA secure_delete = ON")
     return db
 
 
@@ -1372,6 +1375,8 @@ class SQLiteStore:
                 )
             if batch.quarantined:
                 _upsert_quarantine(db, batch.quarantined)
+            if batch.rewritten:
+                _rewrite(db, batch.rewritten)
             trimmed: list[tuple[bytes, int]] = []
             if batch.quarantined and batch.quarantine_bounds != (None, None):
                 trimmed = over_bounds(
@@ -1385,6 +1390,15 @@ class SQLiteStore:
                 ms = max(r.last_seen_ms for r in batch.quarantined)
                 _tally(db, "quarantine", [(b"", n, ms) for _, n in trimmed])
         return len(trimmed)
+
+    def scrub_free_space(self) -> None:
+        """Make bytes this store deleted unrecoverable from its files (SEMANTICS §10): freed
+        pages were overwritten with zeros as they were freed (``secure_delete``); here the
+        write-ahead log, which still holds the old page images, is copied back and truncated
+        to nothing (``wal_checkpoint(TRUNCATE)``). A reader holding an old snapshot of the log
+        can make the truncation wait; it is tried again on close."""
+        with self._sqlite("while checkpointing after a redaction") as db:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
 
     def pending_index(self) -> list[PendingRow]:
         with self._sqlite("while reading the pending changes") as db:
@@ -1800,6 +1814,13 @@ def _tally(db: sqlite3.Connection, area: str, counts: list[tuple[bytes, int, int
             for t in tallied(old, area, counts)
         ],
     )
+
+
+def _rewrite(db: sqlite3.Connection, rows: tuple[tuple[bytes, bytes], ...]) -> None:
+    """Replace the bytes of accepted changes (redacted bodies cut out) and drop the snapshot,
+    with freed space overwritten (``secure_delete``, on for every writing connection)."""
+    db.executemany("UPDATE changes SET data = ? WHERE change_id = ?", [(d, c) for c, d in rows])
+    db.execute("DELETE FROM snapshot")
 
 
 def _upsert_quarantine(db: sqlite3.Connection, records: tuple[QuarantineRecord, ...]) -> None:

@@ -165,10 +165,20 @@ class StoreWrite:
     #: (most entries, most bytes) the quarantine keeps after this write (None: no bound): the
     #: oldest rows past them are evicted and tallied.
     quarantine_bounds: tuple[int | None, int | None] = (None, None)
+    #: ``(change_id, wire bytes)``: accepted changes whose stored bytes are replaced by these
+    #: (the same change with redacted op bodies cut out, SEMANTICS §10). The old bytes must not
+    #: be recoverable: the store overwrites freed space and drops its snapshot (which holds
+    #: the ops) in the same transaction.
+    rewritten: tuple[tuple[bytes, bytes], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(
-            self.accepted or self.pending or self.quarantined or self.parked or self.evicted
+            self.accepted
+            or self.pending
+            or self.quarantined
+            or self.parked
+            or self.evicted
+            or self.rewritten
         )
 
 
@@ -484,6 +494,12 @@ class MemoryStore:
                 self._index[row.change_id] = replace(row, data=None)
         for rec in batch.quarantined:
             self._quarantine[rec.key] = merge_quarantine(self._quarantine.get(rec.key), rec)
+        if batch.rewritten:
+            new = dict(batch.rewritten)
+            for pos, (cid, _) in list(self._accepted.items()):
+                if cid in new:
+                    self._accepted[pos] = (cid, new[cid])
+            self._snapshot = None
         trimmed = over_bounds(
             ((k, len(r.data)) for k, r in self._quarantine.items()), batch.quarantine_bounds
         )

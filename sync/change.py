@@ -178,6 +178,18 @@ def change_body(
     return encode_canonical(body, "change")
 
 
+def stripped(change: VerifiedChange, drop: frozenset[bytes] | set[bytes]) -> VerifiedChange:
+    """``change`` without the bodies of the ops in ``drop`` (format 2 only; see
+    `without_bodies`): same id, signature and op ids, fewer ops."""
+    from dataclasses import replace
+
+    return replace(
+        change,
+        ops=tuple(op for op in change.ops if op.op_id not in drop),
+        data=without_bodies(change, drop),
+    )
+
+
 def change_id_of(body: bytes) -> bytes:
     return blake3.blake3(body).digest()
 

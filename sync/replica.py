@@ -93,7 +93,7 @@ from statefuse.ranker import LexicalRanker, Ranker
 from statefuse.registry import DEFAULT_REGISTRY, EXACT_CONTRACT, EXACT_REGISTRY, Registry
 from statefuse.registry.error import InputError, StateFuseError
 from statefuse.registry.normalizer import Normalizer
-from statefuse.registry.value import Value
+from statefuse.registry.value import Value, plain_value
 from statefuse.resolver import Resolver
 from statefuse.search import SearchHit, search_view
 from statefuse.state import ConflictSet, State, key_of, locus_of
@@ -150,6 +150,16 @@ from statefuse.sync.pending import DEFAULT_BOUNDS, Area, Bounds, BoundsConfigErr
 from statefuse.sync.protocol import SyncError
 from statefuse.sync.quarantine import QuarantineEntry
 from statefuse.sync.reconcile import Reconciler
+from statefuse.sync.redaction import (
+    EMPTY as EMPTY_REDACTION,
+)
+from statefuse.sync.redaction import (
+    MAX_REDACTED_PER_OP,
+    REDACTOR_ROLE,
+    OpsRedacted,
+    RedactionState,
+    may_redact_any,
+)
 from statefuse.sync.snapshot import (
     Identity,
     Load,
@@ -247,6 +257,23 @@ def _writes(
 #: this fraction (1/N) of those it covers: replaying a few changes at the next open is cheaper
 #: than rewriting a large snapshot on every close.
 CLOSE_SNAPSHOT_SHARE = 64
+
+
+class _Unset:
+    """No value given (``None`` is a value)."""
+
+
+_UNSET = _Unset()
+
+
+@dataclass(frozen=True, slots=True)
+class Redaction:
+    """What `Replica.redact` did: the claims chosen (ids), the redaction ops it wrote, and how
+    many of the chosen claims were redacted already."""
+
+    claims: tuple[bytes, ...]
+    ops: tuple[OpsRedacted, ...]
+    already: int
 
 
 class ReplicaError(InputError, ValueError):
@@ -1244,6 +1271,8 @@ class Replica:
         self.writer = Writer(self.author or bytes(32), registry=self.registry, clock=self._clock)
         self.trust_writer = TrustWriter(self.author or bytes(32))
         self._mat = Materializer(registry=self.registry)
+        #: Which op ids the counted redactions order deleted (`sync.redaction`).
+        self._redaction: RedactionState = EMPTY_REDACTION
         self._counted: set[bytes] = set()
         #: The counted lamports' clusters (`sync.clock`; None: worked out on first receive).
         self._gaps: LamportGaps | None = None
@@ -1252,6 +1281,8 @@ class Replica:
         self._recount()  # observes the counted changes the snapshot did not cover
         self._observe_own()
         self._new_jumps.clear()
+        if any(type(op) is OpsRedacted for c in self.log.changes() for op in c.ops):
+            self._count_redactions()
 
     def _restore_pending(self) -> list[tuple[bytes, bytes]]:
         """The stored pending rows to verify on open: those stored without an index (by an
@@ -1780,7 +1811,7 @@ class Replica:
         get = self.log.get
         fresh = [c for c in map(get, sorted(counted - self._counted)) if c is not None]
         if self._counted - counted:
-            self._mat = Materializer(self.log.ops(), registry=self.registry)
+            self._mat = Materializer(self._unredacted_ops(), registry=self.registry)
             self._counted = counted
             if self._gaps is not None:  # lamports cannot be taken out: work them out again
                 ids = {c.change_id for c in fresh}
@@ -1802,6 +1833,8 @@ class Replica:
             for op in c.ops
             if not isinstance(op, SPACE_OP_TYPES)
         )
+        if self._redaction.redacted and len(ops):  # a format-1 change keeps redacted bodies
+            ops = OpSet.of_sealed(op for op in ops if op.op_id not in self._redaction.redacted)
         return tuple(self._mat.apply_all(ops)) if len(ops) else ()
 
     def _admitted(
@@ -2142,9 +2175,10 @@ class Replica:
     def change_bytes(self, ids: Iterable[bytes]) -> list[bytes]:
         """Wire bytes of the accepted changes named (unknown ids are skipped)."""
         out = []
+        withheld = self._withheld()
         for cid in ids:
             c = self.log.get(cid)
-            if c is not None:
+            if c is not None and cid not in withheld:
                 out.append(c.data)
         return out
 
@@ -2152,7 +2186,195 @@ class Replica:
     def all_change_bytes(self) -> list[bytes]:
         """Every accepted and pending change, predecessors first (what a copy needs)."""
         accepted = sorted(self.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
-        return [c.data for c in accepted] + [c.data for c in self.pending()]
+        withheld = self._withheld()
+        return [c.data for c in accepted if c.change_id not in withheld] + [
+            c.data for c in self.pending()
+        ]
+
+    # --- redaction (SEMANTICS §10) ----------------------------------------------------------------
+
+    def _withheld(self) -> frozenset[bytes]:
+        """Format-1 changes carrying a redacted body: never served (their signature covers the
+        body, so it cannot be cut out)."""
+        if not self._redaction.redacted:
+            return frozenset()
+        return self.log.withheld(self._redaction.ids)
+
+    def _unredacted_ops(self) -> OpSet:
+        """The memory ops that count, without any redacted op (`ChangeLog.ops` minus the
+        bodies a format-1 change could not lose)."""
+        ops = self.log.ops()
+        if not self._redaction.redacted:
+            return ops
+        return OpSet.of_sealed(op for op in ops if op.op_id not in self._redaction.redacted)
+
+    def _count_redactions(self) -> bool:
+        """Work out which redactions count now; when the redacted set changed, cut the bodies
+        out of the log and rebuild the state without them. Returns the changes that lost a
+        body (for the store)."""
+        state = self.log.redactions(creator=self.creator)
+        before = self._redaction.ids
+        self._redaction = state
+        self._lost = self.log.strip(state.ids)
+        if state.ids == before and not self._lost:
+            return False
+        self._mat = Materializer(self._unredacted_ops(), registry=self.registry)
+        return True
+
+    def _enforce_redactions(self) -> None:
+        """Count the redactions the log holds and make them true in the store: the changes
+        that carry a redacted body are rewritten without it (freed space overwritten), the
+        snapshot is dropped, the derived state rebuilt without the redacted ops, and the
+        write-ahead log checkpointed and truncated, so the bytes are in no file of the store."""
+        if not self._count_redactions():
+            return
+        lost = self._lost
+        if self._may_write() and not self._lazy:
+            with self.store.write_transaction():
+                self.store.write(StoreWrite(rewritten=tuple((c.change_id, c.data) for c in lost)))
+                ix = self.store.index()
+                if ix is not None:
+                    ix.drop()
+                self._index_due = True
+            self._index_settle()
+            scrub = getattr(self.store, "scrub_free_space", None)
+            if scrub is not None:
+                scrub()
+
+    @_locked
+    def redactions(self) -> RedactionState:
+        """Which op ids are redacted here (by whom, when, why: never what), and which
+        redactions were refused, with the reason (`sync.redaction`)."""
+        if self._lazy:
+            self._load_history()
+        return self._redaction
+
+    @_locked
+    def redact(
+        self,
+        *,
+        reason: str,
+        claim: bytes | str | Iterable[bytes | str] | None = None,
+        key: str | None = None,
+        value: Value | _Unset = _UNSET,
+        author: bytes | str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+    ) -> Redaction:
+        """Order every replica to delete the bodies of chosen claims (SEMANTICS §10).
+
+        Choose by ``claim`` (one claim id or several, bytes or hex), by ``key``
+        (``"namespace/subject/predicate"``; with ``value``, only the claims holding that
+        value), or by ``author`` (bytes or hex) with an optional writer-clock range
+        ``since`` <= ``wall_ms`` < ``until`` (milliseconds since the epoch); given together,
+        the choices intersect. ``reason`` is required and kept with the audit trail: never
+        put the secret in it.
+
+        Raises ReplicaError (rule ``nothing-to-redact``) when nothing matches, and (rule
+        ``not-authorized``) when this replica's author may not redact a chosen claim: in a
+        closed space only the root or an author granted ``redactor``; in an open space only
+        the claim's author or the space's creator. Nothing is written then.
+        """
+        self._check_open()
+        if self._lazy:
+            self._load_history()
+        if not isinstance(reason, str) or not reason.strip():
+            raise ReplicaError("reason", "non-empty", "a redaction says why: give a reason")
+        chosen = self._redaction_targets(claim, key, value, author, since, until)
+        if not chosen:
+            raise ReplicaError("claim", "nothing-to-redact", "no claim matches: nothing redacted")
+        trust = self.log.trust()
+        anyone = may_redact_any(self.author, trust=trust, creator=self.creator)
+        if not anyone:
+            foreign = [op for op in chosen if op.author != self.author]
+            if trust.mode is TrustMode.CLOSED or foreign:
+                who = (
+                    f"the root or an author granted {REDACTOR_ROLE!r}"
+                    if trust.mode is TrustMode.CLOSED
+                    else "the claim's author or the space's creator"
+                )
+                raise ReplicaError(
+                    "author",
+                    "not-authorized",
+                    f"only {who} may redact here; {self.author_label(self.author)} may not",
+                )
+        ids = sorted({op.op_id for op in chosen} - self._redaction.ids)
+        written: list[OpsRedacted] = []
+        if ids:
+            self._write_redactions(ids, reason, written)
+        self._enforce_redactions()
+        return Redaction(
+            claims=tuple(sorted(op.op_id for op in chosen)),
+            ops=tuple(written),
+            already=len(chosen) - len(ids),
+        )
+
+    @_writes
+    def _write_redactions(self, ids: list[bytes], reason: str, out: list[OpsRedacted]) -> None:
+        for start in range(0, len(ids), MAX_REDACTED_PER_OP):
+            part = ids[start : start + MAX_REDACTED_PER_OP]
+            lamport = max(self.writer.lamport, self.trust_writer._lamport) + 1
+            op = OpsRedacted(
+                author=self.author,
+                lamport=min(lamport, MAX_LAMPORT),
+                wall_ms=self._clock(),
+                ops=tuple(part),
+                reason=reason,
+            )
+            self._emit(op)
+            self.writer.advance(op.lamport)
+            if op.lamport > self.trust_writer._lamport:
+                self.trust_writer._lamport = op.lamport
+            out.append(op)
+
+    def _redaction_targets(
+        self,
+        claim: bytes | str | Iterable[bytes | str] | None,
+        key: str | None,
+        value: Value | _Unset,
+        author: bytes | str | None,
+        since: int | None,
+        until: int | None,
+    ) -> list[ClaimAdded]:
+        if claim is None and key is None and author is None:
+            raise ReplicaError(
+                "claim", "choose", "choose what to redact: claim=, key= (value=) or author="
+            )
+        if key is None and not isinstance(value, _Unset):
+            raise ReplicaError("value", "with-key", "value= chooses among the claims of a key=")
+        if author is None and (since is not None or until is not None):
+            raise ReplicaError("since", "with-author", "since= / until= go with author=")
+        for name, t in (("since", since), ("until", until)):
+            if t is not None and (type(t) is not int or t < 0):
+                raise ReplicaError(name, "wall-ms", f"{name} is milliseconds since the epoch")
+        claims: list[ClaimAdded] = list(self._mat.state().claims.values())
+        if claim is not None:
+            items = [claim] if isinstance(claim, (bytes, str)) else list(claim)
+            wanted = {_claim_id_arg(c) for c in items}
+            unknown = wanted - {c.op_id for c in claims}
+            if unknown:
+                raise UnknownClaimError(
+                    "claim", "known-claim", f"no claim {sorted(unknown)[0].hex()[:16]}… here"
+                )
+            claims = [c for c in claims if c.op_id in wanted]
+        if key is not None:
+            namespace, subject, predicate, _ = _key_and_value((key, None), {})
+            claims = [
+                c
+                for c in claims
+                if (c.namespace, c.subject, c.predicate) == (namespace, subject, predicate)
+                and (isinstance(value, _Unset) or _same_value(c.value, value))
+            ]
+        if author is not None:
+            who = _claim_id_arg(author)
+            claims = [
+                c
+                for c in claims
+                if c.author == who
+                and (since is None or c.wall_ms >= since)
+                and (until is None or c.wall_ms < until)
+            ]
+        return claims
 
     @_locked
     def __len__(self) -> int:
@@ -2702,6 +2924,9 @@ class Replica:
                             pending.append(parked)
                 if progress is not None:
                     progress(min(start + _RECEIVE_STEP, len(items)), len(items))
+            if self._redaction.redacted and accepted:  # bodies known redacted: never stored
+                self.log.strip(self._redaction.ids, among=[c.change_id for c in accepted])
+                accepted = [self.log.get(c.change_id) or c for c in accepted]
             quarantined = [_record(e, now) for e in self.log.take_quarantined()]
             declares, _ = _governs(accepted)
             if declares:
@@ -2745,6 +2970,8 @@ class Replica:
             self._reload()
             raise
         self._index_settle()
+        if _may_redact(accepted, self.root):
+            self._enforce_redactions()
         # Own changes past any seq this store held: written elsewhere (those up to it are its
         # own history coming back, e.g. after `repair`).
         own = sum(1 for c in accepted if c.author == self.author and c.seq > known)
@@ -3416,6 +3643,35 @@ def _unverified(changes: Iterable[bytes | UnverifiedChange]) -> list[UnverifiedC
 
 #: Room left in a change for everything but the ops' bytes (keys, ids, framing, signature).
 _CHANGE_OVERHEAD = 4096
+
+
+def _claim_id_arg(ref: bytes | str) -> bytes:
+    if isinstance(ref, bytes) and len(ref) == 32:
+        return ref
+    if isinstance(ref, str):
+        try:
+            raw = bytes.fromhex(ref)
+        except ValueError:
+            raw = b""
+        if len(raw) == 32:
+            return raw
+    raise ReplicaError("claim", "id", f"{ref!r} is not a 32-byte id (bytes or 64 hex digits)")
+
+
+def _same_value(a: object, b: object) -> bool:
+    return type(a) is type(b) and plain_value(a) == plain_value(b)  # type: ignore[arg-type]
+
+
+def _may_redact(changes: Sequence[VerifiedChange], root: bytes | None) -> bool:
+    """Whether taking in ``changes`` may change what is redacted: they hold a redaction, or
+    trust ops of the root (a redactor role granted or withdrawn)."""
+    for c in changes:
+        for op in c.ops:
+            if type(op) is OpsRedacted:
+                return True
+            if c.author == root and isinstance(op, TRUST_OP_TYPES):
+                return True
+    return False
 
 
 def _chunks(written: list[tuple[Op, bytes]]) -> Iterator[tuple[list[Op], list[bytes]]]:
