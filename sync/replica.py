@@ -2336,12 +2336,12 @@ class Replica:
         since: int | None,
         until: int | None,
     ) -> list[ClaimAdded]:
+        if key is None and not isinstance(value, _Unset):
+            raise ReplicaError("value", "with-key", "value= chooses among the claims of a key=")
         if claim is None and key is None and author is None:
             raise ReplicaError(
                 "claim", "choose", "choose what to redact: claim=, key= (value=) or author="
             )
-        if key is None and not isinstance(value, _Unset):
-            raise ReplicaError("value", "with-key", "value= chooses among the claims of a key=")
         if author is None and (since is not None or until is not None):
             raise ReplicaError("since", "with-author", "since= / until= go with author=")
         for name, t in (("since", since), ("until", until)):
