@@ -257,3 +257,43 @@ def test_every_replica_converges_on_the_op_set_without_the_redacted_claims(write
     assert set(fresh.redactions().redacted) == redacted
     if redacted:
         assert any(type(op) is OpsRedacted for c in fresh.log.changes() for op in c.ops)
+
+
+# --- the command line, through real processes --------------------------------------------------
+
+
+def _cli(store: Path, *argv: str):  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "statefuse", "--store", str(store), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_statefuse_redact_deletes_the_secret_lists_the_audit_and_refuses_bad_input(tmp_path):
+    import json
+
+    store = tmp_path / "cli.sqlite"
+    assert _cli(store, "init", "--space", SPACE).returncode == 0
+    assert _cli(store, "claim", "svc/billing/api_key", SECRET.decode()).returncode == 0
+    assert _cli(store, "claim", "svc/billing/owner", "ann").returncode == 0
+    assert _holding(store)
+    no_reason = _cli(store, "redact", "--key", "svc/billing/api_key")
+    assert no_reason.returncode != 0
+    assert no_reason.stderr.strip().startswith("Error:") and "--reason" in no_reason.stderr
+    assert "Traceback" not in no_reason.stderr
+    done = _cli(store, "redact", "--key", "svc/billing/api_key", "--reason", "leaked")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Redacted 1 claim") and len(done.stdout.splitlines()) == 1
+    assert _holding(store) == []
+    listed = json.loads(_cli(store, "--json", "redact", "--list").stdout)
+    [row] = listed["redacted"]
+    assert row["reason"] == "leaked" and SECRET.decode() not in json.dumps(listed)
+    again = _cli(store, "redact", "--key", "svc/billing/api_key", "--reason", "leaked")
+    assert again.returncode != 0 and again.stderr.startswith("Error:")
+    shown = _cli(store, "--json", "show")
+    assert SECRET.decode() not in shown.stdout and "ann" in shown.stdout
