@@ -1525,6 +1525,7 @@ def _cmd_mcp(s: Session) -> int:
             port=a.port,
             peers=a.peers,
             embedder=embedder,
+            allow_redact=a.allow_redact,
         )
     except KeyboardInterrupt:
         pass  # Ctrl-C or SIGTERM: stopping is not a failure
@@ -2438,6 +2439,11 @@ def _mcp_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--name", metavar="NAME", help="the name the server's author key goes by")
     _embedder_argument(p)
+    p.add_argument(
+        "--allow-redact",
+        action="store_true",
+        help="also offer the redact tool (deletes claims' bodies on every replica; off by default)",
+    )
 
 
 def _repair_arguments(p: argparse.ArgumentParser) -> None:

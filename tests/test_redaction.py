@@ -297,3 +297,28 @@ def test_statefuse_redact_deletes_the_secret_lists_the_audit_and_refuses_bad_inp
     assert again.returncode != 0 and again.stderr.startswith("Error:")
     shown = _cli(store, "--json", "show")
     assert SECRET.decode() not in shown.stdout and "ann" in shown.stdout
+
+
+# --- the MCP tool, through the SDK client ------------------------------------------------------
+
+
+def test_the_mcp_redact_tool_is_offered_only_when_the_server_allows_it(tmp_path):
+    pytest.importorskip("mcp")
+    from statefuse.mcp import build_server
+    from tests.test_mcp import connected
+
+    path = tmp_path / "mcp.sqlite"
+    with Replica.open(path, space=SPACE, create=True) as r:
+        leaked = r.add_claim("svc/billing/api_key", SECRET.decode())
+        with connected(build_server(r)) as s:
+            names = {t.name for t in s.portal.call(s.client.list_tools).tools}
+            assert "redact" not in names and "retract" in names
+        with connected(build_server(r, allow_redact=True)) as s:
+            tools = {t.name: t for t in s.portal.call(s.client.list_tools).tools}
+            assert tools["redact"].annotations.destructive_hint is True
+            line = s.refused("redact", reason="x", key="svc/none/here")
+            assert line.startswith("Error: ") and "nothing-to-redact" in line
+            out = s.ok("redact", reason="leaked", claim_ids=[leaked.op_id.hex()])
+            assert out["redacted"] == [leaked.op_id.hex()] and out["reason"] == "leaked"
+            assert SECRET.decode() not in s.text("recall", query="billing api key")
+        assert _holding(path) == []
