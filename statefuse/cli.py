@@ -2731,6 +2731,36 @@ def _cmd_redact(s: Session) -> int:
 _UNSET_VALUE = object()
 
 
+def _compact_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--archive",
+        required=True,
+        metavar="PATH",
+        help="the archive file the moved bodies go to (created, or merged into)",
+    )
+
+
+def _cmd_compact(s: Session) -> int:
+    rep = s.replica()
+    done = rep.compact(archive=s.args.archive)
+    sizes = ""
+    if done.store_before is not None and done.store_after is not None:
+        sizes = f"; store {done.store_before:,} -> {done.store_after:,} bytes"
+    s.emit(
+        {
+            "ops": done.ops,
+            "changes": done.changes,
+            "bytes": done.bytes,
+            "archive": str(done.archive),
+            "store_before": done.store_before,
+            "store_after": done.store_after,
+        },
+        f"Moved {plural(done.ops, 'op body', 'op bodies')} ({done.bytes:,} bytes) of"
+        f" {plural(done.changes, 'change')} to {done.archive}{sizes}",
+    )
+    return EXIT_OK
+
+
 COMMANDS: tuple[Command, ...] = (
     Command("init", "create a store for a space", _init_arguments, _cmd_init),
     Command("claim", "assert a value for a key", _claim_arguments, _cmd_claim),
@@ -2746,6 +2776,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("diff", "what changed between two versions", _diff_arguments, _cmd_diff),
     Command("decide", "decide a conflict for one candidate", _decide_arguments, _cmd_decide),
     Command("redact", "delete claims' bodies on every replica", _redact_arguments, _cmd_redact),
+    Command(
+        "compact", "move bodies no view can show into an archive", _compact_arguments, _cmd_compact
+    ),
     Command("export", "write every change to a signed bundle file", _file_argument, _cmd_export),
     Command("import", "verify and take in a bundle file", _file_argument, _cmd_import),
     Command(

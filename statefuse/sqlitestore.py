@@ -1391,6 +1391,38 @@ class SQLiteStore:
                 _tally(db, "quarantine", [(b"", n, ms) for _, n in trimmed])
         return len(trimmed)
 
+    def note(self, key: str) -> bytes | None:
+        """A small value the replica keeps with the store (the archive of a compacted store),
+        in the meta table under ``note:<key>``."""
+        with self._sqlite("while reading a note") as db:
+            row = db.execute("SELECT value FROM meta WHERE key = ?", (f"note:{key}",)).fetchone()
+        return None if row is None else _typed(self.path, row[0], bytes, f"note {key}")
+
+    def set_note(self, key: str, value: bytes | None) -> None:
+        with self._transaction("writing a note") as db:
+            if value is None:
+                db.execute("DELETE FROM meta WHERE key = ?", (f"note:{key}",))
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                    (f"note:{key}", bytes(value)),
+                )
+
+    def vacuum(self) -> None:
+        """Give the free pages back to the file system (``VACUUM``), so a compacted store's
+        file shrinks, then checkpoint and truncate the log."""
+        self._check_writable("vacuuming")
+        lock = self._lock
+        assert lock is not None
+        lock.acquire(self.wait)
+        try:
+            with self._sqlite("while vacuuming") as db:
+                db.execute("VACUUM")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                self._mark()
+        finally:
+            lock.release()
+
     def scrub_free_space(self) -> None:
         """Make bytes this store deleted unrecoverable from its files (SEMANTICS §10): freed
         pages were overwritten with zeros as they were freed (``secure_delete``); here the

@@ -408,6 +408,7 @@ class MemoryStore:
         "_index",
         "_info",
         "_next_pos",
+        "_notes",
         "_pending",
         "_positions",
         "_published",
@@ -423,6 +424,7 @@ class MemoryStore:
         self._next_pos = 1
         self._ids: set[bytes] = set()
         self._pending: dict[bytes, bytes] = {}
+        self._notes: dict[str, bytes] = {}
         #: change id -> the pending row's index (rows parked without one have none).
         self._index: dict[bytes, PendingRow] = {}
         self._quarantine: dict[bytes, QuarantineRecord] = {}
@@ -606,6 +608,16 @@ class MemoryStore:
     def save_snapshot(self, upto: int, blob: bytes) -> None:
         self._open()
         self._snapshot = (upto, blob)
+
+    def note(self, key: str) -> bytes | None:
+        """A small value the replica keeps with the store (the archive of a compacted store)."""
+        return self._notes.get(key)
+
+    def set_note(self, key: str, value: bytes | None) -> None:
+        if value is None:
+            self._notes.pop(key, None)
+        else:
+            self._notes[key] = bytes(value)
 
     def load_snapshot(self) -> tuple[int, bytes] | None:
         return self._snapshot

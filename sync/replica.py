@@ -111,6 +111,13 @@ from statefuse.store import (
     StoreWrite,
 )
 from statefuse.storeindex import OpMemo
+from statefuse.sync.archive import (
+    ARCHIVE_NOTE,
+    compactable,
+    read_archive,
+    without_redacted,
+    write_archive,
+)
 from statefuse.sync.author import (
     AuthorNamed,
     check_author_name,
@@ -129,6 +136,7 @@ from statefuse.sync.change import (
     change_id_of,
     signed_message,
     wire_with_bodies,
+    without_bodies,
 )
 from statefuse.sync.changelog import ChangeLog, Fork, Ignored, Receipt, Status, verdict
 from statefuse.sync.clock import ClockJump, LamportGaps
@@ -274,6 +282,37 @@ class Redaction:
     claims: tuple[bytes, ...]
     ops: tuple[OpsRedacted, ...]
     already: int
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """What `Replica.compact` moved: how many op bodies, out of how many changes, how many
+    bytes of op encodings, into which archive; and the store file's size before and after
+    (None for a store in memory)."""
+
+    ops: int
+    changes: int
+    bytes: int
+    archive: Path
+    store_before: int | None
+    store_after: int | None
+
+
+class ArchiveWarning(UserWarning):
+    """A compacted store whose archive cannot be read: the changes whose bodies moved there
+    are not served until it is back."""
+
+
+def _file_size(path: object) -> int | None:
+    """Bytes of a store's database file and its write-ahead log (None: in memory)."""
+    if path is None:
+        return None
+    db = Path(os.fspath(path))  # type: ignore[call-overload]
+    total = 0
+    for p in (db, db.with_name(db.name + "-wal")):
+        with contextlib.suppress(FileNotFoundError):
+            total += p.stat().st_size
+    return total
 
 
 class ReplicaError(InputError, ValueError):
@@ -2179,7 +2218,9 @@ class Replica:
         for cid in ids:
             c = self.log.get(cid)
             if c is not None and cid not in withheld:
-                out.append(c.data)
+                data = self._served(c)
+                if data is not None:
+                    out.append(data)
         return out
 
     @_locked
@@ -2187,9 +2228,108 @@ class Replica:
         """Every accepted and pending change, predecessors first (what a copy needs)."""
         accepted = sorted(self.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
         withheld = self._withheld()
-        return [c.data for c in accepted if c.change_id not in withheld] + [
-            c.data for c in self.pending()
+        served = (self._served(c) for c in accepted if c.change_id not in withheld)
+        return [d for d in served if d is not None] + [c.data for c in self.pending()]
+
+    # --- compaction (SEMANTICS §10) ---------------------------------------------------------------
+
+    def _served(self, c: VerifiedChange) -> bytes | None:
+        """What a peer is given of ``c``: the change as held, or, for a change whose bodies
+        compaction moved, the whole change from the archive (redacted bodies cut out), or
+        nothing when the archive is missing (said once, as a warning): never a change that
+        lacks a body for any reason but a redaction."""
+        if len(c.op_ids) == len(c.ops):
+            return c.data
+        redacted = self._redaction.redacted
+        if all(i in redacted for i in c.missing):
+            return c.data
+        whole = self._archived().get(c.change_id)
+        if whole is None:
+            return None
+        if redacted:
+            full = verify_change(UnverifiedChange(whole), space=self.space)
+            hit = frozenset(i for i in full.op_ids if i in redacted)
+            if hit:
+                return without_bodies(full, hit)
+        return whole
+
+    def _archived(self) -> dict[bytes, bytes]:
+        """The archive of this compacted store (change id -> whole change; {} if none), read
+        once; a missing or unreadable one is said once, as an `ArchiveWarning`."""
+        cached = self.__dict__.get("_archive_changes")
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
+        note = getattr(self.store, "note", None)
+        path = note(ARCHIVE_NOTE) if note is not None else None
+        out: dict[bytes, bytes] = {}
+        if path is not None:
+            try:
+                out = read_archive(os.fsdecode(path), space=self.space)
+            except (StateFuseError, OSError) as exc:
+                warnings.warn(
+                    ArchiveWarning(
+                        f"this store was compacted into {os.fsdecode(path)}, which cannot be"
+                        f" read ({exc}): the changes whose bodies moved there are not served"
+                        " until it is back"
+                    ),
+                    stacklevel=_caller_level(),
+                )
+        self.__dict__["_archive_changes"] = out
+        return out
+
+    @_locked
+    def compact(self, *, archive: str | os.PathLike[str]) -> Compaction:
+        """Move the bodies no projection can show any more (`sync.archive.compactable`:
+        evidence nothing cites, retracted claims nothing reads) out of the store into the
+        archive file ``archive`` (a bundle of the whole changes, merged with what it holds
+        already), and shrink the store file. Every View, for every lens, is the same before
+        and after; ids and signatures stay; a peer asking for such a change is served the
+        whole change from the archive. Nothing is deleted: the archive is written (and
+        synced) before the store lets go of a body.
+
+        Raises ReadOnlyError on a replica that may not write or has no key."""
+        self._check_writable()
+        if self._lazy:
+            self._load_history()
+        if self.key is None:
+            raise ReadOnlyError("key", "no-key", "an archive is signed: compact needs the key")
+        path = Path(archive)
+        ids = compactable(self._mat.state())
+        holders = [
+            c
+            for c in self.log.changes()
+            if c.version == CHANGE_FORMAT_VERSION and not ids.isdisjoint(c.op_ids)
         ]
+        holders = [c for c in holders if any(op.op_id in ids for op in c.ops)]
+        size = getattr(self.store, "path", None)
+        before = _file_size(size)
+        if not holders:
+            return Compaction(0, 0, 0, path, before, before)
+        kept = dict(self._archived())
+        if path.exists() and not kept:
+            kept = read_archive(path, space=self.space)
+        for c in holders:
+            kept.setdefault(c.change_id, c.data)
+        moved = sum(len(op.encode()) for c in holders for op in c.ops if op.op_id in ids)
+        n_ops = sum(1 for c in holders for op in c.ops if op.op_id in ids)
+        write_archive(path, self.key, self.space, kept, creator=self.creator)
+        self.__dict__["_archive_changes"] = kept
+        with self.store.write_transaction():
+            lost = self.log.strip(ids, among=[c.change_id for c in holders])
+            self.store.write(StoreWrite(rewritten=tuple((c.change_id, c.data) for c in lost)))
+            note = getattr(self.store, "set_note", None)
+            if note is not None:
+                note(ARCHIVE_NOTE, os.fsencode(path.resolve()))
+            ix = self.store.index()
+            if ix is not None:
+                ix.drop()
+            self._index_due = True
+        self._mat = Materializer(self._unredacted_ops(), registry=self.registry)
+        self._index_settle()
+        vacuum = getattr(self.store, "vacuum", None)
+        if vacuum is not None:
+            vacuum()
+        return Compaction(n_ops, len(holders), moved, path, before, _file_size(size))
 
     # --- redaction (SEMANTICS §10) ----------------------------------------------------------------
 
@@ -2237,9 +2377,24 @@ class Replica:
                     ix.drop()
                 self._index_due = True
             self._index_settle()
+            self._redact_archive()
             scrub = getattr(self.store, "scrub_free_space", None)
             if scrub is not None:
                 scrub()
+
+    def _redact_archive(self) -> None:
+        """Cut the redacted bodies out of this store's archive too (rewritten in place)."""
+        archived = self._archived()
+        if not archived or self.key is None:
+            return
+        fixed = without_redacted(archived, self._redaction.ids, space=self.space)
+        if fixed == archived:
+            return
+        note = getattr(self.store, "note", None)
+        path = note(ARCHIVE_NOTE) if note is not None else None
+        if path is not None:
+            write_archive(os.fsdecode(path), self.key, self.space, fixed, creator=self.creator)
+        self.__dict__["_archive_changes"] = fixed
 
     @_locked
     def redactions(self) -> RedactionState:
@@ -3021,7 +3176,13 @@ class Replica:
         with other._lock:
             other._check_open()
             theirs = sorted(other.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
-            theirs += other.pending()
+            withheld = other._withheld()
+            # what ``other`` serves of each: compacted ones whole (from its archive), none
+            # that would carry a redacted body
+            served = [
+                (c.change_id, other._served(c)) for c in theirs if c.change_id not in withheld
+            ]
+            served += [(c.change_id, c.data) for c in other.pending()]
             creator = other.creator
         with self._lock:
             mine = self.log
@@ -3029,7 +3190,7 @@ class Replica:
                 creator,
                 f"replica {other.author.hex()[:12]}…",
                 None,
-                [c.data for c in theirs if c.change_id not in mine],
+                [d for cid, d in served if d is not None and cid not in mine],
                 source=None,
             )
 
