@@ -2657,21 +2657,21 @@ def _redact_arguments(p: argparse.ArgumentParser) -> None:
 def _iso_ms(text: str | None, name: str) -> int | None:
     if text is None:
         return None
-    from datetime import UTC, datetime
+    from datetime import datetime, timezone
 
     try:
         t = datetime.fromisoformat(text)
     except ValueError:
         raise CliError(name, "iso-time", f"{name} is an ISO time, got {text!r}") from None
     if t.tzinfo is None:
-        t = t.replace(tzinfo=UTC)
+        t = t.replace(tzinfo=timezone.utc)
     return int(t.timestamp() * 1000)
 
 
 def _ms_text(ms: int) -> str:
-    from datetime import UTC, datetime
+    from datetime import datetime, timezone
 
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _cmd_redact(s: Session) -> int:

@@ -31,6 +31,7 @@ bound only ever keeps something out of the pending area or the quarantine.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -733,7 +734,7 @@ class ChangeLog:
                 continue
             new = stripped(c, ids)
             self._accepted[cid] = new
-            self._undo(lambda cid=cid, c=c: self._accepted.__setitem__(cid, c))
+            self._undo(functools.partial(self._accepted.__setitem__, cid, c))
             out.append(new)
         return out
 

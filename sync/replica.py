@@ -1320,7 +1320,7 @@ class Replica:
         self._recount()  # observes the counted changes the snapshot did not cover
         self._observe_own()
         self._new_jumps.clear()
-        if any(type(op) is OpsRedacted for c in self.log.changes() for op in c.ops):
+        if any(isinstance(op, OpsRedacted) for c in self.log.changes() for op in c.ops):
             self._count_redactions()
 
     def _restore_pending(self) -> list[tuple[bytes, bytes]]:
@@ -3828,7 +3828,7 @@ def _may_redact(changes: Sequence[VerifiedChange], root: bytes | None) -> bool:
     trust ops of the root (a redactor role granted or withdrawn)."""
     for c in changes:
         for op in c.ops:
-            if type(op) is OpsRedacted:
+            if isinstance(op, OpsRedacted):
                 return True
             if c.author == root and isinstance(op, TRUST_OP_TYPES):
                 return True
