@@ -2229,7 +2229,20 @@ class Replica:
         accepted = sorted(self.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
         withheld = self._withheld()
         served = (self._served(c) for c in accepted if c.change_id not in withheld)
-        return [d for d in served if d is not None] + [c.data for c in self.pending()]
+        return [d for d in served if d is not None] + [d for _, d in self._pending_served()]
+
+    def _pending_served(self) -> list[tuple[bytes, bytes]]:
+        """The parked changes as a peer may have them (change id, bytes): without redacted
+        bodies (a format-1 one holding such a body is not served)."""
+        out = []
+        redacted = self._redaction.redacted
+        for c in self.pending():
+            hit = frozenset(i for i in c.op_ids if i in redacted) if redacted else frozenset()
+            if not hit or not any(op.op_id in hit for op in c.ops):
+                out.append((c.change_id, c.data))
+            elif c.version == CHANGE_FORMAT_VERSION:
+                out.append((c.change_id, without_bodies(c, hit)))
+        return out
 
     # --- compaction (SEMANTICS §10) ---------------------------------------------------------------
 
@@ -3182,7 +3195,7 @@ class Replica:
             served = [
                 (c.change_id, other._served(c)) for c in theirs if c.change_id not in withheld
             ]
-            served += [(c.change_id, c.data) for c in other.pending()]
+            served += other._pending_served()
             creator = other.creator
         with self._lock:
             mine = self.log
