@@ -58,7 +58,7 @@ from statefuse.clitable import (
 from statefuse.error import InputError, StateFuseError
 from statefuse.history import HistoryEvent, key_history
 from statefuse.keytext import KeyTextError, format_key, key_parts
-from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, Layer
+from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, Layer, Outcome
 from statefuse.registry import PredicateContract, Registry
 from statefuse.registry.value import Value
 from statefuse.state import ConflictSet, State
@@ -719,13 +719,29 @@ def _cmd_decide(s: Session) -> int:
             f"claim {short_id(claim.claim_id)} is not a candidate of a current conflict"
             f" ({format_key(_key_of(claim))} [{claim.scope}])",
         )
-    d = rep.decide(conflict, claim.claim_id, scope=a.scope, reason=a.reason)
-    s.emit(
-        _decision_json(d, rep.author_names()),
-        f"Decided {format_key(conflict.key)} [{conflict.scope}] for claim"
-        f" {claim.claim_id.hex()}: {value_cell(claim.value)}",
-    )
+    outcome = _outcome_arg(a)
+    chosen = claim.claim_id if outcome.selects else None
+    d = rep.decide(conflict, chosen, scope=a.scope, reason=a.reason, outcome=outcome)
+    s.emit(_decision_json(d, rep.author_names()), _decided_text(d, conflict, claim))
     return EXIT_OK
+
+
+def _outcome_arg(a: argparse.Namespace) -> Outcome:
+    """``--outcome`` -> the Outcome (``select`` when not given); ``defer`` needs ``--reason``."""
+    outcome = Outcome(getattr(a, "outcome", None) or "select")
+    if outcome is Outcome.DEFER and not a.reason.strip():
+        raise CliError("--reason", "defer-reason", "--outcome defer needs --reason (say why)")
+    return outcome
+
+
+def _decided_text(d: DecisionAdded, conflict: ConflictSet, claim: ClaimAdded) -> str:
+    where = f"{format_key(conflict.key)} [{conflict.scope}]"
+    if d.outcome is Outcome.PRESERVE:
+        return f"Preserved {where}: its {plural(len(d.groups), 'value')} are accepted alternatives"
+    if d.outcome is Outcome.DEFER:
+        return f"Deferred {where}: still open ({d.reason})"
+    verb = "Merged" if d.outcome is Outcome.MERGE else "Decided"
+    return f"{verb} {where} for claim {claim.claim_id.hex()}: {value_cell(claim.value)}"
 
 
 def _decision_json(d: DecisionAdded, names: AuthorNames) -> dict[str, Any]:
@@ -740,12 +756,23 @@ def _decision_json(d: DecisionAdded, names: AuthorNames) -> dict[str, Any]:
         "reason": d.reason,
         "groups": [g.hex() for g in d.groups],
         "selected_group": None if d.selected_group is None else d.selected_group.hex(),
+        "outcome": d.outcome.value,
+        "made_at": _made_at_text(d),
     }
 
 
+def _made_at_text(d: DecisionAdded) -> str | None:
+    """The version a decision recorded (``statefuse version``'s form), or None."""
+    from statefuse.sync.version import decision_version
+
+    v = decision_version(d)
+    return None if v is None else str(v)
+
+
 def claim_notes(c: ClaimAdded, state: State) -> list[str]:
-    """What ``show`` writes in NOTE: ``conflict`` (undecided), ``chosen`` / ``overruled`` (a
-    decision applies) and ``stale`` (it rests on a retracted claim)."""
+    """What ``show`` writes in NOTE: ``conflict`` (undecided; with ``deferred`` when a defer
+    decision left it open), ``chosen`` / ``overruled`` (a decision applies), ``preserved`` (a
+    preserve decision kept every value) and ``stale`` (it rests on a retracted claim)."""
     notes = []
     key = _key_of(c)
     if not state.in_conflict(*key, c.scope):
@@ -759,6 +786,11 @@ def claim_notes(c: ClaimAdded, state: State) -> list[str]:
         decision = state.decision_for(conflict)
         if decision is None:
             notes.append("conflict")
+        elif decision.outcome is Outcome.PRESERVE:
+            notes.append("preserved")
+        elif decision.outcome is Outcome.DEFER:
+            notes.append("conflict")
+            notes.append("deferred")
         else:
             notes.append("chosen" if state.decision_selects(decision, c.claim_id) else "overruled")
     if c.op_id in state.stale:
@@ -774,7 +806,7 @@ def _cmd_show(s: Session) -> int:
     a = s.args
     prefix = parse_key_prefix(a.prefix) if a.prefix is not None else ()
     rep = s.replica(readonly=True)
-    at = _at(a)
+    at = _at(a, rep)
     state = rep.state_for(prefix, scope=a.scope) if at is None else rep.state(at=at)
     names = rep.author_names()
     claims = state.active_claims()
@@ -850,9 +882,15 @@ def _conflict_text(conflict: ConflictSet, state: State, names: AuthorNames) -> s
     decision = state.decision_for(conflict)
     if decision is None:
         status = "undecided"
+    elif decision.outcome is Outcome.PRESERVE:
+        status = "preserved: every value accepted"
+    elif decision.outcome is Outcome.DEFER:
+        status = f"deferred by {names.label(decision.author)}"
     else:
-        status = f"decided for {short_id(decision.selected_claim_id)}"
-        status += f" ({decision.reason})" if decision.reason else ""
+        verb = "merged into" if decision.outcome is Outcome.MERGE else "decided for"
+        status = f"{verb} {short_id(decision.selected_claim_id)}"
+    if decision is not None and decision.reason:
+        status += f" ({decision.reason})"
     group_of = {cid: i for i, g in enumerate(conflict.groups, 1) for cid in g.claim_ids}
     rows = []
     for cid in sorted(conflict.candidates, key=lambda c: (group_of[c], c)):
@@ -889,15 +927,62 @@ def _conflict_json(conflict: ConflictSet, state: State, names: AuthorNames) -> d
 
 
 def _cmd_conflicts(s: Session) -> int:
+    if s.args.history is not None:
+        return _conflict_history(s)
     rep = s.replica(readonly=True)
     limit = _conflict_limit(s.args.limit)
-    page, names = rep.conflicts(limit=limit, at=_at(s.args)), rep.author_names()
+    page, names = rep.conflicts(limit=limit, at=_at(s.args, rep)), rep.author_names()
     state, shown = page.state, page.conflicts
     more = page.total - len(shown)
     text = "\n\n".join(_conflict_text(c, state, names) for c in shown) or "No conflicts."
     if more:
         text += f"\n\n{plural(more, 'more conflict')} not shown ({page.total} in all)."
     data = {"conflicts": [_conflict_json(c, state, names) for c in shown], "more": more}
+    s.emit(data, text)
+    return EXIT_OK
+
+
+def _conflict_history(s: Session) -> int:
+    """``conflicts --history LOCUS|KEY``: the lifecycle of one conflict (`conflict_history`)."""
+    a = s.args
+    rep = s.replica(readonly=True)
+    target = a.history
+    if "/" in target:
+        key = parse_key(target)
+        of: bytes | Key = key
+        shown = f"{format_key(key)} [{a.scope or 'global'}]"
+    else:
+        try:
+            of = bytes.fromhex(target)
+        except ValueError:
+            of = b""
+        if len(of) != 32:
+            raise CliError(
+                "--history",
+                "locus-or-key",
+                f"--history takes a KEY (namespace/subject/predicate) or a locus"
+                f" (64 hex digits, as `conflicts --json` prints it), not {target!r}",
+            )
+        shown = f"locus {target[:12]}…"
+    names = rep.author_names()
+    events = rep.conflict_history(of, scope=a.scope or "global", at=_at(a, rep))
+    rows = [
+        [
+            str(e.lamport),
+            e.event.value,
+            "" if e.outcome is None else e.outcome.value,
+            names.label(e.author),
+            str(e.values),
+            e.reason + (f" (did not apply: {e.stale.value})" if e.stale else ""),
+        ]
+        for e in events
+    ]
+    text = (
+        table(["LAMPORT", "EVENT", "OUTCOME", "AUTHOR", "VALUES", "WHY"], rows)
+        if rows
+        else f"No conflict history for {shown}."
+    )
+    data = {"events": [{**e.to_dict(), **_authored(e.author, names)} for e in events]}
     s.emit(data, text)
     return EXIT_OK
 
@@ -935,7 +1020,7 @@ def _cmd_history(s: Session) -> int:
     key = parse_key(a.key)
     rep = s.replica(readonly=True)
     names = rep.author_names()
-    at = _at(a)
+    at = _at(a, rep)
     state = rep.state_for(key, scope=a.scope) if at is None else rep.state(at=at)
     every = key_history(state, key, a.scope)
     limit = _conflict_limit(a.limit)
@@ -965,21 +1050,17 @@ def _cmd_history(s: Session) -> int:
     return EXIT_OK
 
 
-def _at(a: argparse.Namespace) -> Version | None:
-    """``--at VERSION`` -> the Version (None: not given). A time is refused by name: the store
-    does not record when it received each change, so a time names no set of changes."""
-    from statefuse.sync.version import Version
+def _at(a: argparse.Namespace, rep: Replica) -> Version | None:
+    """``--at VERSION`` or ``--at TIME`` -> the Version (None: not given). A time (ISO 8601
+    with a zone, or a date) names the changes this store had received by then
+    (`Replica.version_received_by`): a local fact, not a shared one."""
+    from statefuse.sync.version import Version, parse_time
 
     text = getattr(a, "at", None)
     if text is None:
         return None
     if not text.startswith("v1:") and text[:4].isdigit():
-        raise CliError(
-            "--at",
-            "version-not-time",
-            f"--at takes a version (`statefuse version` prints one), not a time ({text!r}):"
-            " this store does not record when it received each change",
-        )
+        return rep.version_received_by(parse_time(text, field="--at"))
     return Version.parse(text, field="--at")
 
 
@@ -2290,7 +2371,20 @@ def _supersede_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _decide_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("claim", metavar="CLAIM", help="the candidate to decide for")
+    p.add_argument(
+        "claim",
+        metavar="CLAIM",
+        help="the candidate to decide for (merge: the merged claim; preserve, defer: any"
+        " candidate of the conflict)",
+    )
+    p.add_argument(
+        "--outcome",
+        choices=[o.value for o in Outcome],
+        default="select",
+        help="select (default) one value; preserve every value as an accepted alternative;"
+        " merge: select your claim that combines candidates it names in depends_on; defer:"
+        " acknowledge, still open (needs --reason)",
+    )
     p.add_argument("--reason", default="", help="why")
     p.add_argument("--scope", default="global", help="where the decision applies")
 
@@ -2314,6 +2408,12 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
 
 def _conflicts_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", metavar="N", help="show at most N conflicts (default: all)")
+    p.add_argument(
+        "--history",
+        metavar="LOCUS|KEY",
+        help="the lifecycle of one conflict (opened, decided, deferred, reopened, closed)",
+    )
+    p.add_argument("--scope", help="with --history KEY: the conflict's scope (default global)")
     _at_argument(p)
 
 
@@ -2613,7 +2713,13 @@ def _cmd_context(s: Session) -> int:
     if a.budget < 1:
         raise CliError("--budget", "positive", "the budget is a positive number of tokens")
     context = replica.context(
-        a.query, lens=lens, budget=a.budget, resolver=resolver, embedder=embedder, at=_at(a)
+        a.query,
+        lens=lens,
+        budget=a.budget,
+        resolver=resolver,
+        embedder=embedder,
+        at=_at(a, replica),
+        record_version=s.json,
     )
     s.emit(_context_json(context, _conflict_limit(a.limit) or 0) if s.json else None, context.text)
     return EXIT_OK

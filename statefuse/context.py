@@ -88,6 +88,7 @@ from statefuse.state import State
 from statefuse.tokenizer import CachedTokenizer, Tokenizer, default_tokenizer
 from statefuse.view import (
     Contest,
+    Deferral,
     How,
     Key,
     Selection,
@@ -330,6 +331,7 @@ class Context:
         "contested",
         "excluded",
         "included",
+        "made_at",
         "policy",
         "query",
         "repeated",
@@ -380,6 +382,10 @@ class Context:
         #: The version of the memory this context was made at (its text), when the caller
         #: read at one (`Replica.context(at=...)`); None for a context of the memory now.
         self.at: str | None = None
+        #: The version of the replica when this context was made, when the caller asked for it
+        #: (`Replica.context(record_version=True)`): ``state(at=made_at)`` is the memory this
+        #: context was read from. None: not recorded.
+        self.made_at: str | None = None
 
     @property
     def omitted(self) -> dict[str, tuple[bytes, ...]]:
@@ -409,6 +415,8 @@ class Context:
 
     def to_dict(self) -> dict[str, Any]:
         at = {} if self.at is None else {"at": self.at}
+        if self.made_at is not None:
+            at["made_at"] = self.made_at
         return {
             **at,
             "version": CONTEXT_FORMAT_VERSION,
@@ -514,6 +522,8 @@ def _meta(
         bits.append(f"scope={_part(c.scope)}")
     if how is How.DECISION or how is How.POLICY or how is How.RESOLVER:
         bits.append(f"chosen by {how.value}")
+    elif how is How.PRESERVED:
+        bits.append("accepted alternative, preserved by decision")
     if contest:
         bits.append(contest)
     return f" ({'; '.join(bits)})" if bits else ""
@@ -532,6 +542,8 @@ def _contest_mark(contest: Contest, names: AuthorNames, *, listed: bool, most_ch
     ``expand`` handle (`_CONTEST_HANDLE` until the layout names it) that lists their claims."""
     n = len(contest.others)
     head = f"contested: {n} other value{'s' if n > 1 else ''}"
+    if contest.outcome == "merge":  # the decider's claim combines the others it names
+        head = f"merged from {n} other value{'s' if n > 1 else ''}"
     if listed and n <= CONTEST_LISTED:
         shown = [render_value(g[0].value) for g in contest.others]
         if all(len(v) <= most_chars for v in shown):
@@ -609,8 +621,12 @@ def _section_of(c: ClaimAdded, stale: Mapping[bytes, object]) -> int:
     return _STALE if c.op_id in stale else _FACT
 
 
+#: Selections whose every claim is shown (not one representative of agreeing claims).
+_ALL_SHOWN = (How.MULTI, How.PRESERVED)
+
+
 def _shown(sel: Selection) -> tuple[ClaimAdded, ...]:
-    return sel.claims if sel.how is How.MULTI else (sel.claim,)
+    return sel.claims if sel.how is How.MULTI or sel.how is How.PRESERVED else (sel.claim,)
 
 
 def _surfaced_at(view: View, key: Key) -> SurfacedConflict | None:
@@ -1482,7 +1498,7 @@ class _Facts:
 
     def _full(self, c: ClaimAdded, *, listed: bool = True) -> _Unit:
         sel = self.view.selected.get(c.key)
-        agree = len(sel.claims) if sel is not None and sel.how is not How.MULTI else 1
+        agree = len(sel.claims) if sel is not None and sel.how not in _ALL_SHOWN else 1
         how = sel.how if sel is not None else None
         changed = (
             _changed_from(self.previous.get(c.op_id, ()), "changed from")
@@ -1836,7 +1852,7 @@ def _stale_mark(view: View, c: ClaimAdded) -> str:
 
 def _claim_line(view: View, c: ClaimAdded, *, tag: str = "", value: str | None = None) -> str:
     sel = view.selected.get(c.key)
-    agree = len(sel.claims) if sel is not None and sel.how is not How.MULTI else 1
+    agree = len(sel.claims) if sel is not None and sel.how not in _ALL_SHOWN else 1
     shown = render_value(c.value) if value is None else value
     return (
         f"{ITEM}{tag}{render_key(c.key)}: {shown}"
@@ -1854,6 +1870,8 @@ def _conflict_unit(meter: _Meter, sc: SurfacedConflict, names: AuthorNames) -> _
     lines = [f"{ITEM}{render_key(sc.key)}: UNRESOLVED — {len(sc.groups)} candidate values:"]
     if sc.scope != "global":
         lines[0] = lines[0][:-1] + f" (scope={_part(sc.scope)}):"
+    if sc.deferred is not None:
+        lines[0] = lines[0][:-1] + _deferred_mark(sc.deferred, names) + ":"
     for g in sc.groups:
         rep = max(g, key=lambda c: (confidence_rank(c.confidence), c.lamport, c.op_id))
         authorities = sorted({c.authority for c in g if c.authority})
@@ -1870,6 +1888,11 @@ def _conflict_unit(meter: _Meter, sc: SurfacedConflict, names: AuthorNames) -> _
             bits.append("from " + _some([json.dumps(s, ensure_ascii=False) for s in sources]))
         lines.append(f"    • {render_value(rep.value)} ({'; '.join(bits)})")
     return _Unit(lines, list(sc.candidates), meter.lines(lines))
+
+
+def _deferred_mark(d: Deferral, names: AuthorNames) -> str:
+    """`` (deferred by A: why)``: a ``defer`` decision acknowledged the conflict, still open."""
+    return f" (deferred by {_part(names.label(d.author))}: {_clip(d.reason)})"
 
 
 #: Longest provenance a conflict candidate shows, and most authors or sources listed per value.

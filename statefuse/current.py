@@ -5,9 +5,11 @@ reading a value cannot take one side of a disagreement by accident:
 
 - `KeyValue`: the active claims agree (one value group), or a decision that applies chose one
   of their values, or the predicate holds several values at once (a set-valued contract: then
-  ``value`` is the list of them and ``many`` is True);
-- `KeyConflict`: the active claims disagree and nothing decided it (SEMANTICS §5): the
-  candidates, each with its author, are there to show or to decide.
+  ``value`` is the list of them and ``many`` is True), or a ``preserve`` decision kept every
+  value (``value`` lists them, ``many`` is True, ``decision`` says which);
+- `KeyConflict`: the active claims disagree and nothing decided it, or a ``defer`` decision
+  left it open (SEMANTICS §5, §6): the candidates, each with its author, are there to show or
+  to decide.
 
 No active claim: None.
 """
@@ -61,8 +63,10 @@ def current_of(
     conflict = state.conflict_of(*parts, scope)
     if conflict is not None:
         decision = state.decision_for(conflict)
-        if decision is None:
+        if decision is None or not decision.outcome.settles:  # undecided, or deferred
             return KeyConflict(parts, scope, conflict, tuple(claims))
+        if not decision.outcome.selects:  # preserved: every value is an accepted alternative
+            return KeyValue(parts, scope, _values(state, claims), tuple(claims), decision, True)
         chosen = tuple(c for c in claims if state.decision_selects(decision, c.claim_id))
         return KeyValue(parts, scope, chosen[0].value, chosen, decision)
     groups: dict[bytes, ClaimAdded] = {}
@@ -70,5 +74,12 @@ def current_of(
         groups.setdefault(state.group_id(c.claim_id), c)
     if len(groups) == 1:
         return KeyValue(parts, scope, claims[0].value, tuple(claims))
-    values = [c.value for c in sorted(groups.values(), key=lambda c: c.claim_id)]
-    return KeyValue(parts, scope, values, tuple(claims), many=True)
+    return KeyValue(parts, scope, _values(state, claims), tuple(claims), many=True)
+
+
+def _values(state: State, claims: Sequence[ClaimAdded]) -> list[Value]:
+    """One value per value group, in the claim id order of each group's first claim."""
+    groups: dict[bytes, ClaimAdded] = {}
+    for c in claims:
+        groups.setdefault(state.group_id(c.claim_id), c)
+    return [c.value for c in sorted(groups.values(), key=lambda c: c.claim_id)]

@@ -65,6 +65,8 @@ def key_history(state: State, key: Key, scope: str | None = None) -> list[Histor
         if d.locus in loci and d.selected_claim_id in by_id:
             stale = state.why_stale(d)
             why = d.reason if stale is None else f"{d.reason} (no longer applies: {stale.value})"
+            if d.outcome.value != "select":  # preserve, defer: the claim is one it names
+                why = f"{d.outcome.value}: {why}" if why else d.outcome.value
             chosen = by_id[d.selected_claim_id]
             events.append(HistoryEvent(d.lamport, d.op_id, "decide", d.author, chosen, why))
     events.sort(key=lambda e: (e.lamport, e.op_id, e.claim.claim_id))

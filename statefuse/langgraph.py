@@ -135,7 +135,7 @@ from statefuse.state import State
 from statefuse.storeindex import StoreIndex
 from statefuse.sync.replica import Replica
 from statefuse.vectorstore import VectorStore
-from statefuse.view import Contest, Key, SurfacedConflict, View
+from statefuse.view import Contest, How, Key, Selection, SurfacedConflict, View
 
 __all__ = [
     "CLAIM_PREFIX",
@@ -536,8 +536,21 @@ class _Seen:
         selection = self.view.selected.get(k)
         if selection is None:
             return None
-        contest = self.view.contested.get(k)
+        contest = self.view.contested.get(k) or _preserved_contest(self.view, k, selection)
         return _Found(namespace, key, selection.claim, None, self.names, contest)
+
+
+def _preserved_contest(view: View, k: Key, selection: Selection) -> Contest | None:
+    """A key a ``preserve`` decision settled, as the contest its item carries: the value shown
+    is one accepted alternative, ``others`` the rest (``how`` ``preserved``, ``outcome``
+    ``preserve``), so a graph reading the item sees every value kept."""
+    kept = view.preserved.get(k) if view.preserved else None
+    if kept is None:
+        return None
+    others = tuple(g for g in kept.groups if selection.claim not in g)
+    return Contest(
+        k, kept.scope, kept.locus, kept.conflict_id, How.PRESERVED, "decision", others, "preserve"
+    )
 
 
 def _when(ms: int) -> datetime:
@@ -576,6 +589,7 @@ def _value_of(found: _Found) -> dict[str, Any]:
             "key": found.key,
             "conflict_id": _short(conflict.conflict_id),
             "not_shown": conflict.not_shown,
+            **_deferred_metadata(conflict, names),
             "candidates": [
                 {
                     "value": plain_value(c.value),
@@ -587,6 +601,21 @@ def _value_of(found: _Found) -> dict[str, Any]:
                 }
                 for c in conflict.candidates
             ],
+        }
+    }
+
+
+def _deferred_metadata(conflict: SurfacedConflict, names: AuthorNames) -> dict[str, Any]:
+    """``{"deferred": {...}}`` for a conflict a ``defer`` decision left open, else nothing."""
+    d = conflict.deferred
+    if d is None:
+        return {}
+    return {
+        "deferred": {
+            "outcome": "defer",
+            "author": names.label(d.author),
+            "reason": d.reason,
+            "decision_id": _short(d.decision_id),
         }
     }
 
@@ -640,6 +669,7 @@ def contested_metadata(found: _Found) -> dict[str, Any] | None:
         "conflict_id": _short(contest.conflict_id),
         "how": contest.how.value,
         "by": contest.by,
+        **({"outcome": contest.outcome} if contest.outcome else {}),
         "claim_id": _short(found.selected.claim_id),
         "others": [
             {

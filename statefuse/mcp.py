@@ -57,7 +57,7 @@ from mcp.types import (
     ToolAnnotations,
 )
 from pydantic import Field, ValidationError
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from statefuse import __version__
 from statefuse.authorname import AuthorNames
@@ -75,7 +75,7 @@ from statefuse.error import InputError
 from statefuse.history import key_history
 from statefuse.keytext import format_key
 from statefuse.lens import Lens
-from statefuse.op import ClaimAdded, claim_ref_for
+from statefuse.op import ClaimAdded, Outcome, claim_ref_for
 from statefuse.ranker import LexicalRanker, Ranker, words
 from statefuse.resolver import Conservative
 from statefuse.state import ConflictSet, State, locus_of
@@ -95,7 +95,17 @@ __all__ = [
 ]
 
 #: The tools, in the order the server lists them.
-TOOL_NAMES = ("remember", "recall", "search", "retract", "conflicts", "decide", "history", "sync")
+TOOL_NAMES = (
+    "remember",
+    "recall",
+    "search",
+    "retract",
+    "conflicts",
+    "decide",
+    "history",
+    "conflict_history",
+    "sync",
+)
 #: The resource that holds the current context (``recall`` with an empty query).
 CONTEXT_URI = "statefuse://context"
 #: Token budget of ``recall`` and of the context resource when none is given.
@@ -222,6 +232,9 @@ class ContestInfo(TypedDict):
         ),
     ]
     others: list[OtherValue]
+    outcome: NotRequired[
+        Annotated[str, Field(description="merge: a merge decision chose the claim shown")]
+    ]
 
 
 class Recalled(TypedDict):
@@ -290,7 +303,11 @@ class DecisionInfo(TypedDict):
     """The decision that applies to a conflict."""
 
     decision_id: str
-    claim_id: Annotated[str, Field(description="the candidate decided for")]
+    claim_id: Annotated[
+        str,
+        Field(description="the candidate decided for (preserve, defer: a candidate it names)"),
+    ]
+    outcome: Annotated[str, Field(description="select, preserve, merge or defer")]
     reason: str
     author: str
     author_name: Annotated[
@@ -327,6 +344,33 @@ class Decided(TypedDict):
     claim_id: Annotated[str, Field(description="the candidate decided for")]
     value: Any
     reason: str
+    outcome: Annotated[str, Field(description="select, preserve, merge or defer")]
+
+
+class LifecycleInfo(TypedDict):
+    """One event of a conflict's lifecycle."""
+
+    event: Annotated[str, Field(description="opened, decided, deferred, reopened or closed")]
+    lamport: int
+    op_id: Annotated[str, Field(description="the op that caused it")]
+    author: str
+    author_name: Annotated[
+        str | None, Field(description="the name its author declared for itself (null: none)")
+    ]
+    values: Annotated[int, Field(description="value groups held just after it")]
+    outcome: Annotated[str | None, Field(description="the decision's outcome, if any")]
+    decision_id: str | None
+    reason: Annotated[
+        str, Field(description="the decision's reason; why it reopened; why it closed")
+    ]
+
+
+class Lifecycle(TypedDict):
+    """A conflict's lifecycle, oldest event first."""
+
+    key: str
+    scope: str
+    events: list[LifecycleInfo]
 
 
 class Event(TypedDict):
@@ -426,7 +470,7 @@ def _contest_info(
     claim_id: bytes, contest: Contest, handle: str | None, names: AuthorNames
 ) -> ContestInfo:
     """A contested line of a context (`Context.contested`), as ``recall`` returns it."""
-    return ContestInfo(
+    info = ContestInfo(
         claim_id=claim_id.hex(),
         key=format_key(contest.key),
         scope=contest.scope,
@@ -436,6 +480,9 @@ def _contest_info(
         handle=handle,
         others=[_other_value(g, names) for g in contest.others],
     )
+    if contest.outcome:
+        info["outcome"] = contest.outcome
+    return info
 
 
 def _search_contest(c: ClaimAdded, state: State, names: AuthorNames) -> ContestInfo | None:
@@ -447,7 +494,7 @@ def _search_contest(c: ClaimAdded, state: State, names: AuthorNames) -> ContestI
     conflict = state.conflict_of(*key, c.scope)
     if conflict is None:
         return None
-    decided = state.decision_for(conflict) is not None
+    decided = _settled(state, conflict)  # a defer leaves it a conflict
     others = [
         [state.claims[cid] for cid in g.claim_ids]
         for g in conflict.groups
@@ -489,6 +536,7 @@ def _conflict_info(conflict: ConflictSet, state: State, names: AuthorNames) -> C
         decision = DecisionInfo(
             decision_id=d.op_id.hex(),
             claim_id=d.selected_claim_id.hex(),
+            outcome=d.outcome.value,
             reason=d.reason,
             author=_author(d.author),
             author_name=_name(d.author, names),
@@ -500,6 +548,12 @@ def _conflict_info(conflict: ConflictSet, state: State, names: AuthorNames) -> C
         candidates=candidates,
         decision=decision,
     )
+
+
+def _settled(state: State, conflict: ConflictSet) -> bool:
+    """Whether a decision settles ``conflict`` (a ``defer`` leaves it open)."""
+    d = state.decision_for(conflict)
+    return d is not None and d.outcome.settles
 
 
 def _conflict_line(conflict: ConflictSet, state: State, names: AuthorNames) -> str:
@@ -955,8 +1009,7 @@ class _Tools:
                 (
                     c
                     for c in page.conflicts
-                    if c.key[: len(parts)] == parts
-                    and (include_decided or state.decision_for(c) is None)
+                    if c.key[: len(parts)] == parts and (include_decided or not _settled(state, c))
                 ),
                 key=lambda c: (c.key, c.scope),
             )
@@ -976,16 +1029,38 @@ class _Tools:
         self,
         key: _Key,
         claim_id: Annotated[
-            str, Field(description="the candidate to decide for: its id or a unique 8+ prefix")
-        ],
+            str,
+            Field(
+                description="the candidate to decide for: its id or a unique 8+ prefix (merge:"
+                " your claim that combines candidates it names in depends_on; preserve, defer:"
+                " leave empty, or name any candidate when the key has conflicts in several"
+                " scopes)"
+            ),
+        ] = "",
         reason: _Reason = "",
         scope: Annotated[str, Field(description="where the decision applies")] = "global",
+        outcome: Annotated[
+            str,
+            Field(
+                description="select (default): one value; preserve: every value is right in"
+                " its own way (settled, all kept); merge: select your combining claim; defer:"
+                " acknowledged, still open (give a reason)"
+            ),
+        ] = "select",
     ) -> Annotated[CallToolResult, Decided]:
-        """Settle a conflict for one of its candidates (see `conflicts`). The decision is
-        recorded for every replica; no claim is removed, and it stops applying if a new value
-        appears or the chosen value is withdrawn."""
+        """Settle a conflict (see `conflicts`): select one candidate, preserve all of them as
+        accepted alternatives, merge (select a claim you wrote that combines candidates) or
+        defer it with a reason. The decision is recorded for every replica; no claim is
+        removed, and it stops applying if a new value appears or a value it kept is
+        withdrawn."""
         with _argument("key"):
             ns, subject, predicate = parse_key(key)
+        with _argument("outcome"):
+            kind = Outcome(outcome) if outcome in {o.value for o in Outcome} else None
+            if kind is None:
+                raise ToolArgumentError(
+                    "outcome", "outcome", "outcome is one of select, preserve, merge, defer"
+                )
         with self.lock:
             rep = self.replica
             state = rep.state_for((ns, subject, predicate))
@@ -995,23 +1070,76 @@ class _Tools:
                     "key", "conflict", f"{format_key((ns, subject, predicate))} has no conflict"
                 )
             candidates = {cid: c for c in at_key for cid in c.candidates}
-            with _argument("claim_id"):
-                chosen = resolve_id(claim_id, candidates, what="candidate")
+            if not claim_id and not kind.selects and len(at_key) == 1:
+                chosen = min(at_key[0].candidates)
+            else:
+                with _argument("claim_id"):
+                    chosen = resolve_id(claim_id, candidates, what="candidate")
             conflict = candidates[chosen]
-            d = rep.decide(conflict, chosen, scope=scope, reason=reason)
-            value = state.claims[chosen].value
+            d = rep.decide(
+                conflict,
+                chosen if kind.selects else None,
+                scope=scope,
+                reason=reason,
+                outcome=kind,
+            )
+            value = state.claims[chosen].value if kind.selects else None
         result = Decided(
             decision_id=d.op_id.hex(),
             key=format_key(conflict.key),
             scope=conflict.scope,
-            claim_id=chosen.hex(),
+            claim_id=d.selected_claim_id.hex(),
             value=json_value(value),
             reason=reason,
+            outcome=kind.value,
         )
+        where = f"{format_key(conflict.key)} [{conflict.scope}]"
+        if kind is Outcome.PRESERVE:
+            line = f"Preserved {where}: every value is an accepted alternative"
+        elif kind is Outcome.DEFER:
+            line = f"Deferred {where}: still open ({reason})"
+        else:
+            verb = "Merged" if kind is Outcome.MERGE else "Decided"
+            line = f"{verb} {where} for claim {chosen.hex()}: {value_cell(value)}"
+        return _answer(line, result)
+
+    def conflict_history(
+        self,
+        key: _Key,
+        scope: Annotated[str, Field(description="the conflict's scope")] = "global",
+    ) -> Annotated[CallToolResult, Lifecycle]:
+        """How a conflict got where it is: opened, decided (with its outcome), deferred,
+        reopened (a new value, or a value the decision kept was withdrawn) and closed
+        (candidates retracted), oldest first, with who and why."""
+        with _argument("key"):
+            parsed = parse_key(key)
+        with self.lock, _argument("scope"):
+            events = self.replica.conflict_history(parsed, scope=scope)
+            names = self.replica.author_names()
+        infos = [
+            LifecycleInfo(
+                event=e.event.value,
+                lamport=e.lamport,
+                op_id=e.op_id.hex(),
+                author=_author(e.author),
+                author_name=_name(e.author, names),
+                values=e.values,
+                outcome=None if e.outcome is None else e.outcome.value,
+                decision_id=None if e.decision_id is None else e.decision_id.hex(),
+                reason=e.reason,
+            )
+            for e in events
+        ]
+        lines = [f"{plural(len(events), 'event')} for {format_key(parsed)} [{scope}]"]
+        lines += [
+            f"{e.lamport} {e.event.value}"
+            + (f" ({e.outcome.value})" if e.outcome is not None else "")
+            + f" by {names.label(e.author)}"
+            + (f": {_one_line(e.reason)}" if e.reason.strip() else "")
+            for e in events
+        ]
         return _answer(
-            f"Decided {format_key(conflict.key)} [{conflict.scope}] for claim {chosen.hex()}:"
-            f" {value_cell(value)}",
-            result,
+            "\n".join(lines), Lifecycle(key=format_key(parsed), scope=scope, events=infos)
         )
 
     def history(
@@ -1290,7 +1418,7 @@ def build_server(
         # the context changes with every write: a client must never serve a cached read
         cache_hints={"resources/read": CacheHint(ttl_ms=0)},
     )
-    reads = {"recall", "search", "conflicts", "history"}
+    reads = {"recall", "search", "conflicts", "history", "conflict_history"}
     for name in TOOL_NAMES:
         fn: Callable[..., Any] = getattr(tools, name)
         server.add_tool(fn, name=name, annotations=_READ_ONLY if name in reads else _WRITES)

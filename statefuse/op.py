@@ -85,6 +85,29 @@ Author = Union[str, bytes]  # noqa: UP007 - a runtime alias on Python 3.10
 _SCOPE_RE = re.compile(r"\A(?:global|hypothetical|draft|(?:task|session):[^\s].{0,1023})\Z", re.S)
 
 
+class Outcome(Enum):
+    """What a decision does with its conflict (SEMANTICS §6): ``select`` one value group,
+    ``preserve`` every current group as an accepted alternative (settled without a winner),
+    ``merge`` (select a claim the decider wrote that combines candidates it names in
+    ``depends_on``; StateFuse never invents a merged value) or ``defer`` (acknowledged, still
+    open)."""
+
+    SELECT = "select"
+    PRESERVE = "preserve"
+    MERGE = "merge"
+    DEFER = "defer"
+
+    @property
+    def settles(self) -> bool:
+        """Whether a decision of this outcome settles its conflict (all but ``defer``)."""
+        return self is not Outcome.DEFER
+
+    @property
+    def selects(self) -> bool:
+        """Whether a decision of this outcome selects one value (``select``, ``merge``)."""
+        return self is Outcome.SELECT or self is Outcome.MERGE
+
+
 class Layer(Enum):
     """Where a claim sits in the context an LLM reads (identity, fact, working set, environment)."""
 
@@ -299,6 +322,42 @@ def _layer(name: str, v: object) -> Layer:
         raise _err(name, "layer", f"{v!r} is not a layer ({allowed})") from None
 
 
+def _outcome(name: str, v: object) -> Outcome:
+    if isinstance(v, Outcome):
+        return v
+    try:
+        return Outcome(v)
+    except ValueError:
+        allowed = ", ".join(m.value for m in Outcome)
+        raise _err(name, "outcome", f"{v!r} is not an outcome ({allowed})") from None
+
+
+#: One head of a version a decision records: (author key, seq, change id).
+MadeAtHead = tuple[bytes, int, bytes]
+
+
+def _made_at_head(name: str, v: object) -> MadeAtHead:
+    if not (isinstance(v, (list, tuple)) and len(v) == 3):
+        raise _err(name, "made-at-head", "a head is (author key, seq, change id)")
+    author, seq, change = v
+    if type(seq) is not int or not 1 <= seq <= INT_MAX:
+        raise _err(name, "made-at-head", "a head's seq is an int >= 1")
+    return (_id(name, author), seq, _id(name, change))
+
+
+def _made_at(name: str, v: object) -> tuple[MadeAtHead, ...]:
+    """The replica version a decision was made at, as plain canonical data: its heads as
+    ``(author, seq, change_id)``, sorted and distinct (the sync layer's ``Version`` builds and
+    reads it; the core op stays free of sync). Empty: not recorded."""
+    if (type(v) is tuple or type(v) is list) and not v:
+        return ()
+    if not isinstance(v, (list, tuple)):
+        raise _err(name, "list", f"expected a list, got {type(v).__name__}")
+    if len(v) > MAX_LIST_ITEMS:
+        raise _err(name, "list-length", f"more than {MAX_LIST_ITEMS} items")
+    return tuple(sorted({_made_at_head(f"{name}[]", x) for x in v}))
+
+
 def _confidence(name: str, v: object) -> float | None:
     """None (the author stated no confidence) or a float in [0, 1] (an int 0 or 1 is taken as
     that float). NaN is refused with the rule ``unit-interval``: it is in no interval."""
@@ -395,7 +454,9 @@ def _encoder(cls: type[_OpBase], version: int) -> _Encoder:
         enc = _ENCODERS[cls, version] = _Encoder(
             keys=order,
             fetch=attrgetter(*names),
-            layers=tuple(i for i, name in enumerate(order) if checks.get(name) is _layer),
+            layers=tuple(
+                i for i, name in enumerate(order) if checks.get(name) in (_layer, _outcome)
+            ),
             value_at=next((i for i, name in enumerate(order) if checks.get(name) is _value), None),
             old_version_at=None if version == cls.FORMAT_VERSION else order.index("v"),
             version=version,
@@ -406,8 +467,9 @@ def _encoder(cls: type[_OpBase], version: int) -> _Encoder:
 
 
 _ENCODERS: dict[tuple[type, int], _Encoder] = {}
-#: A Layer's string value (a dict lookup is several times cheaper than the enum's property).
-_LAYER_VALUE: dict[Layer, str] = {m: m.value for m in Layer}
+#: A Layer's (or an Outcome's) string value (a dict lookup is several times cheaper than the
+#: enum's property).
+_LAYER_VALUE: dict[Enum, str] = {m: m.value for e in (Layer, Outcome) for m in e}
 #: Reused: creating a packer costs more than packing an op. It is never given a ``default``
 #: hook, so packing runs no Python code and cannot be interleaved by another thread.
 _PACKER = msgpack.Packer(use_bin_type=True, use_single_float=False, autoreset=True)
@@ -416,7 +478,7 @@ _PACKER = msgpack.Packer(use_bin_type=True, use_single_float=False, autoreset=Tr
 def _plain(obj: object) -> object:
     if type(obj) is FrozenMap:  # a map value (lists are tuples, which pack as arrays)
         return _entries_of(obj)  # only read, by the packer
-    if isinstance(obj, Layer):
+    if isinstance(obj, (Layer, Outcome)):
         return obj.value
     raise TypeError(f"{type(obj).__name__} is not encodable")
 
@@ -557,8 +619,8 @@ class _OpBase:
                 if type(v) is FrozenList or type(v) is FrozenMap:
                     v = plain_value(v)
                 elif isinstance(v, tuple):
-                    v = list(v)
-                elif isinstance(v, Layer):
+                    v = [list(x) if isinstance(x, tuple) else x for x in v]
+                elif isinstance(v, (Layer, Outcome)):
                     v = v.value
             out[name] = v  # type: ignore[assignment]
         return out
@@ -774,13 +836,31 @@ class DecisionAdded(_OpBase):
     encodings reaches all of them with no second path to keep in step; the decoders choose the
     field set by the ``"v"`` tag, so each op still has exactly one encoding and one id.
 
+    Outcomes (version 3): ``outcome`` says what the decision does (`Outcome`; SEMANTICS §6).
+    ``select`` is the decision above. ``merge`` selects, like ``select``, a claim the decider
+    wrote whose ``depends_on`` names the candidates it combines (the writer checks both; the
+    merged claim is a value at the locus, so it is among ``groups`` and its group is
+    ``selected_group``). ``preserve`` and ``defer`` select nothing: ``selected_group`` is None
+    and ``selected_claim_id`` names one candidate the decider saw (the lowest candidate id),
+    because a locus is a hash and a reader finds the decided key through that claim. A
+    ``defer`` carries why in ``reason`` (who deferred is the author). ``made_at`` is the
+    replica version the decision was made at, as plain canonical data (heads as ``(author,
+    seq, change_id)``, sorted; empty: not recorded), built and read by the sync layer's
+    ``Version``. A decision with outcome ``select`` and no recorded version encodes as before
+    (version 1 or 2), so its bytes and id are unchanged; any other is version 3, which always
+    records its value groups. A peer of an earlier release refuses a version 3 decision as an
+    unknown op version (its change is quarantined with that reason, never half-read).
+
     Decisions never change which claims are active.
     """
 
     KIND: ClassVar[str] = "DecisionAdded"
-    FORMAT_VERSION: ClassVar[int] = 2
-    _EARLIER: ClassVar[tuple[int, ...]] = (1,)
-    _LACKS: ClassVar[dict[int, frozenset[str]]] = {1: frozenset(("groups", "selected_group"))}
+    FORMAT_VERSION: ClassVar[int] = 3
+    _EARLIER: ClassVar[tuple[int, ...]] = (1, 2)
+    _LACKS: ClassVar[dict[int, frozenset[str]]] = {
+        1: frozenset(("groups", "selected_group", "outcome", "made_at")),
+        2: frozenset(("outcome", "made_at")),
+    }
     author: Author
     lamport: int
     wall_ms: int
@@ -792,6 +872,8 @@ class DecisionAdded(_OpBase):
     payload: Value = None
     groups: tuple[bytes, ...] = ()
     selected_group: bytes | None = None
+    outcome: Outcome = Outcome.SELECT
+    made_at: tuple[MadeAtHead, ...] = ()
     op_id: bytes = field(init=False, repr=False)
 
     _SCHEMA: ClassVar[tuple[tuple[str, Any], ...]] = (
@@ -806,14 +888,18 @@ class DecisionAdded(_OpBase):
         ("payload", _value),
         ("groups", _ids),
         ("selected_group", _opt_id),
+        ("outcome", _outcome),
+        ("made_at", _made_at),
     )
 
     def __post_init__(self) -> None:
         self._validate()
-        _check_decision_groups(self.groups, self.selected_group)
+        _check_decision(self.groups, self.selected_group, self.outcome, self.reason, self.made_at)
         self._seal()
 
     def _version(self) -> int:
+        if self.outcome is not Outcome.SELECT or self.made_at:
+            return 3
         return 2 if self.groups else 1
 
     @property
@@ -836,6 +922,35 @@ def _check_decision_groups(groups: tuple[bytes, ...], selected: bytes | None) ->
         raise _err("groups", "decision-groups", "a decision chooses among at least two values")
     if selected not in groups:
         raise _err("selected_group", "decision-groups", "the chosen group is not among groups")
+
+
+def _check_decision(
+    groups: tuple[bytes, ...],
+    selected: bytes | None,
+    outcome: Outcome,
+    reason: str,
+    made_at: tuple[MadeAtHead, ...],
+) -> None:
+    """The group rules of `_check_decision_groups`, and those of the outcomes: a decision
+    with an outcome other than ``select`` or a recorded version records its value groups;
+    ``preserve`` and ``defer`` select no group; ``defer`` says why."""
+    if outcome.selects:
+        _check_decision_groups(groups, selected)
+    elif selected is not None:
+        raise _err(
+            "selected_group",
+            "outcome-selects-nothing",
+            f"a {outcome.value} decision selects no value (selected_group is None)",
+        )
+    if (outcome is not Outcome.SELECT or made_at) and len(groups) < 2:
+        raise _err(
+            "groups",
+            "decision-groups",
+            "a decision with an outcome or a recorded version records the value groups"
+            " (at least two) it was made among",
+        )
+    if outcome is Outcome.DEFER and not reason.strip():
+        raise _err("reason", "defer-reason", "a defer decision says why (reason)")
 
 
 Op = Union[EvidenceAdded, ClaimAdded, ClaimRetracted, DecisionAdded]  # noqa: UP007
@@ -1053,6 +1168,31 @@ def _col_layer(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any]
     return None if None in stored else stored
 
 
+_OUTCOME_BY_VALUE = {m.value: m for m in Outcome}
+
+
+def _col_outcome(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+    if types != {str}:
+        return None
+    stored = list(map(_OUTCOME_BY_VALUE.get, col))
+    return None if None in stored else stored
+
+
+def _col_made_at(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
+    if types != {list}:
+        return None
+    stored: list[tuple[MadeAtHead, ...]] = []
+    for v in col:
+        try:
+            t = _made_at(name, v)
+        except OpRuleError:
+            return None
+        if [list(h) for h in t] != v:
+            return None  # unsorted, repeated or oddly typed: the reference decides
+        stored.append(t)
+    return stored
+
+
 def _col_confidence(name: str, col: Sequence[Any], types: set[type]) -> Sequence[Any] | None:
     # An int 0 or 1 is valid but stored as a float, which encodes differently: the reference
     # decides (and finds the bytes non-canonical).
@@ -1119,6 +1259,8 @@ _COLUMN_CHECKS: dict[Callable[..., Any], _ColumnCheck] = {
     _opt_label: _col_opt_label,
     _scope: _col_scope,
     _layer: _col_layer,
+    _outcome: _col_outcome,
+    _made_at: _col_made_at,
     _confidence: _col_confidence,
     _ids: _col_sorted_unique(_ids),
     _roles: _col_sorted_unique(_roles),
@@ -1137,8 +1279,19 @@ def _decision_groups(stored: dict[str, Sequence[Any]]) -> bool:
     if "groups" not in stored:  # the first encoding: no group fields
         return True
     try:
-        for groups, selected in zip(stored["groups"], stored["selected_group"], strict=True):
-            _check_decision_groups(groups, selected)
+        if "outcome" not in stored:  # the second encoding: no outcome, no version recorded
+            for groups, selected in zip(stored["groups"], stored["selected_group"], strict=True):
+                _check_decision_groups(groups, selected)
+            return True
+        for row in zip(
+            stored["groups"],
+            stored["selected_group"],
+            stored["outcome"],
+            stored["reason"],
+            stored["made_at"],
+            strict=True,
+        ):
+            _check_decision(*row)
     except OpRuleError:
         return False
     return True

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from statefuse.index import LocusKey
 from statefuse.lens import Lens, scope_rank
-from statefuse.op import ClaimAdded, DecisionAdded, confidence_rank
+from statefuse.op import ClaimAdded, DecisionAdded, Outcome, confidence_rank
 from statefuse.registry.contract import Policy, PredicateContract
 from statefuse.registry.error import InputError
 from statefuse.registry.registry import DEFAULT_AUTHORITY_ORDER
@@ -62,10 +62,12 @@ from statefuse.scrub import RetractedValues, retracted_index
 from statefuse.state import ConflictSet, State
 from statefuse.view import (
     Contest,
+    Deferral,
     ExplanationMap,
     How,
     Key,
     Layered,
+    Preserved,
     SelectedMap,
     Selection,
     StaleNote,
@@ -507,12 +509,14 @@ class _Outcome:
         "explanation",
         "hidden",
         "out_of_scope",
+        "preserved",
         "selected",
         "shadowed",
         "surfaced",
     )
 
     def __init__(self) -> None:
+        self.preserved: Preserved | None = None
         self.selected: Selection | ClaimAdded | None = None
         self.explanation: str | ClaimAdded | None = None
         self.surfaced: SurfacedConflict | None = None
@@ -536,6 +540,7 @@ class _Seen:
         "now",
         "outcomes",
         "plan",
+        "preserved",
         "selected",
         "surfaced",
         "surfaced_keys",
@@ -558,6 +563,7 @@ class _Seen:
         self.surfaced_keys: list[Key] = []
         self.surfaced: list[SurfacedConflict] = []
         self.contested: dict[Key, Contest] = {}
+        self.preserved: dict[Key, Preserved] = {}
         #: Claims left out, counted: hidden, out of scope, expired, shadowed.
         self.tally = [0, 0, 0, 0]
         self.view: View | None = None
@@ -571,6 +577,7 @@ class _Seen:
         out.surfaced_keys = self.surfaced_keys.copy()
         out.surfaced = self.surfaced.copy()
         out.contested = self.contested.copy()
+        out.preserved = self.preserved.copy()
         out.tally = self.tally.copy()
         return out
 
@@ -584,6 +591,8 @@ class _Seen:
             self.explanations[key] = o.explanation
         if o.contested is not None:
             self.contested[key] = o.contested
+        if o.preserved is not None:
+            self.preserved[key] = o.preserved
         if o.surfaced is not None:
             i = bisect_left(self.surfaced_keys, key)
             self.surfaced_keys.insert(i, key)
@@ -598,6 +607,7 @@ class _Seen:
         self.selected.pop(key, None)
         self.explanations.pop(key, None)
         self.contested.pop(key, None)
+        self.preserved.pop(key, None)
         if o.surfaced is not None:
             i = bisect_left(self.surfaced_keys, key)
             del self.surfaced_keys[i], self.surfaced[i]
@@ -760,6 +770,7 @@ class _Run:
             excluded_ids=_ExcludedIds(out, seen.outcomes),
             explanations=ExplanationMap(parts, seen.explanations),
             contested=dict(sorted(seen.contested.items())),
+            preserved=dict(sorted(seen.preserved.items())),
             _lineage=(next(_serials), *_parent(before, seen)),
             retracted=self._retracted(),
         )
@@ -823,9 +834,20 @@ class _Run:
         ``conflict`` is the whole conflict, for finding its decisions; a resolver is handed
         only ``inp``, which names no candidate the lens may not see."""
         here, groups = inp.candidates, inp.groups
-        answer, how, error = self._resolve(conflict, inp, policy)
         scope = conflict.scope
         name = "/".join(key)
+        decided = self._decision(conflict, here)
+        deferral: Deferral | None = None
+        if decided is not None and decided[0].outcome is Outcome.PRESERVE:
+            self._preserve(key, conflict, here, groups, decided[0], values, note)
+            return
+        if decided is not None and decided[0].outcome is Outcome.DEFER:
+            d = decided[0]
+            deferral = Deferral(d.op_id, d.author, d.reason, d.lamport)
+            answer: Select | Abstain = Abstain(f"deferred: {d.reason}")
+            how, error = How.DECISION, None
+        else:
+            answer, how, error = self._resolve(conflict, inp, policy, decided)
         if isinstance(answer, Select):
             pick = next(c for c in here if c.op_id == answer.claim_id)
             group = next(g for g in groups if pick in g)
@@ -838,6 +860,9 @@ class _Run:
                 how,
                 self._settled_by(how, policy),
                 tuple(g for g in groups if g is not group),
+                "merge"
+                if how is How.DECISION and decided and decided[0].outcome is Outcome.MERGE
+                else "",
             )
             self.out.explanation = (
                 f"{name} [{scope}]: {_fmt(pick)} ({how.value}: {answer.reason};"
@@ -854,9 +879,41 @@ class _Run:
             answer.reason,
             error,
             len(conflict.candidates) - len(here),
+            deferral,
         )
         self.out.explanation = (
             f"{name} [{scope}]: UNRESOLVED between {values} ({answer.reason}){note}"
+        )
+
+    def _preserve(
+        self,
+        key: Key,
+        conflict: ConflictSet,
+        here: tuple[ClaimAdded, ...],
+        groups: tuple[tuple[ClaimAdded, ...], ...],
+        d: DecisionAdded,
+        values: str,
+        note: str,
+    ) -> None:
+        """A ``preserve`` decision applies: the conflict is settled without a winner. Every
+        visible value is an accepted alternative: the key's selection lists all of them (as
+        a multi-valued key's does) and ``preserved`` says which decision kept them."""
+        reason = d.reason or "preserved"
+        rep = _representative(groups[0])
+        self.out.selected = Selection(key, conflict.scope, rep, here, How.PRESERVED, reason)
+        self.out.preserved = Preserved(
+            key,
+            conflict.scope,
+            conflict.locus,
+            conflict.conflict_id,
+            groups,
+            d.op_id,
+            d.author,
+            d.reason,
+        )
+        self.out.explanation = (
+            f"{'/'.join(key)} [{conflict.scope}]: PRESERVED {values} (preserve: {reason};"
+            f" {len(groups)} accepted values){note}"
         )
 
     def _settled_by(self, how: How, policy: Policy) -> str:
@@ -868,11 +925,14 @@ class _Run:
         return type(self.resolver).__name__
 
     def _resolve(
-        self, conflict: ConflictSet, inp: ResolverInput, policy: Policy
+        self,
+        conflict: ConflictSet,
+        inp: ResolverInput,
+        policy: Policy,
+        decided: tuple[DecisionAdded, bytes | None] | None,
     ) -> tuple[Select | Abstain, How, str | None]:
-        decided = self._decision(conflict, inp.candidates)
-        if decided is not None:
-            decision, pick = decided
+        if decided is not None and decided[1] is not None:
+            decision, pick = decided[0], decided[1]
             reason = decision.reason or "decided"
             if pick != decision.selected_claim_id:
                 reason += self._stand_in_note(decision.selected_claim_id)
@@ -889,17 +949,21 @@ class _Run:
 
     def _decision(
         self, conflict: ConflictSet, shown: tuple[ClaimAdded, ...]
-    ) -> tuple[DecisionAdded, bytes] | None:
+    ) -> tuple[DecisionAdded, bytes | None] | None:
         """The applicable decision with the highest (lamport, op_id) in a scope the lens sees
-        and whose choice the lens sees, and the claim it selects here."""
+        and, for one that selects (``select``, ``merge``), whose choice the lens sees, and the
+        claim it selects here (None for ``preserve`` and ``defer``, which select none)."""
         state = self.state
-        best: tuple[DecisionAdded, bytes] | None = None
+        best: tuple[DecisionAdded, bytes | None] | None = None
         for d in state.decisions_at(conflict.locus):
             if (
                 (best is None or (d.lamport, d.op_id) > (best[0].lamport, best[0].op_id))
                 and self.sees_scope(d.scope)
                 and state.why_stale(d) is None
             ):
+                if not d.outcome.selects:
+                    best = (d, None)
+                    continue
                 pick = _decided_claim(state, d, shown)
                 if pick is not None:
                     best = (d, pick)

@@ -234,6 +234,18 @@ def _pending_index(db: sqlite3.Connection) -> None:
     )
 
 
+def _mark_received(db: sqlite3.Connection, ms: int) -> None:
+    """Record that the changes up to the last position were received at ``ms`` (one row per
+    write; a position already marked keeps its first time). The table is made on first use, not by a schema step: a store stays readable and
+    writable by the releases before it (which ignore the table and record no marks)."""
+    db.execute("CREATE TABLE IF NOT EXISTS received (pos INTEGER PRIMARY KEY, ms INTEGER NOT NULL)")
+    db.execute(
+        "INSERT OR IGNORE INTO received (pos, ms)"
+        " SELECT max(pos), ? FROM changes WHERE EXISTS (SELECT 1 FROM changes)",
+        (ms,),
+    )
+
+
 def _derived_state(db: sqlite3.Connection) -> None:
     """Schema 5 → 6: the tables of the derived state (`statefuse.storeindex`), empty: their
     watermark is absent, which says "never built", so the first writer builds them."""
@@ -1389,6 +1401,8 @@ class SQLiteStore:
             if trimmed:
                 ms = max(r.last_seen_ms for r in batch.quarantined)
                 _tally(db, "quarantine", [(b"", n, ms) for _, n in trimmed])
+            if batch.accepted and batch.received_ms is not None:
+                _mark_received(db, batch.received_ms)
         return len(trimmed)
 
     def note(self, key: str) -> bytes | None:
@@ -1431,6 +1445,18 @@ class SQLiteStore:
         can make the truncation wait; it is tried again on close."""
         with self._sqlite("while checkpointing after a redaction") as db:
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+
+    def received_marks(self) -> list[tuple[int, int]]:
+        """``(position, ms)`` receive marks, sorted (`statefuse.store.ReceiveMarks`); none in
+        a store no write of this release has touched."""
+        with self._sqlite("while reading the receive marks") as db:
+            found = db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'received'"
+            ).fetchone()
+            if found is None:
+                return []
+            rows = db.execute("SELECT pos, ms FROM received ORDER BY pos").fetchall()
+        return [(int(pos), int(ms)) for pos, ms in rows]
 
     def pending_index(self) -> list[PendingRow]:
         with self._sqlite("while reading the pending changes") as db:

@@ -17,16 +17,19 @@ from enum import Enum
 from functools import cached_property
 from itertools import filterfalse
 from types import MappingProxyType
-from typing import TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import blake3
 
 from statefuse.error import ClaimLookupError
 from statefuse.index import Index, LocusKey
 from statefuse.keytext import Key, KeyTextError, parse_key
-from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded
+from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Outcome
 from statefuse.registry import Registry
 from statefuse.registry.value import encode_canonical, encode_value
+
+if TYPE_CHECKING:
+    from statefuse.lifecycle import ConflictEvent
 
 LOCUS_DOMAIN = b"statefuse/locus/v1"
 CONFLICT_DOMAIN = b"statefuse/conflict/v1"
@@ -89,8 +92,11 @@ class StaleReason(Enum):
 
     #: A value it did not choose among appeared at its locus.
     NEW_VALUE = "new value"
-    #: No active candidate holds the value it chose any more.
+    #: No active candidate holds the value it chose any more (``select``, ``merge``).
     CHOSEN_VALUE_LOST = "chosen value lost"
+    #: A value a ``preserve`` or ``defer`` decision kept (acknowledged) is no longer held by
+    #: any active candidate: such a decision keeps every value group it recorded.
+    KEPT_VALUE_LOST = "kept value lost"
     #: A first-release decision (no value groups): its candidate set is no longer the current
     #: one, or its conflict ended.
     CANDIDATES_CHANGED = "candidates changed"
@@ -452,8 +458,11 @@ class State:
                 return StaleReason.CHOSEN_VALUE_LOST
             return None
         held = self._groups_held(d)
-        if d.selected_group not in held:
-            return StaleReason.CHOSEN_VALUE_LOST
+        if d.outcome is Outcome.SELECT or d.outcome is Outcome.MERGE:
+            if d.selected_group not in held:
+                return StaleReason.CHOSEN_VALUE_LOST
+        elif not held.issuperset(d.groups):
+            return StaleReason.KEPT_VALUE_LOST
         if not held.issubset(d.groups):
             return StaleReason.NEW_VALUE
         return None
@@ -464,10 +473,14 @@ class State:
 
     def why_stale(self, decision: DecisionAdded) -> StaleReason | None:
         """None if ``decision`` applies, else why not (SEMANTICS §6). A decision that records
-        value groups applies while its chosen value is held by an active candidate and every
-        value held at its locus is one it chose among: agreement and retractions of other
-        values never make it stale. When both rules break, the lost value is reported. A
-        first-release decision applies only while its candidate set is current."""
+        value groups applies while the value(s) it kept are held by an active candidate and
+        every value held at its locus is one it chose among: agreement and retractions of
+        other values never make it stale. What it kept depends on its outcome: ``select`` and
+        ``merge`` keep the chosen value; ``preserve`` and ``defer`` keep every value group they
+        recorded, so the loss of any one of them reopens the conflict (the set of accepted
+        alternatives, or of acknowledged ones, is no longer the one decided on). When both
+        rules break, the lost value is reported. A first-release decision applies only while
+        its candidate set is current."""
         if decision.op_id in self._ix.decisions:
             return self._verdicts[decision.op_id]
         return self._judge(decision)
@@ -478,13 +491,17 @@ class State:
 
     def decision_selects(self, decision: DecisionAdded, claim_id: bytes) -> bool:
         """True iff ``decision`` chose the value of claim ``claim_id`` (a first-release
-        decision: that very claim)."""
+        decision: that very claim; ``preserve`` and ``defer`` choose none)."""
+        if not decision.outcome.selects:
+            return False
         if not decision.groups:
             return claim_id == decision.selected_claim_id
         return claim_id in self._ix.claims and self.group_id(claim_id) == decision.selected_group
 
     def decision_for(self, conflict: ConflictSet) -> DecisionAdded | None:
-        """The applicable decision for ``conflict`` with the highest (lamport, op_id), if any."""
+        """The applicable decision for ``conflict`` with the highest (lamport, op_id), if any.
+        It may be a ``defer`` (the conflict is acknowledged but still open: check
+        ``outcome.settles``) or a ``preserve`` (settled with no value selected)."""
         best: DecisionAdded | None = None
         for d in self.decisions_at(conflict.locus):
             if self.why_stale(d) is None and (
@@ -492,6 +509,13 @@ class State:
             ):
                 best = d
         return best
+
+    def conflict_history(self, locus: bytes) -> list[ConflictEvent]:
+        """The lifecycle of the conflict at ``locus``: opened, decided (with its outcome),
+        deferred, reopened and why, closed (`statefuse.lifecycle.conflict_history`)."""
+        from statefuse.lifecycle import conflict_history  # lifecycle replays States
+
+        return conflict_history(self, locus)
 
     @cached_property
     def _decisions_by_locus(self) -> Mapping[bytes, tuple[DecisionAdded, ...]]:

@@ -68,7 +68,7 @@ class StateDiff:
         for c in self.unretracted:
             out.append(f"~ unretracted {_claim(c)}")
         for d in self.decisions:
-            out.append(f"+ decision {d.op_id.hex()[:12]} selects {d.selected_claim_id.hex()[:12]}")
+            out.append(_decision_line(d))
         for d in self.decisions_dropped:
             out.append(f"- decision {d.op_id.hex()[:12]}")
         for k in self.conflicts_opened:
@@ -171,6 +171,18 @@ def _retraction_json(r: ClaimRetracted) -> dict[str, Any]:
     }
 
 
+def _decision_line(d: DecisionAdded) -> str:
+    """``+ decision ID selects CLAIM`` (``merges into CLAIM``, ``preserves``, ``defers``)."""
+    head = f"+ decision {d.op_id.hex()[:12]}"
+    chosen = d.selected_claim_id.hex()[:12]
+    outcome = d.outcome.value
+    if outcome == "select":
+        return f"{head} selects {chosen}"
+    if outcome == "merge":
+        return f"{head} merges into {chosen}"
+    return f"{head} {outcome}s"
+
+
 def _decision_json(d: DecisionAdded) -> dict[str, Any]:
     return {
         "decision_id": d.op_id.hex(),
@@ -178,6 +190,7 @@ def _decision_json(d: DecisionAdded) -> dict[str, Any]:
         "scope": d.scope,
         "selected_claim_id": d.selected_claim_id.hex(),
         "reason": d.reason,
+        "outcome": d.outcome.value,
     }
 
 

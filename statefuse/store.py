@@ -170,6 +170,10 @@ class StoreWrite:
     #: be recoverable: the store overwrites freed space and drops its snapshot (which holds
     #: the ops) in the same transaction.
     rewritten: tuple[tuple[bytes, bytes], ...] = ()
+    #: When this replica received the ``accepted`` changes (ms since the epoch, its own clock;
+    #: None: not recorded): the store keeps a receive mark (`ReceiveMarks`), so that a time
+    #: can name the changes received by then. A local fact, never shared.
+    received_ms: int | None = None
 
     def __bool__(self) -> bool:
         return bool(
@@ -317,6 +321,16 @@ class Store(Protocol):
         """Release files and locks; the store is unusable afterwards."""
 
 
+class ReceiveMarks(Protocol):
+    """A store that records when it received its changes (both stores of this package do):
+    ``(position, ms)`` marks, one per write that accepted changes, sorted by position. Every
+    change at a position up to a mark's, and past the mark before, was received at that
+    mark's ``ms`` (the replica's clock). Changes written by a release that kept no marks
+    have none of their own: they count as received at the first mark after them."""
+
+    def received_marks(self) -> list[tuple[int, int]]: ...
+
+
 def merge_quarantine(old: QuarantineRecord | None, new: QuarantineRecord) -> QuarantineRecord:
     """Seeing the same bytes again: keep the first verdict, count the sighting."""
     if old is None:
@@ -407,6 +421,7 @@ class MemoryStore:
         "_ids",
         "_index",
         "_info",
+        "_marks",
         "_next_pos",
         "_notes",
         "_pending",
@@ -431,6 +446,7 @@ class MemoryStore:
         self._evictions: list[EvictionTally] = []
         self._snapshot: tuple[int, bytes] | None = None
         self._published: dict[str, set[bytes]] = {}
+        self._marks: list[tuple[int, int]] = []
         self._closed = False
 
     def _open(self) -> None:
@@ -483,6 +499,8 @@ class MemoryStore:
             self._index.pop(cid, None)
             if cid not in self._ids:
                 self._append(cid, data)
+        if batch.accepted and batch.received_ms is not None and self._positions:
+            self._mark(self._positions[-1], batch.received_ms)
         for cid, data in batch.pending:
             if cid not in self._ids:
                 self._pending.setdefault(cid, data)
@@ -517,6 +535,15 @@ class MemoryStore:
                 + tallied(self._evictions, "quarantine", [(b"", n, ms) for _, n in trimmed])
             )
         return len(trimmed)
+
+    def _mark(self, pos: int, ms: int) -> None:
+        if not self._marks or self._marks[-1][0] != pos:  # a marked position keeps its time
+            self._marks.append((pos, ms))
+
+    def received_marks(self) -> list[tuple[int, int]]:
+        """See `ReceiveMarks`."""
+        self._open()
+        return list(self._marks)
 
     def _append(self, cid: bytes, data: bytes) -> None:
         pos = self._next_pos

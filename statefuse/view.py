@@ -21,7 +21,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from statefuse.op import ClaimAdded
-from statefuse.registry.value import Value, json_value
+from statefuse.registry.value import Value
+from statefuse.registry.value import json_value as json_value  # served here as before
 
 if TYPE_CHECKING:
     from statefuse.scrub import RetractedValues
@@ -39,6 +40,9 @@ class How(Enum):
     DECISION = "decision"
     POLICY = "registry policy"
     RESOLVER = "resolver"
+    #: A ``preserve`` decision settled a conflict without a winner: like a multi-valued key,
+    #: the selection's ``claims`` are every visible candidate, each an accepted alternative.
+    PRESERVED = "preserved"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,35 @@ class SurfacedConflict:
     reason: str
     error: str | None = None
     not_shown: int = 0
+    #: The ``defer`` decision that acknowledged this conflict and left it open (who deferred
+    #: it and why), or None.
+    deferred: Deferral | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Deferral:
+    """Who deferred a conflict (a ``defer`` decision: SEMANTICS §6) and why."""
+
+    decision_id: bytes
+    author: str | bytes
+    reason: str
+    lamport: int
+
+
+@dataclass(frozen=True, slots=True)
+class Preserved:
+    """A conflict a ``preserve`` decision settled without a winner: every visible value is an
+    accepted alternative (``groups``, visible claims only, by normal form), not an open
+    question. The key's `Selection` (how `How.PRESERVED`) lists the same claims."""
+
+    key: Key
+    scope: str
+    locus: bytes
+    conflict_id: bytes
+    groups: tuple[tuple[ClaimAdded, ...], ...]
+    decision_id: bytes
+    author: str | bytes
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +130,10 @@ class Contest:
     how: How
     by: str
     others: tuple[tuple[ClaimAdded, ...], ...]
+    #: ``"merge"`` when a ``merge`` decision chose (the selected claim was written by the
+    #: decider and combines the others it names), else ``""`` (a ``select`` decision, the
+    #: policy or a resolver: ``how`` and ``by`` say which), so such a Contest reads as before.
+    outcome: str = ""
 
     @property
     def values(self) -> tuple[Value, ...]:
@@ -393,6 +430,9 @@ class View:
     #: registry's policy or a resolver chose among values this lens sees; a selection that
     #: no visible conflict preceded (sole candidate, agreement, multi-valued) has none.
     contested: Mapping[Key, Contest] = field(default_factory=dict)
+    #: Key -> `Preserved`, in key order, for each key a ``preserve`` decision settled with
+    #: every visible value accepted (its `Selection` lists them all, how `How.PRESERVED`).
+    preserved: Mapping[Key, Preserved] = field(default_factory=dict)
     #: (this View's serial, the serial of the View it was carried over from or 0, the keys
     #: projected again since that one): lets context assembly carry its work over too.
     _lineage: tuple[int, int, frozenset[Key]] | None = field(
@@ -407,6 +447,12 @@ class View:
         return json.dumps(self.to_dict(), sort_keys=True, ensure_ascii=False)
 
     def to_dict(self) -> dict[str, Any]:
+        out = self._to_dict()
+        if self.preserved:  # left out when empty, so Views without outcomes read as before
+            out["preserved"] = {"/".join(k): preserved_dict(p) for k, p in self.preserved.items()}
+        return out
+
+    def _to_dict(self) -> dict[str, Any]:
         return {
             "selected": [_selection(s) for _, s in sorted(self.selected.items())],
             "unresolved": ["/".join(k) for k in self.unresolved],
@@ -456,7 +502,50 @@ def _selection(s: Selection) -> dict[str, Any]:
     }
 
 
+def _author_text(a: str | bytes) -> str:
+    return a.hex() if isinstance(a, bytes) else a
+
+
+def deferral_dict(d: Deferral) -> dict[str, Any]:
+    """A `Deferral` as JSON-ready data."""
+    return {
+        "decision_id": d.decision_id.hex(),
+        "author": _author_text(d.author),
+        "reason": d.reason,
+        "lamport": d.lamport,
+    }
+
+
+def preserved_dict(p: Preserved) -> dict[str, Any]:
+    """A `Preserved` as JSON-ready data (the View's JSON, MCP and LangGraph spell it so)."""
+    return {
+        "key": list(p.key),
+        "scope": p.scope,
+        "locus": p.locus.hex(),
+        "conflict_id": p.conflict_id.hex(),
+        "outcome": "preserve",
+        "values": [
+            {
+                "value": json_value(g[0].value),
+                "claims": [x.claim_id.hex() for x in g],
+                "authors": sorted({_author_text(x.author) for x in g}),
+            }
+            for g in p.groups
+        ],
+        "decision_id": p.decision_id.hex(),
+        "author": _author_text(p.author),
+        "reason": p.reason,
+    }
+
+
 def _conflict(c: SurfacedConflict) -> dict[str, Any]:
+    out = _conflict_fields(c)
+    if c.deferred is not None:
+        out["deferred"] = deferral_dict(c.deferred)
+    return out
+
+
+def _conflict_fields(c: SurfacedConflict) -> dict[str, Any]:
     return {
         "key": list(c.key),
         "scope": c.scope,
@@ -472,6 +561,13 @@ def _conflict(c: SurfacedConflict) -> dict[str, Any]:
 def contest_dict(c: Contest) -> dict[str, Any]:
     """A `Contest` as JSON-ready data (the View's JSON, MCP and the LangGraph store's item
     metadata spell it the same way): each other value with its claims and their authors."""
+    out = _contest_fields(c)
+    if c.outcome:
+        out["outcome"] = c.outcome
+    return out
+
+
+def _contest_fields(c: Contest) -> dict[str, Any]:
     return {
         "key": list(c.key),
         "scope": c.scope,

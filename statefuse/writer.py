@@ -27,12 +27,16 @@ from statefuse.op import (
     DecisionAdded,
     EvidenceAdded,
     Layer,
+    MadeAtHead,
     Op,
+    Outcome,
     _author,
     _build_plan,
     _checked_claim_ref,
     _label,
+    _made_at,
     _name,
+    _outcome,
     _scope,
     as_ops,
 )
@@ -163,17 +167,27 @@ class Writer:
     def decide_on(
         self,
         conflict: ConflictSet | SurfacedConflict,
-        claim_id: bytes,
+        claim_id: bytes | None = None,
         *,
         state: State | None = None,
         scope: str = "global",
         reason: str = "",
         payload: Value = None,
+        outcome: Outcome | str = Outcome.SELECT,
+        made_at: Sequence[MadeAtHead] = (),
     ) -> DecisionAdded:
         """Decide a conflict (from ``state.conflicts`` or ``view.surfaced_conflicts``) for the
         value of one of its candidates. The decision records every value group of the
         conflict and the chosen one, and applies while that value is held and no other value
         appears (SEMANTICS §6), whoever else agrees or withdraws.
+
+        ``outcome`` (`Outcome`, or its value) says what the decision does: ``select`` (the
+        default) the value of ``claim_id``; ``merge`` the value of ``claim_id``, a claim this
+        writer wrote at the conflict's key whose ``depends_on`` names (by id or ref) at least
+        two of the other candidates it combines; ``preserve`` keeps every current value as an
+        accepted alternative and ``defer`` acknowledges the conflict and leaves it open (both
+        take no ``claim_id``; ``defer`` needs a ``reason``). ``made_at`` is the version the
+        decision was made at (heads as ``(author, seq, change_id)``; the replica fills it in).
 
         A `SurfacedConflict` shows only what its lens may see, so the value groups come from
         ``state``, the State it was projected from, when that still holds the same snapshot
@@ -183,9 +197,13 @@ class Writer:
         on, so a hidden one makes the decision stale until decided again.
 
         Raises OpRuleError if ``claim_id`` is not one of the conflict's candidates (rule
-        ``candidate``), or if a surfaced conflict with candidates not shown comes without
-        ``state`` (field ``state``, rule ``full-conflict``).
+        ``candidate``), is missing for ``select``/``merge`` or given for ``preserve``/``defer``
+        (rule ``outcome-claim``), if a merged claim was written by another author (rule
+        ``merge-author``) or names too few candidates in ``depends_on`` (field
+        ``depends_on``, rule ``merge-depends-on``), or if a surfaced conflict with candidates
+        not shown comes without ``state`` (field ``state``, rule ``full-conflict``).
         """
+        kind = _outcome("outcome", outcome)
         if isinstance(conflict, SurfacedConflict):
             ids = tuple(c.claim_id for c in conflict.candidates)
         elif isinstance(conflict, ConflictSet):
@@ -194,12 +212,27 @@ class Writer:
             raise OpRuleError(
                 "conflict", "conflict-type", f"expected a conflict, got {type(conflict).__name__}"
             )
+        if kind.selects and claim_id is None:
+            raise OpRuleError(
+                "claim_id", "outcome-claim", f"a {kind.value} decision names the claim it selects"
+            )
+        if not kind.selects:
+            if claim_id is not None:
+                raise OpRuleError(
+                    "claim_id",
+                    "outcome-claim",
+                    f"a {kind.value} decision selects no claim; leave claim_id out",
+                )
+            claim_id = min(ids)  # the anchor: a candidate through which readers find the key
+        assert claim_id is not None
         if claim_id not in ids:
             raise OpRuleError(
                 "claim_id", "candidate", "a decision selects one of the conflict's candidates"
             )
         if state is not None and not isinstance(state, State):
             raise OpRuleError("state", "state-type", f"expected State, got {type(state).__name__}")
+        if kind is Outcome.MERGE:
+            self._check_merged(conflict, claim_id, state)
         groups, chosen = self._decided_groups(conflict, claim_id, state)
         return self.decide(
             locus=conflict.locus,
@@ -209,8 +242,47 @@ class Writer:
             reason=reason,
             payload=payload,
             groups=groups,
-            selected_group=chosen,
+            selected_group=chosen if kind.selects else None,
+            outcome=kind,
+            made_at=made_at,
         )
+
+    def _check_merged(
+        self, conflict: ConflictSet | SurfacedConflict, claim_id: bytes, state: State | None
+    ) -> None:
+        """A merged claim is this writer's, and its ``depends_on`` names at least two of the
+        conflict's other candidates (by claim id or claim ref): StateFuse never makes up a
+        merged value, it records which candidates the decider combined."""
+        if isinstance(conflict, SurfacedConflict):
+            claims = {c.claim_id: c for c in conflict.candidates}
+        elif state is not None:
+            claims = {cid: state.claims[cid] for cid in conflict.candidates if cid in state.claims}
+        else:
+            raise OpRuleError(
+                "state", "merge-claims", "a merge decision on a ConflictSet needs its State"
+            )
+        merged = claims.get(claim_id)
+        if merged is None:
+            raise OpRuleError("claim_id", "candidate", "the merged claim is not a candidate")
+        if merged.author != self.author:
+            raise OpRuleError(
+                "claim_id",
+                "merge-author",
+                "a merge selects a claim the decider wrote (write the merged value first)",
+            )
+        named = set(merged.depends_on)
+        combined = [
+            c
+            for cid, c in claims.items()
+            if cid != claim_id and (cid in named or c.claim_ref in named)
+        ]
+        if len(combined) < 2:
+            raise OpRuleError(
+                "depends_on",
+                "merge-depends-on",
+                "the merged claim's depends_on must name at least two of the candidates it"
+                f" combines (it names {len(combined)})",
+            )
 
     def _decided_groups(
         self, conflict: ConflictSet | SurfacedConflict, claim_id: bytes, state: State | None
@@ -351,13 +423,16 @@ class Writer:
         payload: Value = None,
         groups: Sequence[bytes] = (),
         selected_group: bytes | None = None,
+        outcome: Outcome | str = Outcome.SELECT,
+        made_at: Sequence[MadeAtHead] = (),
     ) -> DecisionAdded:
         """Record a planner's choice among the candidates of one conflict snapshot.
 
         ``groups`` (the group ids of the values chosen among) and ``selected_group`` (the
         chosen one) make a decision that survives agreement (`decide_on` fills them in);
         without them it is the first release's form, which applies only while the candidate
-        set ``conflict_id`` is current. Raises OpRuleError naming a bad field."""
+        set ``conflict_id`` is current. ``outcome`` and ``made_at``: see `decide_on` and
+        `DecisionAdded`. Raises OpRuleError naming a bad field."""
         lamport, wall = self._tick()
         op = DecisionAdded(
             self.author,
@@ -371,6 +446,8 @@ class Writer:
             payload=payload,
             groups=groups,  # type: ignore[arg-type]  # validated into a sorted tuple
             selected_group=selected_group,
+            outcome=_outcome("outcome", outcome),
+            made_at=_made_at("made_at", made_at),
         )
         self._note(op)
         return op

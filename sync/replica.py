@@ -76,6 +76,7 @@ from statefuse.history import HistoryEvent, key_history
 from statefuse.interpret import TurnInterpreter, check_interpretation
 from statefuse.keytext import key_parts, parse_key
 from statefuse.lens import Lens
+from statefuse.lifecycle import ConflictEvent
 from statefuse.materializer import Materializer, materialize
 from statefuse.op import (
     MAX_LAMPORT,
@@ -84,6 +85,8 @@ from statefuse.op import (
     DecisionAdded,
     EvidenceAdded,
     Op,
+    Outcome,
+    _outcome,
     decode_op,
     sealed_encoding,
 )
@@ -179,7 +182,16 @@ from statefuse.sync.snapshot import (
 )
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustOp, TrustState, TrustWriter
 from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change
-from statefuse.sync.version import Version, VersionError, counted, covered, version_of
+from statefuse.sync.version import (
+    Version,
+    VersionError,
+    counted,
+    covered,
+    made_at_of,
+    parse_time,
+    received_by,
+    version_of,
+)
 from statefuse.typo import nearest, typo_of
 from statefuse.vectorstore import MemoryVectors, VectorStore
 from statefuse.view import SurfacedConflict
@@ -1996,6 +2008,24 @@ class Replica:
         return version_of(self.log.tips())
 
     @_locked
+    def version_received_by(self, when: int | str) -> Version:
+        """The version made of the changes this replica had received (accepted) by ``when``
+        (ms since the epoch, or an ISO 8601 time with a zone): a local fact, read from the
+        receive marks this store keeps (one per write), never shared: another replica
+        received the same changes at other times. Changes stored by a release that kept no
+        marks count as received at the first mark after them (none yet: not counted). Loads
+        the history on a lazy open. Raises VersionError for a time it cannot read."""
+        self._check_open()
+        ms = parse_time(when, field="at") if isinstance(when, str) else when
+        marks_of = getattr(self.store, "received_marks", None)
+        marks: list[tuple[int, int]] = marks_of() if marks_of is not None else []
+        with self.store.read_transaction():
+            ids = received_by(ms, marks, self.store.accepted_ids())
+        got = [c for cid in ids if (c := self.log.get(cid)) is not None]
+        named = {c.prev for c in got}
+        return version_of(c for c in got if c.change_id not in named)
+
+    @_locked
     def diff(self, before: Version | str, after: Version | str | None = None) -> StateDiff:
         """What changed from the memory at ``before`` to the memory at ``after`` (default:
         now): claims added and retracted (and by what), decisions made, conflicts opened and
@@ -2790,25 +2820,40 @@ class Replica:
     def decide(
         self,
         conflict: ConflictSet | SurfacedConflict,
-        claim_id: bytes | str | ClaimAdded,
+        claim_id: bytes | str | ClaimAdded | None = None,
         *,
         scope: str = "global",
         reason: str = "",
         payload: Value = None,
+        outcome: Outcome | str = Outcome.SELECT,
+        record_version: bool | None = None,
     ) -> DecisionAdded:
         """Decide a conflict for the value of one of its candidates (``claim_id``: the claim,
         its id, hex or a unique hex prefix): the decision applies while that value is held and
         no value outside the conflict's appears, whoever agrees later (see `Writer.decide_on`;
-        the value groups come from this replica's state)."""
+        the value groups come from this replica's state).
+
+        ``outcome``: ``select`` (default), ``merge`` (``claim_id`` is a claim this replica
+        wrote at the key whose ``depends_on`` names the candidates it combines), ``preserve``
+        or ``defer`` (no ``claim_id``; ``defer`` needs a ``reason``); see SEMANTICS §6.
+        ``record_version``: record this replica's `version` in the decision (``made_at``:
+        ``state(at=decision_version(d))`` is what the decider saw). By default it is recorded
+        for every outcome but ``select``: a plain ``select`` without it keeps the encoding
+        peers of the previous release read, one with it needs this release."""
         self._check_open()
+        kind = _outcome("outcome", outcome)
+        record = kind is not Outcome.SELECT if record_version is None else record_version
+        made_at = made_at_of(self.version()) if record else ()
         op: DecisionAdded = self._emit(
             self.writer.decide_on(
                 conflict,
-                self._claim_id(claim_id, "claim_id"),
+                None if claim_id is None else self._claim_id(claim_id, "claim_id"),
                 state=self._state_at(conflict.locus),
                 scope=scope,
                 reason=reason,
                 payload=payload,
+                outcome=kind,
+                made_at=made_at,
             )
         )
         return op
@@ -2844,6 +2889,30 @@ class Replica:
             return key_history(self.state(at=at), key, scope)
         # the key's rows alone on a store opened on its derived state (`state_for`)
         return key_history(self.state_for(key, scope=scope), key, scope)
+
+    @_locked
+    def conflict_history(
+        self,
+        of: bytes | str | tuple[str, str, str],
+        *,
+        scope: str = "global",
+        at: Version | str | None = None,
+    ) -> list[ConflictEvent]:
+        """The lifecycle of one conflict (`statefuse.lifecycle.conflict_history`): opened,
+        decided (with its outcome), deferred, reopened and why, closed. ``of`` is its locus
+        (32 bytes) or its key (one ``"namespace/subject/predicate"`` string or three parts)
+        with ``scope``. ``at``: as the memory at that version had it. Reads the whole
+        history (the lifecycle replays the locus' ops). Raises KeyTextError for a key it
+        cannot read, and as `state` does for ``at``."""
+        self._check_open()
+        if isinstance(of, bytes):
+            if len(of) != 32:
+                raise ReplicaError("of", "locus", "a locus is 32 bytes")
+            locus = of
+        else:
+            locus = locus_of(*key_of(of), scope)
+        state = self.state() if at is None else self.state(at=at)
+        return state.conflict_history(locus)
 
     def _claim_id(self, ref: bytes | str | ClaimAdded, field: str) -> bytes:
         """The id ``ref`` names: a claim's own, a 32-byte id as it is, a hex form resolved
@@ -2995,7 +3064,11 @@ class Replica:
             changes.append(c)
             prev = c.change_id
         self._wrote = True
-        self.store.write(StoreWrite(accepted=tuple((c.change_id, c.data) for c in changes)))
+        self.store.write(
+            StoreWrite(
+                accepted=tuple((c.change_id, c.data) for c in changes), received_ms=self._clock()
+            )
+        )
         self._block.extend(changes)
         self._head = (seq, prev)
         self._pos = max(self._pos, self.store.last_position())
@@ -3115,6 +3188,7 @@ class Replica:
                     EvictedRow(e.change_id, e.author or b"", e.size, e.seen_ms) for e in evicted
                 ),
                 quarantine_bounds=(b.quarantine_entries, b.quarantine_bytes),
+                received_ms=now,
             )
             trimmed = self.store.write(batch) or 0
             self._block.extend(accepted)
@@ -3264,6 +3338,29 @@ class Replica:
 
     @_locked
     def context(
+        self,
+        query: str,
+        *,
+        lens: Lens | None = None,
+        budget: int = DEFAULT_BUDGET,
+        resolver: Resolver | None = None,
+        embedder: object | None = None,
+        at: Version | str | None = None,
+        record_version: bool = False,
+    ) -> Context:
+        """`_context` (see there for everything but ``record_version``). ``record_version``:
+        record this replica's `version` in the context (`Context.made_at`, ``"made_at"`` in its
+        JSON), so that ``state(at=made_at)`` is the memory it was read from; it reads every
+        head, which loads the history on a store opened on its derived state. A context read
+        ``at`` a version records that one (`Context.at`)."""
+        made = self._context(
+            query, lens=lens, budget=budget, resolver=resolver, embedder=embedder, at=at
+        )
+        if record_version and at is None:
+            made.made_at = str(self.version())
+        return made
+
+    def _context(
         self,
         query: str,
         *,

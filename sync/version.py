@@ -24,7 +24,7 @@ change is on; `covered` (and so ``state(at=...)``) always follows the real ``pre
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -258,6 +258,73 @@ def _hex(text: str, field: str, what: str) -> bytes:
     if len(raw) != _ID_LEN or len(text) != 2 * _ID_LEN:
         raise VersionError(field, f"{what}-id", f"{what} {text[:16]!r} is not {_ID_LEN} bytes hex")
     return raw
+
+
+# --- a time as a version: the changes this replica had received by then (local) ---------------
+
+
+def parse_time(text: str, *, field: str = "at") -> int:
+    """An ISO 8601 instant (``2026-11-27T10:00:00Z``, an offset, or a date alone, read as
+    midnight UTC) -> ms since the epoch. A time without a zone is refused: it names no one
+    instant. Raises VersionError naming ``field`` (rule ``time``)."""
+    from datetime import datetime, timedelta, timezone
+
+    raw = text.strip()
+    try:
+        when = datetime.fromisoformat(raw[:-1] + "+00:00" if raw.endswith(("Z", "z")) else raw)
+    except ValueError:
+        raise VersionError(
+            field, "time", f"{text!r} is neither a version nor an ISO 8601 time"
+        ) from None
+    if len(raw) == 10:  # a date alone
+        when = when.replace(tzinfo=timezone.utc)
+    if when.tzinfo is None:
+        raise VersionError(
+            field, "time-zone", f"{text!r} has no time zone: add Z (UTC) or an offset"
+        )
+    return (when - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
+
+
+def received_by(
+    ms: int, marks: Sequence[tuple[int, int]], positions: Iterable[tuple[int, bytes]]
+) -> set[bytes]:
+    """The ids of the accepted changes (``positions``: ``(position, change_id)`` in append
+    order) received at or before ``ms``, by the store's receive ``marks`` (`ReceiveMarks`):
+    every change up to the last mark at or before ``ms``. Changes past the last mark (none
+    recorded yet) are never counted."""
+    upto = 0
+    for pos, at in marks:
+        if at <= ms:
+            upto = max(upto, pos)
+    return {cid for pos, cid in positions if pos <= upto}
+
+
+# --- a version recorded in an op (decisions: ``DecisionAdded.made_at``) ------------------------
+
+
+def made_at_of(version: Version) -> tuple[tuple[bytes, int, bytes], ...]:
+    """``version`` as the plain canonical data an op records: its heads as ``(author, seq,
+    change_id)``, sorted (the core op layer does not import this module)."""
+    return tuple((a, s, c) for a, hs in version.heads for s, c in hs)
+
+
+def version_from_made_at(heads: Iterable[Sequence[object]]) -> Version | None:
+    """The `Version` an op recorded with `made_at_of` (None when it recorded none). Raises
+    VersionError for heads that are not one (a well-formed op never holds such)."""
+    out: dict[bytes, list[Head]] = {}
+    for h in heads:
+        author, seq, change = h
+        if not isinstance(author, bytes) or not isinstance(change, bytes):
+            raise VersionError("made_at", "heads-type", "a head is (author, seq, change_id)")
+        if not isinstance(seq, int):
+            raise VersionError("made_at", "seq", "a seq is an integer >= 1")
+        out.setdefault(author, []).append((seq, change))
+    return Version.of(out) if out else None
+
+
+def decision_version(decision: object) -> Version | None:
+    """The version a decision was made at (``made_at``), or None when it recorded none."""
+    return version_from_made_at(getattr(decision, "made_at", ()))
 
 
 # --- what a version covers (needs the changes) -------------------------------------------------

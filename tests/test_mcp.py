@@ -40,7 +40,17 @@ from statefuse.testing import full_key_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = "team"
-TOOLS = {"remember", "recall", "search", "retract", "conflicts", "decide", "history", "sync"}
+TOOLS = {
+    "remember",
+    "recall",
+    "search",
+    "retract",
+    "conflicts",
+    "decide",
+    "history",
+    "conflict_history",
+    "sync",
+}
 #: Seconds a server process gets to start, answer or stop before the test fails: a hang guard,
 #: never a budget (a loaded machine may be slow; only one that never answers fails).
 PROCESS_TIMEOUT = 120.0
@@ -123,7 +133,7 @@ def test_the_server_offers_the_eight_tools_with_schemas_and_the_context_resource
         assert tool.output_schema is not None and tool.output_schema["properties"]
         assert tool.annotations is not None
         assert tool.annotations.read_only_hint is (
-            tool.name in {"recall", "search", "conflicts", "history"}
+            tool.name in {"recall", "search", "conflicts", "history", "conflict_history"}
         )
     remember = tools["remember"].input_schema
     assert sorted(remember["required"]) == ["key", "value"]
@@ -242,7 +252,7 @@ BAD_CALLS = [
     ("retract", {"key": "a/b/c", "value": "never said"}, "value", "active-value"),
     ("conflicts", {"prefix": "a/b/c/d"}, "prefix", "key-syntax"),
     ("decide", {"key": "a/b/c", "claim_id": "00000000"}, "key", "conflict"),
-    ("decide", {"key": "a/b"}, "claim_id", "missing"),
+    ("decide", {"key": "a/b/c", "outcome": "choose"}, "outcome", "outcome"),
     ("history", {"key": "nokey"}, "key", "key-syntax"),
     ("sync", {}, "peer", "peers-configured"),
 ]
