@@ -1774,6 +1774,7 @@ def _cmd_mcp(s: Session) -> int:
             port=a.port,
             peers=a.peers,
             embedder=embedder,
+            allow_redact=a.allow_redact,
         )
     except KeyboardInterrupt:
         pass  # Ctrl-C or SIGTERM: stopping is not a failure
@@ -2796,6 +2797,11 @@ def _mcp_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--name", metavar="NAME", help="the name the server's author key goes by")
     _embedder_argument(p)
+    p.add_argument(
+        "--allow-redact",
+        action="store_true",
+        help="also offer the redact tool (deletes claims' bodies on every replica; off by default)",
+    )
 
 
 def _repair_arguments(p: argparse.ArgumentParser) -> None:
@@ -2998,6 +3004,130 @@ def _context_json(context: Any, limit: int) -> dict[str, Any]:
     return data
 
 
+# --- forgetting on purpose: redact and compact (SEMANTICS §10) --------------------------------
+
+
+def _redact_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("claims", metavar="CLAIM", nargs="*", help="claim ids (64 hex digits)")
+    p.add_argument("--key", default=None, help="every claim at this key (namespace/subject/pred)")
+    p.add_argument("--value", default=None, help="with --key: only the claims holding this value")
+    _string_argument(p)
+    p.add_argument("--author", default=None, help="every claim of this author (key id, hex)")
+    p.add_argument("--since", default=None, help="with --author: written at or after (ISO time)")
+    p.add_argument("--until", default=None, help="with --author: written before (ISO time)")
+    p.add_argument("--reason", default=None, help="why (kept for the audit; never the secret)")
+    p.add_argument(
+        "--list", action="store_true", help="list what was redacted here: by whom, when, why"
+    )
+
+
+def _iso_ms(text: str | None, name: str) -> int | None:
+    if text is None:
+        return None
+    from datetime import datetime, timezone
+
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(name, "iso-time", f"{name} is an ISO time, got {text!r}") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
+def _ms_text(ms: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _cmd_redact(s: Session) -> int:
+    a = s.args
+    rep = s.replica()
+    if a.list:
+        state = rep.redactions()
+        rows = [
+            {
+                "op_id": r.op_id.hex(),
+                "by": r.by.hex(),
+                "by_name": rep.author_label(r.by),
+                "at": _ms_text(r.wall_ms),
+                "reason": r.reason,
+            }
+            for r in sorted(state.redacted.values(), key=lambda r: (r.wall_ms, r.op_id))
+        ]
+        refused = [
+            {"op_id": f.op_id.hex(), "by": f.author.hex(), "why": f.why.value, "message": f.message}
+            for f in state.refused
+        ]
+        lines = [
+            f"{r['op_id'][:16]}… redacted by {r['by_name']} at {r['at']}: {r['reason']}"
+            for r in rows
+        ] + [f"Warning: refused redaction of {f['op_id'][:16]}…: {f['message']}" for f in refused]
+        s.emit({"redacted": rows, "refused": refused}, "\n".join(lines) or "Nothing redacted")
+        return EXIT_OK
+    if a.reason is None:
+        raise CliError("--reason", "required", "say why with --reason (never the secret itself)")
+    value: Any = _UNSET_VALUE if a.value is None else parse_value(a.value, as_string=a.string)
+    kwargs: dict[str, Any] = {}
+    if value is not _UNSET_VALUE:
+        kwargs["value"] = value
+    done = rep.redact(
+        claim=list(a.claims) or None,
+        key=a.key,
+        author=a.author,
+        since=_iso_ms(a.since, "--since"),
+        until=_iso_ms(a.until, "--until"),
+        reason=a.reason,
+        **kwargs,
+    )
+    fresh = len(done.claims) - done.already
+    s.emit(
+        {
+            "redacted": [c.hex() for c in done.claims],
+            "already": done.already,
+            "ops": [op.op_id.hex() for op in done.ops],
+            "reason": a.reason,
+        },
+        f"Redacted {plural(fresh, 'claim')} (bodies deleted from this store;"
+        f" peers delete them when they sync): {a.reason}",
+    )
+    return EXIT_OK
+
+
+_UNSET_VALUE = object()
+
+
+def _compact_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--archive",
+        required=True,
+        metavar="PATH",
+        help="the archive file the moved bodies go to (created, or merged into)",
+    )
+
+
+def _cmd_compact(s: Session) -> int:
+    rep = s.replica()
+    done = rep.compact(archive=s.args.archive)
+    sizes = ""
+    if done.store_before is not None and done.store_after is not None:
+        sizes = f"; store {done.store_before:,} -> {done.store_after:,} bytes"
+    s.emit(
+        {
+            "ops": done.ops,
+            "changes": done.changes,
+            "bytes": done.bytes,
+            "archive": str(done.archive),
+            "store_before": done.store_before,
+            "store_after": done.store_after,
+        },
+        f"Moved {plural(done.ops, 'op body', 'op bodies')} ({done.bytes:,} bytes) of"
+        f" {plural(done.changes, 'change')} to {done.archive}{sizes}",
+    )
+    return EXIT_OK
+
+
 COMMANDS: tuple[Command, ...] = (
     Command("init", "create a store for a space", _init_arguments, _cmd_init),
     Command("claim", "assert a value for a key", _claim_arguments, _cmd_claim),
@@ -3013,6 +3143,10 @@ COMMANDS: tuple[Command, ...] = (
     Command("version", "this replica's version (its changes so far)", _no_arguments, _cmd_version),
     Command("diff", "what changed between two versions", _diff_arguments, _cmd_diff),
     Command("decide", "decide a conflict for one candidate", _decide_arguments, _cmd_decide),
+    Command("redact", "delete claims' bodies on every replica", _redact_arguments, _cmd_redact),
+    Command(
+        "compact", "move bodies no view can show into an archive", _compact_arguments, _cmd_compact
+    ),
     Command("export", "write every change to a signed bundle file", _file_argument, _cmd_export),
     Command("import", "verify and take in a bundle file", _file_argument, _cmd_import),
     Command(

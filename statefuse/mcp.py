@@ -278,6 +278,14 @@ class Retracted(TypedDict):
     retracted: Annotated[list[ClaimInfo], Field(description="the claims it retracted")]
 
 
+class RedactedResult(TypedDict):
+    """What ``redact`` ordered deleted (ids only: never the values)."""
+
+    redacted: Annotated[list[str], Field(description="ids of the claims whose bodies go")]
+    already: Annotated[int, Field(description="of those, how many were redacted already")]
+    reason: str
+
+
 class Candidate(TypedDict):
     """A candidate value of a conflict."""
 
@@ -1039,6 +1047,41 @@ class _Tools:
         shown = ", ".join(f"{i['key']} [{i['scope']}] {i['claim_id'][:12]}" for i in infos)
         return _answer(f"Retracted {plural(len(infos), 'claim')}: {shown}", result)
 
+    def redact(
+        self,
+        reason: Annotated[
+            str, Field(description="why (kept for the audit: never repeat the secret here)")
+        ],
+        claim_ids: Annotated[
+            list[str] | None, Field(description="redact these claims (full 64-digit ids)")
+        ] = None,
+        key: Annotated[
+            str | None, Field(description="or every claim at this key (with value: only those)")
+        ] = None,
+        value: Annotated[Any, Field(description="with key: only claims holding this value")] = None,
+    ) -> Annotated[CallToolResult, RedactedResult]:
+        """Delete the bodies of claims on every replica (a secret, personal data): unlike
+        retract, the value leaves memory, exports and peers for good. Only offered when the
+        server was started with redaction allowed."""
+        if not claim_ids and key is None:
+            raise ToolArgumentError("claim_ids", "one-target", "give claim_ids, or a key")
+        with self.lock:
+            kwargs: dict[str, Any] = {}
+            if key is not None and value is not None:
+                with _argument("value"):
+                    kwargs["value"] = value_from_json(value)
+            try:
+                done = self.replica.redact(
+                    claim=claim_ids or None, key=key, reason=reason, **kwargs
+                )
+            except InputError as exc:
+                raise ToolArgumentError(exc.field, exc.rule, exc.message) from None
+        result = RedactedResult(
+            redacted=[c.hex() for c in done.claims], already=done.already, reason=reason
+        )
+        fresh = len(done.claims) - done.already
+        return _answer(f"Redacted {plural(fresh, 'claim')}: {reason}", result)
+
     def conflicts(
         self,
         prefix: Annotated[
@@ -1445,6 +1488,7 @@ _INSTRUCTIONS = (
 
 _READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+_DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 
 
 def build_server(
@@ -1454,13 +1498,15 @@ def build_server(
     lock: threading.Lock | None = None,
     timeout: float = SYNC_TIMEOUT,
     embedder: object | None = None,
+    allow_redact: bool = False,
 ) -> MCPServer[Any]:
     """The MCP server over ``replica``: the tools of `TOOL_NAMES` and the `CONTEXT_URI`
     resource. ``peers`` are the HTTP peers ``sync`` syncs with. Every tool holds ``lock`` while
     it uses the replica: by default the replica's own (`Replica.lock`), which every other use
     of the replica takes too, so nothing else is needed to serve or follow it beside the MCP
     server. ``embedder``: `recall` and `search` rank by meaning too (`Replica.context` with
-    it), its vectors kept in the replica's store."""
+    it), its vectors kept in the replica's store. ``allow_redact``: also offer the ``redact``
+    tool (off by default: it deletes bodies on every replica)."""
     tools = _Tools(replica, lock if lock is not None else replica.lock, peers, timeout, embedder)
     server = _Server(
         "statefuse",
@@ -1475,6 +1521,8 @@ def build_server(
     for name in TOOL_NAMES:
         fn: Callable[..., Any] = getattr(tools, name)
         server.add_tool(fn, name=name, annotations=_READ_ONLY if name in reads else _WRITES)
+    if allow_redact:  # deletes bodies on every replica: only when the operator asks for it
+        server.add_tool(tools.redact, name="redact", annotations=_DESTROYS)
     server.resource(
         CONTEXT_URI,
         name="context",
@@ -1498,6 +1546,7 @@ def run(
     peers: Sequence[str] = (),
     announce: Callable[[str], object] = _to_stderr,
     embedder: object | None = None,
+    allow_redact: bool = False,
 ) -> None:
     """Serve ``replica`` until the client closes stdin (stdio) or Ctrl-C / SIGTERM (HTTP).
 
@@ -1507,7 +1556,7 @@ def run(
     but protocol goes to stdout; ``announce`` is called before serving (send it to stderr).
     Raises OSError when the address cannot be bound."""
     mode = Transport(transport)
-    server = build_server(replica, peers=peers, embedder=embedder)
+    server = build_server(replica, peers=peers, embedder=embedder, allow_redact=allow_redact)
     name = replica.author_name(replica.author)
     who = f"space {replica.space!r}, author {replica.author.hex()[:12]}"
     if name is not None:

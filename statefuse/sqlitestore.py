@@ -414,6 +414,9 @@ def _connect_rw(path: Path, wait: float) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     db.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}")
+    # deleted content is overwritten with zeros (a redacted body must not be recoverable
+    # from free pages, SEMANTICS §10)
+    db.execute("PRAGMA secure_delete = ON")
     return db
 
 
@@ -1385,6 +1388,8 @@ class SQLiteStore:
                 )
             if batch.quarantined:
                 _upsert_quarantine(db, batch.quarantined)
+            if batch.rewritten:
+                _rewrite(db, batch.rewritten)
             trimmed: list[tuple[bytes, int]] = []
             if batch.quarantined and batch.quarantine_bounds != (None, None):
                 trimmed = over_bounds(
@@ -1400,6 +1405,47 @@ class SQLiteStore:
             if batch.accepted and batch.received_ms is not None:
                 _mark_received(db, batch.received_ms)
         return len(trimmed)
+
+    def note(self, key: str) -> bytes | None:
+        """A small value the replica keeps with the store (the archive of a compacted store),
+        in the meta table under ``note:<key>``."""
+        with self._sqlite("while reading a note") as db:
+            row = db.execute("SELECT value FROM meta WHERE key = ?", (f"note:{key}",)).fetchone()
+        return None if row is None else _typed(self.path, row[0], bytes, f"note {key}")
+
+    def set_note(self, key: str, value: bytes | None) -> None:
+        with self._transaction("writing a note") as db:
+            if value is None:
+                db.execute("DELETE FROM meta WHERE key = ?", (f"note:{key}",))
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                    (f"note:{key}", bytes(value)),
+                )
+
+    def vacuum(self) -> None:
+        """Give the free pages back to the file system (``VACUUM``), so a compacted store's
+        file shrinks, then checkpoint and truncate the log."""
+        self._check_writable("vacuuming")
+        lock = self._lock
+        assert lock is not None
+        lock.acquire(self.wait)
+        try:
+            with self._sqlite("while vacuuming") as db:
+                db.execute("VACUUM")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                self._mark()
+        finally:
+            lock.release()
+
+    def scrub_free_space(self) -> None:
+        """Make bytes this store deleted unrecoverable from its files (SEMANTICS §10): freed
+        pages were overwritten with zeros as they were freed (``secure_delete``); here the
+        write-ahead log, which still holds the old page images, is copied back and truncated
+        to nothing (``wal_checkpoint(TRUNCATE)``). A reader holding an old snapshot of the log
+        can make the truncation wait; it is tried again on close."""
+        with self._sqlite("while checkpointing after a redaction") as db:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
 
     def received_marks(self) -> list[tuple[int, int]]:
         """``(position, ms)`` receive marks, sorted (`statefuse.store.ReceiveMarks`); none in
@@ -1827,6 +1873,13 @@ def _tally(db: sqlite3.Connection, area: str, counts: list[tuple[bytes, int, int
             for t in tallied(old, area, counts)
         ],
     )
+
+
+def _rewrite(db: sqlite3.Connection, rows: tuple[tuple[bytes, bytes], ...]) -> None:
+    """Replace the bytes of accepted changes (redacted bodies cut out) and drop the snapshot,
+    with freed space overwritten (``secure_delete``, on for every writing connection)."""
+    db.executemany("UPDATE changes SET data = ? WHERE change_id = ?", [(d, c) for c, d in rows])
+    db.execute("DELETE FROM snapshot")
 
 
 def _upsert_quarantine(db: sqlite3.Connection, records: tuple[QuarantineRecord, ...]) -> None:

@@ -165,6 +165,11 @@ class StoreWrite:
     #: (most entries, most bytes) the quarantine keeps after this write (None: no bound): the
     #: oldest rows past them are evicted and tallied.
     quarantine_bounds: tuple[int | None, int | None] = (None, None)
+    #: ``(change_id, wire bytes)``: accepted changes whose stored bytes are replaced by these
+    #: (the same change with redacted op bodies cut out, SEMANTICS §10). The old bytes must not
+    #: be recoverable: the store overwrites freed space and drops its snapshot (which holds
+    #: the ops) in the same transaction.
+    rewritten: tuple[tuple[bytes, bytes], ...] = ()
     #: When this replica received the ``accepted`` changes (ms since the epoch, its own clock;
     #: None: not recorded): the store keeps a receive mark (`ReceiveMarks`), so that a time
     #: can name the changes received by then. A local fact, never shared.
@@ -172,7 +177,12 @@ class StoreWrite:
 
     def __bool__(self) -> bool:
         return bool(
-            self.accepted or self.pending or self.quarantined or self.parked or self.evicted
+            self.accepted
+            or self.pending
+            or self.quarantined
+            or self.parked
+            or self.evicted
+            or self.rewritten
         )
 
 
@@ -413,6 +423,7 @@ class MemoryStore:
         "_info",
         "_marks",
         "_next_pos",
+        "_notes",
         "_pending",
         "_positions",
         "_published",
@@ -428,6 +439,7 @@ class MemoryStore:
         self._next_pos = 1
         self._ids: set[bytes] = set()
         self._pending: dict[bytes, bytes] = {}
+        self._notes: dict[str, bytes] = {}
         #: change id -> the pending row's index (rows parked without one have none).
         self._index: dict[bytes, PendingRow] = {}
         self._quarantine: dict[bytes, QuarantineRecord] = {}
@@ -502,6 +514,12 @@ class MemoryStore:
                 self._index[row.change_id] = replace(row, data=None)
         for rec in batch.quarantined:
             self._quarantine[rec.key] = merge_quarantine(self._quarantine.get(rec.key), rec)
+        if batch.rewritten:
+            new = dict(batch.rewritten)
+            for pos, (cid, _) in list(self._accepted.items()):
+                if cid in new:
+                    self._accepted[pos] = (cid, new[cid])
+            self._snapshot = None
         trimmed = over_bounds(
             ((k, len(r.data)) for k, r in self._quarantine.items()), batch.quarantine_bounds
         )
@@ -617,6 +635,16 @@ class MemoryStore:
     def save_snapshot(self, upto: int, blob: bytes) -> None:
         self._open()
         self._snapshot = (upto, blob)
+
+    def note(self, key: str) -> bytes | None:
+        """A small value the replica keeps with the store (the archive of a compacted store)."""
+        return self._notes.get(key)
+
+    def set_note(self, key: str, value: bytes | None) -> None:
+        if value is None:
+            self._notes.pop(key, None)
+        else:
+            self._notes[key] = bytes(value)
 
     def load_snapshot(self) -> tuple[int, bytes] | None:
         return self._snapshot

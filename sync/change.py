@@ -9,15 +9,29 @@ so a change has one id however it travels.
 Invariant: a `VerifiedChange` exists only if `sync.verify.verify_change` accepted its bytes;
 everything received from outside is an `UnverifiedChange` (just bytes) until then.
 
-Wire format (version 1), canonical msgpack::
+Wire format 2 (what this release writes), canonical msgpack::
+
+    signed change = {"change": <header bytes>, "ops": [op bytes | nil, ...],
+                     "sig": <64 bytes>, "v": 2}
+    header        = {"author": <32 bytes>, "ops": [op_id, ...],
+                     "prev": <32 bytes> | nil, "registry": <32 bytes>, "seq": int >= 1,
+                     "space": str, "v": 2}
+
+``change_id`` is blake3 of the header, which names the op ids only: the signature covers the ids,
+and the op bodies travel beside the header, one per id, in order. A body may be missing (``nil``:
+redacted, SEMANTICS §10), and the change still verifies; a body present must hash to its id.
+
+Wire format 1 (every release before this one), still read and verified exactly as before::
 
     signed change = {"change": <change bytes>, "sig": <64 bytes>, "v": 1}
     change        = {"author": <32 bytes>, "ops": [[op_id, op bytes], ...],
                      "prev": <32 bytes> | nil, "registry": <32 bytes>, "seq": int >= 1,
                      "space": str, "v": 1}
 
-Ops travel as their canonical bytes next to the id the author claims for them; the verifier
-recomputes every id from the bytes.
+In format 1 the id hashes the op bodies too, so none can be removed without breaking the
+signature. A peer of a release that reads format 1 only refuses a format-2 change at its
+door: it quarantines it with reason ``unsupported-version`` ("signed change has unsupported
+version 2") and reports it; it merges nothing of it.
 """
 
 from __future__ import annotations
@@ -38,8 +52,12 @@ from statefuse.registry.value import (
 )
 from statefuse.sync.key import SigningKey
 
-#: Version of the change and signed-change encodings.
-CHANGE_FORMAT_VERSION = 1
+#: Version of the change and signed-change encodings this release writes.
+CHANGE_FORMAT_VERSION = 2
+#: The first format (ids hash the op bodies): read and verified, never written any more.
+LEGACY_CHANGE_FORMAT = 1
+#: Every format this release reads.
+CHANGE_FORMATS = (LEGACY_CHANGE_FORMAT, CHANGE_FORMAT_VERSION)
 #: What an author's signature covers, before the change id (domain separation: a signature made
 #: for a change can never be mistaken for a signature over anything else).
 SIGNATURE_DOMAIN = b"statefuse/change-signature/v1:"
@@ -98,6 +116,22 @@ class VerifiedChange:
     change_id: bytes
     signature: bytes
     data: bytes = field(repr=False)
+    #: Every op id the change lists, in order (format 2 signs these; in format 1 they are the
+    #: ids of ``ops``). Ids of ops whose bodies are missing are here but not in ``ops``.
+    op_ids: tuple[bytes, ...] = ()
+    #: The change's format version.
+    version: int = LEGACY_CHANGE_FORMAT
+
+    def __post_init__(self) -> None:
+        if not self.op_ids:
+            object.__setattr__(self, "op_ids", tuple(op.op_id for op in self.ops))
+
+    @property
+    def missing(self) -> frozenset[bytes]:
+        """The ids of the ops whose bodies this copy does not carry (redacted, SEMANTICS §10)."""
+        if len(self.op_ids) == len(self.ops):
+            return frozenset()
+        return frozenset(self.op_ids) - {op.op_id for op in self.ops}
 
     def __hash__(self) -> int:
         return hash(self.change_id)
@@ -118,10 +152,12 @@ def change_body(
     ops: Sequence[Op],
     datas: Sequence[bytes] | None = None,
 ) -> bytes:
-    """The canonical bytes of a change (what ``change_id`` hashes).
+    """The canonical bytes of a format-1 change (what its ``change_id`` hashes).
 
-    ``datas``, when given, are the ops' encodings (``op.encode()``, in order), for a caller that
-    already has them: the envelope is validated, the op bytes are taken as given.
+    This release writes format 2 (`change_header`); format 1 stays for reading, and for tests
+    that stand for an earlier release. ``datas``, when given, are the ops' encodings
+    (``op.encode()``, in order), for a caller that already has them: the envelope is
+    validated, the op bytes are taken as given.
     """
     if datas is None:
         datas = [op.encode() for op in ops]
@@ -134,12 +170,24 @@ def change_body(
         "registry": registry,
         "seq": seq,
         "space": space,
-        "v": CHANGE_FORMAT_VERSION,
+        "v": LEGACY_CHANGE_FORMAT,
     }
     body = canonical_value(head, "change")
     assert isinstance(body, dict)
     body["ops"] = [[op.op_id, d] for op, d in zip(ops, datas, strict=True)]
     return encode_canonical(body, "change")
+
+
+def stripped(change: VerifiedChange, drop: frozenset[bytes] | set[bytes]) -> VerifiedChange:
+    """``change`` without the bodies of the ops in ``drop`` (format 2 only; see
+    `without_bodies`): same id, signature and op ids, fewer ops."""
+    from dataclasses import replace
+
+    return replace(
+        change,
+        ops=tuple(op for op in change.ops if op.op_id not in drop),
+        data=without_bodies(change, drop),
+    )
 
 
 def change_id_of(body: bytes) -> bytes:
@@ -152,8 +200,64 @@ def signed_message(change_id: bytes) -> bytes:
 
 
 def wire(body: bytes, signature: bytes) -> bytes:
-    """The signed-change bytes that travel and are stored."""
-    return encode_value({"change": body, "sig": signature, "v": CHANGE_FORMAT_VERSION}, "signed")
+    """The signed-change bytes of a format-1 change (`change_body`)."""
+    return encode_value({"change": body, "sig": signature, "v": LEGACY_CHANGE_FORMAT}, "signed")
+
+
+def change_header(
+    *,
+    space: str,
+    author: bytes,
+    seq: int,
+    prev: bytes | None,
+    registry: bytes,
+    op_ids: Sequence[bytes],
+) -> bytes:
+    """The canonical header of a format-2 change: what its ``change_id`` hashes (the op ids,
+    never the bodies, so a body can be deleted and the change still verifies)."""
+    head: dict[str, Value] = {
+        "author": author,
+        "ops": list(op_ids),
+        "prev": prev,
+        "registry": registry,
+        "seq": seq,
+        "space": space,
+        "v": CHANGE_FORMAT_VERSION,
+    }
+    return encode_canonical(canonical_value(head, "change"), "change")
+
+
+def wire_with_bodies(header: bytes, signature: bytes, bodies: Sequence[bytes | None]) -> bytes:
+    """The signed-change bytes of a format-2 change: the header, then one body per op id
+    (``None`` for a body this copy does not carry)."""
+    outer: dict[str, Value] = {
+        "change": header,
+        "ops": list(bodies),
+        "sig": signature,
+        "v": CHANGE_FORMAT_VERSION,
+    }
+    return encode_value(outer, "signed")
+
+
+def without_bodies(change: VerifiedChange, drop: frozenset[bytes] | set[bytes]) -> bytes:
+    """The bytes of ``change`` without the bodies of the ops in ``drop`` (same id, same
+    signature: it still verifies). Only a format-2 change can lose bodies: for format 1 this
+    raises ChangeInputError (its id hashes the bodies)."""
+    if change.version != CHANGE_FORMAT_VERSION:
+        raise ChangeInputError(
+            "change", "format-2", f"a format-{change.version} change cannot lose op bodies"
+        )
+    from statefuse.registry.value import decode_value
+
+    outer = decode_value(change.data, "signed")
+    assert isinstance(outer, dict)
+    header = outer["change"]
+    assert isinstance(header, bytes)
+    by_id = {op.op_id: op for op in change.ops}
+    bodies: list[bytes | None] = [
+        None if i in drop or i not in by_id else by_id[i].encode() for i in change.op_ids
+    ]
+    return wire_with_bodies(header, change.signature, bodies)
 
 
 def sign_change(
@@ -164,8 +268,12 @@ def sign_change(
     prev: bytes | None,
     registry: bytes,
     ops: Sequence[Op],
+    version: int = CHANGE_FORMAT_VERSION,
 ) -> VerifiedChange:
     """Sign a batch of one's own ops as one change and check it like any received change.
+
+    ``version`` is the change format: this release writes 2; 1 writes a change as the releases
+    before it did (for tests and tools that stand for them).
 
     Raises VerificationError (with the reason) if the result would not verify, e.g. an op by
     another author, a broken seq/prev pair or too many ops — the same rules peers apply.
@@ -180,8 +288,22 @@ def sign_change(
         raise VerificationError(
             QuarantineReason.OVERSIZED, f"the ops encode to more than {MAX_CHANGE_BYTES} bytes"
         )
-    body = change_body(
-        space=space, author=key.author, seq=seq, prev=prev, registry=registry, ops=ops
+    if version == LEGACY_CHANGE_FORMAT:
+        body = change_body(
+            space=space, author=key.author, seq=seq, prev=prev, registry=registry, ops=ops
+        )
+        signature = key.sign(signed_message(change_id_of(body)))
+        return verify_change(UnverifiedChange(wire(body, signature)), space=space)
+    if version != CHANGE_FORMAT_VERSION:
+        raise ChangeInputError("version", "supported", f"no change format {version!r}")
+    header = change_header(
+        space=space,
+        author=key.author,
+        seq=seq,
+        prev=prev,
+        registry=registry,
+        op_ids=[op.op_id for op in ops],
     )
-    signature = key.sign(signed_message(change_id_of(body)))
-    return verify_change(UnverifiedChange(wire(body, signature)), space=space)
+    signature = key.sign(signed_message(change_id_of(header)))
+    data = wire_with_bodies(header, signature, [op.encode() for op in ops])
+    return verify_change(UnverifiedChange(data), space=space)

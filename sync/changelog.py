@@ -31,6 +31,7 @@ bound only ever keeps something out of the pending area or the quarantine.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -42,7 +43,13 @@ from statefuse.registry import DEFAULT_REGISTRY, Registry
 from statefuse.registry.error import InputError
 from statefuse.state import State
 from statefuse.sync.author import author_names, names_among
-from statefuse.sync.change import ChangeInputError, UnverifiedChange, VerifiedChange
+from statefuse.sync.change import (
+    CHANGE_FORMAT_VERSION,
+    ChangeInputError,
+    UnverifiedChange,
+    VerifiedChange,
+    stripped,
+)
 from statefuse.sync.clock import ClockJump, clock_jumps
 from statefuse.sync.declaration import SPACE_OP_TYPES, RegistryDeclared
 from statefuse.sync.pending import (
@@ -58,6 +65,7 @@ from statefuse.sync.pending import (
     Standing,
 )
 from statefuse.sync.quarantine import Quarantine, QuarantineEntry
+from statefuse.sync.redaction import RedactionState, redaction_state
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode, TrustState, trust_state
 from statefuse.sync.verify import QuarantineReason, VerificationError, verify_change, verify_changes
 
@@ -691,6 +699,53 @@ class ChangeLog:
 
     def materialize(self, *, registry: Registry = DEFAULT_REGISTRY) -> State:
         return materialize(self.ops(), registry=registry)
+
+    def redactions(self, *, creator: bytes | None = None) -> RedactionState:
+        """Which op ids the redactions of the counted changes order deleted, and which
+        redactions are refused (`sync.redaction`): a pure function of the accepted set."""
+        ignored = self.verdicts()
+        return redaction_state(
+            (c for cid, c in self._accepted.items() if cid not in ignored),
+            trust=self.trust(),
+            creator=creator,
+        )
+
+    def strip(
+        self, ids: frozenset[bytes], *, among: Iterable[bytes] | None = None
+    ) -> list[VerifiedChange]:
+        """Cut the bodies of ``ids`` out of every accepted change that carries one (SEMANTICS
+        §10): each keeps its id, signature and op ids, and still verifies. Returns the changes
+        that lost a body (to rewrite in the store); ``among`` limits the search to those change
+        ids. A format-1 change cannot lose a body
+        without breaking its signature: it is left whole (see `withheld`). Undone with the
+        enclosing `atomic` block."""
+        out: list[VerifiedChange] = []
+        if not ids:
+            return out
+        pick = (
+            list(self._accepted.items())
+            if among is None
+            else [(cid, self._accepted[cid]) for cid in among if cid in self._accepted]
+        )
+        for cid, c in pick:
+            if c.version != CHANGE_FORMAT_VERSION or ids.isdisjoint(c.op_ids):
+                continue
+            if all(op.op_id not in ids for op in c.ops):
+                continue
+            new = stripped(c, ids)
+            self._accepted[cid] = new
+            self._undo(functools.partial(self._accepted.__setitem__, cid, c))
+            out.append(new)
+        return out
+
+    def withheld(self, ids: frozenset[bytes]) -> frozenset[bytes]:
+        """The format-1 accepted changes that carry a body of ``ids``: they cannot lose it and
+        keep their signature, so a replica never serves them (`Replica.change_bytes`)."""
+        return frozenset(
+            cid
+            for cid, c in self._accepted.items()
+            if c.version != CHANGE_FORMAT_VERSION and not ids.isdisjoint(c.op_ids)
+        )
 
 
 #: How many changes `ChangeLog.receive_all` verifies together.

@@ -40,6 +40,7 @@ from statefuse.registry.normalizer import Normalizer
 from statefuse.registry.registry import check_authority_order
 from statefuse.registry.value import Value
 from statefuse.sync.author import AuthorNamed
+from statefuse.sync.redaction import OpsRedacted
 from statefuse.sync.trust import TRUST_OP_TYPES, TrustMode
 
 
@@ -96,7 +97,12 @@ register_op_type(RegistryDeclared)
 
 #: Ops that govern the space rather than hold memory: trust ops, registry declarations and author
 #: names. The materializer never sees them.
-SPACE_OP_TYPES: tuple[type[_OpBase], ...] = (*TRUST_OP_TYPES, RegistryDeclared, AuthorNamed)
+SPACE_OP_TYPES: tuple[type[_OpBase], ...] = (
+    *TRUST_OP_TYPES,
+    RegistryDeclared,
+    AuthorNamed,
+    OpsRedacted,
+)
 
 
 def declaration_in_force(

@@ -96,7 +96,7 @@ from statefuse.ranker import LexicalRanker, Ranker
 from statefuse.registry import DEFAULT_REGISTRY, EXACT_CONTRACT, EXACT_REGISTRY, Registry
 from statefuse.registry.error import InputError, StateFuseError
 from statefuse.registry.normalizer import Normalizer
-from statefuse.registry.value import Value
+from statefuse.registry.value import Value, plain_value
 from statefuse.resolver import Resolver
 from statefuse.search import SearchHit, search_view
 from statefuse.state import ConflictSet, State, key_of, locus_of
@@ -114,6 +114,13 @@ from statefuse.store import (
     StoreWrite,
 )
 from statefuse.storeindex import OpMemo
+from statefuse.sync.archive import (
+    ARCHIVE_NOTE,
+    compactable,
+    read_archive,
+    without_redacted,
+    write_archive,
+)
 from statefuse.sync.author import (
     AuthorNamed,
     check_author_name,
@@ -122,15 +129,17 @@ from statefuse.sync.author import (
     names_among,
 )
 from statefuse.sync.change import (
+    CHANGE_FORMAT_VERSION,
     MAX_CHANGE_BYTES,
     MAX_OPS_PER_CHANGE,
     ChangeInputError,
     UnverifiedChange,
     VerifiedChange,
-    change_body,
+    change_header,
     change_id_of,
     signed_message,
-    wire,
+    wire_with_bodies,
+    without_bodies,
 )
 from statefuse.sync.changelog import ChangeLog, Fork, Ignored, Receipt, Status, verdict
 from statefuse.sync.clock import ClockJump, LamportGaps
@@ -152,6 +161,16 @@ from statefuse.sync.pending import DEFAULT_BOUNDS, Area, Bounds, BoundsConfigErr
 from statefuse.sync.protocol import SyncError
 from statefuse.sync.quarantine import QuarantineEntry
 from statefuse.sync.reconcile import Reconciler
+from statefuse.sync.redaction import (
+    EMPTY as EMPTY_REDACTION,
+)
+from statefuse.sync.redaction import (
+    MAX_REDACTED_PER_OP,
+    REDACTOR_ROLE,
+    OpsRedacted,
+    RedactionState,
+    may_redact_any,
+)
 from statefuse.sync.snapshot import (
     Identity,
     Load,
@@ -260,6 +279,54 @@ def _writes(
 #: this fraction (1/N) of those it covers: replaying a few changes at the next open is cheaper
 #: than rewriting a large snapshot on every close.
 CLOSE_SNAPSHOT_SHARE = 64
+
+
+class _Unset:
+    """No value given (``None`` is a value)."""
+
+
+_UNSET = _Unset()
+
+
+@dataclass(frozen=True, slots=True)
+class Redaction:
+    """What `Replica.redact` did: the claims chosen (ids), the redaction ops it wrote, and how
+    many of the chosen claims were redacted already."""
+
+    claims: tuple[bytes, ...]
+    ops: tuple[OpsRedacted, ...]
+    already: int
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """What `Replica.compact` moved: how many op bodies, out of how many changes, how many
+    bytes of op encodings, into which archive; and the store file's size before and after
+    (None for a store in memory)."""
+
+    ops: int
+    changes: int
+    bytes: int
+    archive: Path
+    store_before: int | None
+    store_after: int | None
+
+
+class ArchiveWarning(UserWarning):
+    """A compacted store whose archive cannot be read: the changes whose bodies moved there
+    are not served until it is back."""
+
+
+def _file_size(path: object) -> int | None:
+    """Bytes of a store's database file and its write-ahead log (None: in memory)."""
+    if path is None:
+        return None
+    db = Path(os.fspath(path))  # type: ignore[call-overload]
+    total = 0
+    for p in (db, db.with_name(db.name + "-wal")):
+        with contextlib.suppress(FileNotFoundError):
+            total += p.stat().st_size
+    return total
 
 
 class ReplicaError(InputError, ValueError):
@@ -1257,6 +1324,8 @@ class Replica:
         self.writer = Writer(self.author or bytes(32), registry=self.registry, clock=self._clock)
         self.trust_writer = TrustWriter(self.author or bytes(32))
         self._mat = Materializer(registry=self.registry)
+        #: Which op ids the counted redactions order deleted (`sync.redaction`).
+        self._redaction: RedactionState = EMPTY_REDACTION
         self._counted: set[bytes] = set()
         #: The counted lamports' clusters (`sync.clock`; None: worked out on first receive).
         self._gaps: LamportGaps | None = None
@@ -1265,6 +1334,8 @@ class Replica:
         self._recount()  # observes the counted changes the snapshot did not cover
         self._observe_own()
         self._new_jumps.clear()
+        if any(isinstance(op, OpsRedacted) for c in self.log.changes() for op in c.ops):
+            self._count_redactions()
 
     def _restore_pending(self) -> list[tuple[bytes, bytes]]:
         """The stored pending rows to verify on open: those stored without an index (by an
@@ -1793,7 +1864,7 @@ class Replica:
         get = self.log.get
         fresh = [c for c in map(get, sorted(counted - self._counted)) if c is not None]
         if self._counted - counted:
-            self._mat = Materializer(self.log.ops(), registry=self.registry)
+            self._mat = Materializer(self._unredacted_ops(), registry=self.registry)
             self._counted = counted
             if self._gaps is not None:  # lamports cannot be taken out: work them out again
                 ids = {c.change_id for c in fresh}
@@ -1815,6 +1886,8 @@ class Replica:
             for op in c.ops
             if not isinstance(op, SPACE_OP_TYPES)
         )
+        if self._redaction.redacted and len(ops):  # a format-1 change keeps redacted bodies
+            ops = OpSet.of_sealed(op for op in ops if op.op_id not in self._redaction.redacted)
         return tuple(self._mat.apply_all(ops)) if len(ops) else ()
 
     def _admitted(
@@ -2182,17 +2255,335 @@ class Replica:
     def change_bytes(self, ids: Iterable[bytes]) -> list[bytes]:
         """Wire bytes of the accepted changes named (unknown ids are skipped)."""
         out = []
+        withheld = self._withheld()
         for cid in ids:
             c = self.log.get(cid)
-            if c is not None:
-                out.append(c.data)
+            if c is not None and cid not in withheld:
+                data = self._served(c)
+                if data is not None:
+                    out.append(data)
         return out
 
     @_locked
     def all_change_bytes(self) -> list[bytes]:
         """Every accepted and pending change, predecessors first (what a copy needs)."""
         accepted = sorted(self.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
-        return [c.data for c in accepted] + [c.data for c in self.pending()]
+        withheld = self._withheld()
+        served = (self._served(c) for c in accepted if c.change_id not in withheld)
+        return [d for d in served if d is not None] + [d for _, d in self._pending_served()]
+
+    def _pending_served(self) -> list[tuple[bytes, bytes]]:
+        """The parked changes as a peer may have them (change id, bytes): without redacted
+        bodies (a format-1 one holding such a body is not served)."""
+        out = []
+        redacted = self._redaction.redacted
+        for c in self.pending():
+            hit = frozenset(i for i in c.op_ids if i in redacted) if redacted else frozenset()
+            if not hit or not any(op.op_id in hit for op in c.ops):
+                out.append((c.change_id, c.data))
+            elif c.version == CHANGE_FORMAT_VERSION:
+                out.append((c.change_id, without_bodies(c, hit)))
+        return out
+
+    # --- compaction (SEMANTICS §10) ---------------------------------------------------------------
+
+    def _served(self, c: VerifiedChange) -> bytes | None:
+        """What a peer is given of ``c``: the change as held, or, for a change whose bodies
+        compaction moved, the whole change from the archive (redacted bodies cut out), or
+        nothing when the archive is missing (said once, as a warning): never a change that
+        lacks a body for any reason but a redaction."""
+        if len(c.op_ids) == len(c.ops):
+            return c.data
+        redacted = self._redaction.redacted
+        if all(i in redacted for i in c.missing):
+            return c.data
+        whole = self._archived().get(c.change_id)
+        if whole is None:
+            return None
+        if redacted:
+            full = verify_change(UnverifiedChange(whole), space=self.space)
+            hit = frozenset(i for i in full.op_ids if i in redacted)
+            if hit:
+                return without_bodies(full, hit)
+        return whole
+
+    def _archived(self) -> dict[bytes, bytes]:
+        """The archive of this compacted store (change id -> whole change; {} if none), read
+        once; a missing or unreadable one is said once, as an `ArchiveWarning`."""
+        cached = self.__dict__.get("_archive_changes")
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
+        note = getattr(self.store, "note", None)
+        path = note(ARCHIVE_NOTE) if note is not None else None
+        out: dict[bytes, bytes] = {}
+        if path is not None:
+            try:
+                out = read_archive(os.fsdecode(path), space=self.space)
+            except (StateFuseError, OSError) as exc:
+                warnings.warn(
+                    ArchiveWarning(
+                        f"this store was compacted into {os.fsdecode(path)}, which cannot be"
+                        f" read ({exc}): the changes whose bodies moved there are not served"
+                        " until it is back"
+                    ),
+                    stacklevel=_caller_level(),
+                )
+        self.__dict__["_archive_changes"] = out
+        return out
+
+    @_locked
+    def compact(self, *, archive: str | os.PathLike[str]) -> Compaction:
+        """Move the bodies no projection can show any more (`sync.archive.compactable`:
+        evidence nothing cites, retracted claims nothing reads) out of the store into the
+        archive file ``archive`` (a bundle of the whole changes, merged with what it holds
+        already), and shrink the store file. Every View, for every lens, is the same before
+        and after; ids and signatures stay; a peer asking for such a change is served the
+        whole change from the archive. Nothing is deleted: the archive is written (and
+        synced) before the store lets go of a body.
+
+        Raises ReadOnlyError on a replica that may not write or has no key."""
+        self._check_writable()
+        if self._lazy:
+            self._load_history()
+        if self.key is None:
+            raise ReadOnlyError("key", "no-key", "an archive is signed: compact needs the key")
+        path = Path(archive)
+        ids = compactable(self._mat.state())
+        holders = [
+            c
+            for c in self.log.changes()
+            if c.version == CHANGE_FORMAT_VERSION and not ids.isdisjoint(c.op_ids)
+        ]
+        holders = [c for c in holders if any(op.op_id in ids for op in c.ops)]
+        size = getattr(self.store, "path", None)
+        before = _file_size(size)
+        if not holders:
+            return Compaction(0, 0, 0, path, before, before)
+        kept = dict(self._archived())
+        if path.exists() and not kept:
+            kept = read_archive(path, space=self.space)
+        for c in holders:
+            kept.setdefault(c.change_id, c.data)
+        moved = sum(len(op.encode()) for c in holders for op in c.ops if op.op_id in ids)
+        n_ops = sum(1 for c in holders for op in c.ops if op.op_id in ids)
+        write_archive(path, self.key, self.space, kept, creator=self.creator)
+        self.__dict__["_archive_changes"] = kept
+        with self.store.write_transaction():
+            lost = self.log.strip(ids, among=[c.change_id for c in holders])
+            self.store.write(StoreWrite(rewritten=tuple((c.change_id, c.data) for c in lost)))
+            note = getattr(self.store, "set_note", None)
+            if note is not None:
+                note(ARCHIVE_NOTE, os.fsencode(path.resolve()))
+            ix = self.store.index()
+            if ix is not None:
+                ix.drop()
+            self._index_due = True
+        self._mat = Materializer(self._unredacted_ops(), registry=self.registry)
+        self._index_settle()
+        vacuum = getattr(self.store, "vacuum", None)
+        if vacuum is not None:
+            vacuum()
+        return Compaction(n_ops, len(holders), moved, path, before, _file_size(size))
+
+    # --- redaction (SEMANTICS §10) ----------------------------------------------------------------
+
+    def _withheld(self) -> frozenset[bytes]:
+        """Format-1 changes carrying a redacted body: never served (their signature covers the
+        body, so it cannot be cut out)."""
+        if not self._redaction.redacted:
+            return frozenset()
+        return self.log.withheld(self._redaction.ids)
+
+    def _unredacted_ops(self) -> OpSet:
+        """The memory ops that count, without any redacted op (`ChangeLog.ops` minus the
+        bodies a format-1 change could not lose)."""
+        ops = self.log.ops()
+        if not self._redaction.redacted:
+            return ops
+        return OpSet.of_sealed(op for op in ops if op.op_id not in self._redaction.redacted)
+
+    def _count_redactions(self) -> bool:
+        """Work out which redactions count now; when the redacted set changed, cut the bodies
+        out of the log and rebuild the state without them. Returns the changes that lost a
+        body (for the store)."""
+        state = self.log.redactions(creator=self.creator)
+        before = self._redaction.ids
+        self._redaction = state
+        self._lost = self.log.strip(state.ids)
+        if state.ids == before and not self._lost:
+            return False
+        self._mat = Materializer(self._unredacted_ops(), registry=self.registry)
+        return True
+
+    def _enforce_redactions(self) -> None:
+        """Count the redactions the log holds and make them true in the store: the changes
+        that carry a redacted body are rewritten without it (freed space overwritten), the
+        snapshot is dropped, the derived state rebuilt without the redacted ops, and the
+        write-ahead log checkpointed and truncated, so the bytes are in no file of the store."""
+        if not self._count_redactions():
+            return
+        lost = self._lost
+        if self._may_write() and not self._lazy:
+            with self.store.write_transaction():
+                self.store.write(StoreWrite(rewritten=tuple((c.change_id, c.data) for c in lost)))
+                ix = self.store.index()
+                if ix is not None:
+                    ix.drop()
+                self._index_due = True
+            self._index_settle()
+            self._redact_archive()
+            scrub = getattr(self.store, "scrub_free_space", None)
+            if scrub is not None:
+                scrub()
+
+    def _redact_archive(self) -> None:
+        """Cut the redacted bodies out of this store's archive too (rewritten in place)."""
+        archived = self._archived()
+        if not archived or self.key is None:
+            return
+        fixed = without_redacted(archived, self._redaction.ids, space=self.space)
+        if fixed == archived:
+            return
+        note = getattr(self.store, "note", None)
+        path = note(ARCHIVE_NOTE) if note is not None else None
+        if path is not None:
+            write_archive(os.fsdecode(path), self.key, self.space, fixed, creator=self.creator)
+        self.__dict__["_archive_changes"] = fixed
+
+    @_locked
+    def redactions(self) -> RedactionState:
+        """Which op ids are redacted here (by whom, when, why: never what), and which
+        redactions were refused, with the reason (`sync.redaction`)."""
+        if self._lazy:
+            self._load_history()
+        return self._redaction
+
+    @_locked
+    def redact(
+        self,
+        *,
+        reason: str,
+        claim: bytes | str | Iterable[bytes | str] | None = None,
+        key: str | None = None,
+        value: Value | _Unset = _UNSET,
+        author: bytes | str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+    ) -> Redaction:
+        """Order every replica to delete the bodies of chosen claims (SEMANTICS §10).
+
+        Choose by ``claim`` (one claim id or several, bytes or hex), by ``key``
+        (``"namespace/subject/predicate"``; with ``value``, only the claims holding that
+        value), or by ``author`` (bytes or hex) with an optional writer-clock range
+        ``since`` <= ``wall_ms`` < ``until`` (milliseconds since the epoch); given together,
+        the choices intersect. ``reason`` is required and kept with the audit trail: never
+        put the secret in it.
+
+        Raises ReplicaError (rule ``nothing-to-redact``) when nothing matches, and (rule
+        ``not-authorized``) when this replica's author may not redact a chosen claim: in a
+        closed space only the root or an author granted ``redactor``; in an open space only
+        the claim's author or the space's creator. Nothing is written then.
+        """
+        self._check_open()
+        if self._lazy:
+            self._load_history()
+        if not isinstance(reason, str) or not reason.strip():
+            raise ReplicaError("reason", "non-empty", "a redaction says why: give a reason")
+        chosen = self._redaction_targets(claim, key, value, author, since, until)
+        if not chosen:
+            raise ReplicaError("claim", "nothing-to-redact", "no claim matches: nothing redacted")
+        trust = self.log.trust()
+        anyone = may_redact_any(self.author, trust=trust, creator=self.creator)
+        if not anyone:
+            foreign = [op for op in chosen if op.author != self.author]
+            if trust.mode is TrustMode.CLOSED or foreign:
+                who = (
+                    f"the root or an author granted {REDACTOR_ROLE!r}"
+                    if trust.mode is TrustMode.CLOSED
+                    else "the claim's author or the space's creator"
+                )
+                raise ReplicaError(
+                    "author",
+                    "not-authorized",
+                    f"only {who} may redact here; {self.author_label(self.author)} may not",
+                )
+        ids = sorted({op.op_id for op in chosen} - self._redaction.ids)
+        written: list[OpsRedacted] = []
+        if ids:
+            self._write_redactions(ids, reason, written)
+        self._enforce_redactions()
+        return Redaction(
+            claims=tuple(sorted(op.op_id for op in chosen)),
+            ops=tuple(written),
+            already=len(chosen) - len(ids),
+        )
+
+    @_writes
+    def _write_redactions(self, ids: list[bytes], reason: str, out: list[OpsRedacted]) -> None:
+        for start in range(0, len(ids), MAX_REDACTED_PER_OP):
+            part = ids[start : start + MAX_REDACTED_PER_OP]
+            lamport = max(self.writer.lamport, self.trust_writer._lamport) + 1
+            op = OpsRedacted(
+                author=self.author,
+                lamport=min(lamport, MAX_LAMPORT),
+                wall_ms=self._clock(),
+                ops=tuple(part),
+                reason=reason,
+            )
+            self._emit(op)
+            self.writer.advance(op.lamport)
+            if op.lamport > self.trust_writer._lamport:
+                self.trust_writer._lamport = op.lamport
+            out.append(op)
+
+    def _redaction_targets(
+        self,
+        claim: bytes | str | Iterable[bytes | str] | None,
+        key: str | None,
+        value: Value | _Unset,
+        author: bytes | str | None,
+        since: int | None,
+        until: int | None,
+    ) -> list[ClaimAdded]:
+        if key is None and not isinstance(value, _Unset):
+            raise ReplicaError("value", "with-key", "value= chooses among the claims of a key=")
+        if claim is None and key is None and author is None:
+            raise ReplicaError(
+                "claim", "choose", "choose what to redact: claim=, key= (value=) or author="
+            )
+        if author is None and (since is not None or until is not None):
+            raise ReplicaError("since", "with-author", "since= / until= go with author=")
+        for name, t in (("since", since), ("until", until)):
+            if t is not None and (type(t) is not int or t < 0):
+                raise ReplicaError(name, "wall-ms", f"{name} is milliseconds since the epoch")
+        claims: list[ClaimAdded] = list(self._mat.state().claims.values())
+        if claim is not None:
+            items = [claim] if isinstance(claim, (bytes, str)) else list(claim)
+            wanted = {_claim_id_arg(c) for c in items}
+            unknown = wanted - {c.op_id for c in claims}
+            if unknown:
+                raise UnknownClaimError(
+                    "claim", "known-claim", f"no claim {sorted(unknown)[0].hex()[:16]}… here"
+                )
+            claims = [c for c in claims if c.op_id in wanted]
+        if key is not None:
+            namespace, subject, predicate, _ = _key_and_value((key, None), {})
+            claims = [
+                c
+                for c in claims
+                if (c.namespace, c.subject, c.predicate) == (namespace, subject, predicate)
+                and (isinstance(value, _Unset) or _same_value(c.value, value))
+            ]
+        if author is not None:
+            who = _claim_id_arg(author)
+            claims = [
+                c
+                for c in claims
+                if c.author == who
+                and (since is None or c.wall_ms >= since)
+                and (until is None or c.wall_ms < until)
+            ]
+        return claims
 
     @_locked
     def __len__(self) -> int:
@@ -2731,16 +3122,16 @@ class Replica:
         keeps the change within the limits peers apply, so it is not decoded back again (what
         `sign_change` does for ops of unknown origin); `verify` re-checks stored changes."""
         registry = self.registry.fingerprint
-        body = change_body(
+        op_ids = tuple(op.op_id for op in ops)
+        header = change_header(
             space=self.space,
             author=self.author,
             seq=seq,
             prev=prev,
             registry=registry,
-            ops=ops,
-            datas=datas,
+            op_ids=op_ids,
         )
-        cid = change_id_of(body)
+        cid = change_id_of(header)
         assert self.key is not None  # `_check_writable` refused to write without it
         signature = self.key.sign(signed_message(cid))
         return VerifiedChange(
@@ -2752,7 +3143,9 @@ class Replica:
             tuple(ops),
             cid,
             signature,
-            wire(body, signature),
+            wire_with_bodies(header, signature, datas),
+            op_ids,
+            CHANGE_FORMAT_VERSION,
         )
 
     # --- receiving -------------------------------------------------------------------------------
@@ -2813,6 +3206,9 @@ class Replica:
                             pending.append(parked)
                 if progress is not None:
                     progress(min(start + _RECEIVE_STEP, len(items)), len(items))
+            if self._redaction.redacted and accepted:  # bodies known redacted: never stored
+                self.log.strip(self._redaction.ids, among=[c.change_id for c in accepted])
+                accepted = [self.log.get(c.change_id) or c for c in accepted]
             quarantined = [_record(e, now) for e in self.log.take_quarantined()]
             declares, _ = _governs(accepted)
             if declares:
@@ -2857,6 +3253,8 @@ class Replica:
             self._reload()
             raise
         self._index_settle()
+        if _may_redact(accepted, self.root):
+            self._enforce_redactions()
         # Own changes past any seq this store held: written elsewhere (those up to it are its
         # own history coming back, e.g. after `repair`).
         own = sum(1 for c in accepted if c.author == self.author and c.seq > known)
@@ -2906,7 +3304,13 @@ class Replica:
         with other._lock:
             other._check_open()
             theirs = sorted(other.log.changes(), key=lambda c: (c.author, c.seq, c.change_id))
-            theirs += other.pending()
+            withheld = other._withheld()
+            # what ``other`` serves of each: compacted ones whole (from its archive), none
+            # that would carry a redacted body
+            served = [
+                (c.change_id, other._served(c)) for c in theirs if c.change_id not in withheld
+            ]
+            served += other._pending_served()
             creator = other.creator
         with self._lock:
             mine = self.log
@@ -2914,7 +3318,7 @@ class Replica:
                 creator,
                 f"replica {other.author.hex()[:12]}…",
                 None,
-                [c.data for c in theirs if c.change_id not in mine],
+                [d for cid, d in served if d is not None and cid not in mine],
                 source=None,
             )
 
@@ -3553,6 +3957,35 @@ def _unverified(changes: Iterable[bytes | UnverifiedChange]) -> list[UnverifiedC
 
 #: Room left in a change for everything but the ops' bytes (keys, ids, framing, signature).
 _CHANGE_OVERHEAD = 4096
+
+
+def _claim_id_arg(ref: bytes | str) -> bytes:
+    if isinstance(ref, bytes) and len(ref) == 32:
+        return ref
+    if isinstance(ref, str):
+        try:
+            raw = bytes.fromhex(ref)
+        except ValueError:
+            raw = b""
+        if len(raw) == 32:
+            return raw
+    raise ReplicaError("claim", "id", f"{ref!r} is not a 32-byte id (bytes or 64 hex digits)")
+
+
+def _same_value(a: object, b: object) -> bool:
+    return type(a) is type(b) and plain_value(a) == plain_value(b)  # type: ignore[arg-type]
+
+
+def _may_redact(changes: Sequence[VerifiedChange], root: bytes | None) -> bool:
+    """Whether taking in ``changes`` may change what is redacted: they hold a redaction, or
+    trust ops of the root (a redactor role granted or withdrawn)."""
+    for c in changes:
+        for op in c.ops:
+            if isinstance(op, OpsRedacted):
+                return True
+            if c.author == root and isinstance(op, TRUST_OP_TYPES):
+                return True
+    return False
 
 
 def _chunks(written: list[tuple[Op, bytes]]) -> Iterator[tuple[list[Op], list[bytes]]]:

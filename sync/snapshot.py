@@ -86,7 +86,16 @@ _PLAIN = frozenset({type(None), bool, int, float, str, bytes, tuple, list, dict}
 #: on the way back, as every op holds them (SEMANTICS §1).
 _FROZEN = frozenset({FrozenList, FrozenMap})
 _CONTAINERS = frozenset({list, dict})
-_CHANGE_FIELDS = ("author", "seq", "prev", "registry", "change_id", "signature")
+_CHANGE_FIELDS = (
+    "author",
+    "seq",
+    "prev",
+    "registry",
+    "change_id",
+    "signature",
+    "op_ids",
+    "version",
+)
 
 
 def _value_fields(t: type[Any]) -> frozenset[str]:
@@ -151,7 +160,7 @@ class Restored:
 def _layout() -> bytes:
     parts = [(t.KIND, tuple(name for name, _ in t._SCHEMA)) for t in _CORE]
     enums = [(name, tuple(m.value for m in e)) for name, e in sorted(_ENUMS.items())]
-    return blake3.blake3(repr((parts, enums)).encode()).digest()
+    return blake3.blake3(repr((parts, enums, _CHANGE_FIELDS)).encode()).digest()
 
 
 #: Changes whenever an op type gains, loses or reorders a field: columns depend on it.

@@ -30,6 +30,8 @@ from statefuse.registry.error import InputError, StateFuseError
 from statefuse.registry.value import INT_MAX, INT_MIN, decode_value
 from statefuse.sync.change import (
     CHANGE_FORMAT_VERSION,
+    CHANGE_FORMATS,
+    LEGACY_CHANGE_FORMAT,
     MAX_CHANGE_BYTES,
     MAX_OPS_PER_CHANGE,
     MAX_SPACE_CHARS,
@@ -75,11 +77,13 @@ def _fail(reason: QuarantineReason, message: str) -> VerificationError:
     return VerificationError(reason, message)
 
 
-def _map(raw: object, what: str, keys: set[str]) -> dict[str, object]:
+def _map(
+    raw: object, what: str, keys: set[str], versions: tuple[int, ...] = CHANGE_FORMATS
+) -> dict[str, object]:
     if type(raw) is not dict:
         raise _fail(QuarantineReason.MALFORMED, f"{what} is not a map")
     version = raw.get("v")
-    if type(version) is not int or version != CHANGE_FORMAT_VERSION:
+    if type(version) is not int or version not in versions:
         raise _fail(QuarantineReason.VERSION, f"{what} has unsupported version {version!r}")
     if set(raw) != keys:
         raise _fail(
@@ -174,6 +178,9 @@ class _Signed:
     change_id: bytes
     signature: bytes
     data: bytes
+    #: Every op id the change lists (format 2); () for format 1 (the ids of ``raw_ops``).
+    op_ids: tuple[bytes, ...] = ()
+    version: int = LEGACY_CHANGE_FORMAT
 
     def with_ops(self, ops: list[Op]) -> VerifiedChange:
         return VerifiedChange(
@@ -186,6 +193,8 @@ class _Signed:
             change_id=self.change_id,
             signature=self.signature,
             data=self.data,
+            op_ids=self.op_ids,
+            version=self.version,
         )
 
 
@@ -198,6 +207,7 @@ def _signed_part(change: UnverifiedChange, space: str, decoding: _Decoding) -> _
         raise _fail(QuarantineReason.OVERSIZED, f"{len(data)} bytes exceeds {MAX_CHANGE_BYTES}")
     envelope = _envelope_fast(data) if decoding is _Decoding.FAST else None
     outer, body, inner = _envelope(data) if envelope is None else envelope
+    version = outer["v"]
     signature = outer["sig"]
     if type(signature) is not bytes or len(signature) != SIGNATURE_BYTES:
         raise _fail(QuarantineReason.MALFORMED, f"signature is not {SIGNATURE_BYTES} bytes")
@@ -233,6 +243,9 @@ def _signed_part(change: UnverifiedChange, space: str, decoding: _Decoding) -> _
         raise _fail(
             QuarantineReason.TOO_MANY_OPS, f"{len(raw_ops)} ops exceeds {MAX_OPS_PER_CHANGE}"
         )
+    op_ids: tuple[bytes, ...] = ()
+    if version == CHANGE_FORMAT_VERSION:
+        op_ids, raw_ops = _listed_bodies(raw_ops, outer["ops"])
 
     change_id = change_id_of(body)
     try:
@@ -240,7 +253,35 @@ def _signed_part(change: UnverifiedChange, space: str, decoding: _Decoding) -> _
             raise _fail(QuarantineReason.BAD_SIGNATURE, "signature does not verify")
     except PublicKeyError as exc:
         raise _fail(QuarantineReason.BAD_AUTHOR_KEY, str(exc)) from None
-    return _Signed(got_space, author, seq, prev, registry, raw_ops, change_id, signature, data)
+    return _Signed(
+        got_space,
+        author,
+        seq,
+        prev,
+        registry,
+        raw_ops,
+        change_id,
+        signature,
+        data,
+        op_ids,
+        version,  # type: ignore[arg-type]
+    )
+
+
+def _listed_bodies(ids: list[object], bodies: object) -> tuple[tuple[bytes, ...], list[object]]:
+    """Format 2: the signed op ids, and ``[op_id, body]`` pairs for the bodies present (each is
+    then checked against its id as in format 1; a missing body is ``nil``)."""
+    if type(bodies) is not list or len(bodies) != len(ids):
+        raise _fail(QuarantineReason.MALFORMED, "ops bodies do not match the listed op ids")
+    listed = tuple(_id(op_id, f"ops[{i}] id") for i, op_id in enumerate(ids))
+    pairs: list[object] = []
+    for i, body in enumerate(bodies):
+        if body is None:
+            continue
+        if type(body) is not bytes:
+            raise _fail(QuarantineReason.MALFORMED, f"ops[{i}] body is neither bytes nor nil")
+        pairs.append([listed[i], body])
+    return listed, pairs
 
 
 def _settle(
@@ -273,17 +314,21 @@ def _settle(
 
 _Envelope = tuple[dict[str, object], bytes, dict[str, object]]
 _SIGNED_KEYS = ("change", "sig", "v")
+_SIGNED_KEYS_2 = ("change", "ops", "sig", "v")
 _CHANGE_KEYS = ("author", "ops", "prev", "registry", "seq", "space", "v")
 
 
 def _envelope(data: bytes) -> _Envelope:
     """The signed change and the change it carries, decoded strictly (the reference step)."""
     try:
-        outer = _map(decode_value(data, "signed"), "signed change", set(_SIGNED_KEYS))
+        raw = decode_value(data, "signed")
+        version = raw.get("v") if type(raw) is dict else None
+        keys = _SIGNED_KEYS_2 if version == CHANGE_FORMAT_VERSION else _SIGNED_KEYS
+        outer = _map(raw, "signed change", set(keys))
         body = outer["change"]
         if type(body) is not bytes:
             raise _fail(QuarantineReason.MALFORMED, "change body is not bytes")
-        inner = _map(decode_value(body, "change"), "change", set(_CHANGE_KEYS))
+        inner = _map(decode_value(body, "change"), "change", set(_CHANGE_KEYS), (outer["v"],))  # type: ignore[arg-type]
     except InputError as exc:
         raise _fail(QuarantineReason.MALFORMED, str(exc)) from None
     return outer, body, inner
@@ -301,12 +346,23 @@ def _envelope_fast(data: bytes) -> _Envelope | None:
     """
     try:
         outer = msgpack.unpackb(data)
-        if type(outer) is not dict or tuple(outer) != _SIGNED_KEYS:
+        if type(outer) is not dict:
             return None
-        body, signature, version = outer.values()
+        keys = tuple(outer)
+        if keys == _SIGNED_KEYS:
+            body, signature, outer_version = outer.values()
+            bodies = None
+        elif keys == _SIGNED_KEYS_2:
+            body, bodies, signature, outer_version = outer.values()
+            if type(bodies) is not list or not all(b is None or type(b) is bytes for b in bodies):
+                return None
+        else:
+            return None
         if type(body) is not bytes or type(signature) is not bytes:
             return None
-        if type(version) is not int or version != CHANGE_FORMAT_VERSION:
+        if type(outer_version) is not int or outer_version not in CHANGE_FORMATS:
+            return None
+        if (bodies is None) != (outer_version == LEGACY_CHANGE_FORMAT):
             return None
         inner = msgpack.unpackb(body)
     except Exception:  # any unpacking trouble is the reference decoder's to name
@@ -314,7 +370,7 @@ def _envelope_fast(data: bytes) -> _Envelope | None:
     if type(inner) is not dict or tuple(inner) != _CHANGE_KEYS:
         return None
     author, ops, prev, registry, seq, space, version = inner.values()
-    if type(version) is not int or version != CHANGE_FORMAT_VERSION:
+    if type(version) is not int or version != outer_version:
         return None
     if type(author) is not bytes or type(registry) is not bytes or type(space) is not str:
         return None
@@ -324,7 +380,10 @@ def _envelope_fast(data: bytes) -> _Envelope | None:
         return None
     if type(ops) is not list or len(ops) > MAX_OPS_PER_CHANGE:
         return None
-    if ops and (
+    if bodies is not None:
+        if set(map(type, ops)) - {bytes} or len(bodies) != len(ops):
+            return None
+    elif ops and (
         set(map(type, ops)) != {list}
         or set(map(len, ops)) != {2}
         or set(map(type, chain.from_iterable(ops))) != {bytes}

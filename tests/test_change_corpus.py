@@ -120,7 +120,9 @@ class Feed:
     def at(self, seq: int, prev: bytes | None, ops: list[Any] | None = None) -> VerifiedChange:
         """A change at a chosen place of the feed, leaving the feed as it was (for forks)."""
         ops = [self.claim()] if ops is None else ops
-        return sign_change(self.key, space=SPACE, seq=seq, prev=prev, registry=FP, ops=ops)
+        return sign_change(
+            self.key, space=SPACE, seq=seq, prev=prev, registry=FP, ops=ops, version=1
+        )
 
 
 class World:
@@ -780,13 +782,23 @@ def the_author_is_hex_text_instead_of_key_bytes(w: World) -> bytes:
 
 
 @quarantined(Q.VERSION)
-def the_envelope_version_is_2(w: World) -> bytes:
+def the_envelope_version_is_3(w: World) -> bytes:
+    return _envelope(w.body2, w.alice2.signature, v=3)
+
+
+@quarantined(Q.MALFORMED)
+def the_envelope_says_format_2_around_a_format_1_change(w: World) -> bytes:
     return _envelope(w.body2, w.alice2.signature, v=2)
 
 
 @quarantined(Q.VERSION)
 def the_change_version_is_2(w: World) -> bytes:
     return _variant(w, v=2)
+
+
+@quarantined(Q.VERSION)
+def the_change_version_is_3(w: World) -> bytes:
+    return _variant(w, v=3)
 
 
 @quarantined(Q.VERSION)
