@@ -13,12 +13,18 @@ earlier encodings (`_OpBase._EARLIER`), and each version has its own field set
 (`_OpBase._LACKS`: version -> the fields it lacks, held at their defaults): an op encodes as the
 one version its content fits (`_OpBase._version`), and the decoders take exactly that version's
 field set, so ops written before the change keep their bytes and ids and each op still has one
-encoding. Two types have two versions. `DecisionAdded`: version 1 is the first release's
-decision (applies while its candidate set ``conflict_id`` is current), version 2 adds the value
-groups it chose among (``groups``, ``selected_group``; SEMANTICS §6). `ClaimAdded`: version 1
+encoding. `DecisionAdded`: version 1 is the first release's decision (applies while its
+candidate set ``conflict_id`` is current), version 2 adds the value groups it chose among
+(``groups``, ``selected_group``; SEMANTICS §6), version 3 adds the ``outcome`` (select,
+preserve, merge, defer) and the version it was made at (``made_at``), written only for a
+decision other than a plain select or one that records its version. `ClaimAdded`: version 1
 states a ``confidence``, version 2 is a claim whose author stated none (``confidence`` is None
 and the field is left out of the encoding, so "unset" has one encoding and no float stands in
-for it). Each stays one Python type rather than a new op kind because every layer dispatches on
+for it); versions 3 (a stated confidence) and 4 (none) add when and where the claim holds
+(``valid_from``, ``valid_until``, ``context``; SEMANTICS §5, §9), written only for a claim that
+says one of them. A release that knows fewer versions refuses an op of a newer one as an unknown
+op version (rule ``op-version``), so its change is quarantined with that reason, never half
+read. Each stays one Python type rather than a new op kind because every layer dispatches on
 ``type(op) is ...`` (op-set, index, materializer, the replica snapshot's columns and restore
 path).
 

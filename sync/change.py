@@ -194,6 +194,39 @@ def change_id_of(body: bytes) -> bytes:
     return blake3.blake3(body).digest()
 
 
+def claimed_change_id(data: bytes) -> bytes | None:
+    """The id of the change that signed-change bytes ``data`` claim to be, or None when they
+    are no signed change or, in format 2, a body they carry does not hash to the op id the
+    header lists for it (the header alone names the change there, so bytes joined from a
+    forged chunk of the bodies would otherwise pass for the change). Only the envelope, the
+    header and the bodies' hashes are read: `sync.verify` checks the rest."""
+    from statefuse.registry.value import decode_value
+
+    try:
+        outer = decode_value(data, "signed")
+    except (InputError, ValueError, TypeError):
+        return None
+    body = outer.get("change") if isinstance(outer, dict) else None
+    if not isinstance(body, bytes):
+        return None
+    assert isinstance(outer, dict)
+    if outer.get("v") == CHANGE_FORMAT_VERSION:
+        try:
+            header = decode_value(body, "change")
+        except (InputError, ValueError, TypeError):
+            return None
+        ids = header.get("ops") if isinstance(header, dict) else None
+        bodies = outer.get("ops")
+        if not isinstance(ids, list) or not isinstance(bodies, list) or len(ids) != len(bodies):
+            return None
+        for op_id, op in zip(ids, bodies, strict=True):
+            if op is not None and (
+                not isinstance(op, bytes) or blake3.blake3(op).digest() != op_id
+            ):
+                return None
+    return change_id_of(body)
+
+
 def signed_message(change_id: bytes) -> bytes:
     """The exact bytes an author signs for a change."""
     return SIGNATURE_DOMAIN + change_id

@@ -100,9 +100,7 @@ except ImportError as exc:  # pragma: no cover - the extra is part of the test i
         "the JetStream transport needs nats-py: pip install 'statefuse[nats]'"
     ) from exc
 
-from statefuse.registry.error import InputError
-from statefuse.registry.value import decode_value
-from statefuse.sync.change import MAX_CHANGE_BYTES, change_id_of
+from statefuse.sync.change import MAX_CHANGE_BYTES, claimed_change_id
 from statefuse.sync.client import SyncReport, sync_with
 from statefuse.sync.follower import Backlog, Exchange
 from statefuse.sync.protocol import Lock, SyncError, check_seconds, masked_url
@@ -1998,15 +1996,10 @@ class _Verdicts:
 
 
 def _claimed_id(data: bytes) -> bytes | None:
-    """The id of the change a signed change's bytes carry (blake3 of its body, see
-    `sync.change`), or None when they are no signed change: only the envelope is decoded,
-    `Replica.receive` verifies the rest."""
-    try:
-        outer = decode_value(data, "signed")
-    except (InputError, ValueError, TypeError):
-        return None
-    body = outer.get("change") if isinstance(outer, dict) else None
-    return change_id_of(body) if isinstance(body, bytes) else None
+    """The id of the change a signed change's bytes carry, or None when they are no signed
+    change or not that change's bytes (`sync.change.claimed_change_id`): `Replica.receive`
+    verifies the rest."""
+    return claimed_change_id(data)
 
 
 #: The order in which assemblies are dropped: touched longest ago (by stream sequence) first.

@@ -93,8 +93,9 @@ def sorts_in_place(value: Value) -> Value:
 
 
 def slow_in_child(value: Value) -> Value:
-    """Hangs only in the checker's fresh interpreters (they run as ``python -c``)."""
-    if sys.argv[0] == "-c":
+    """Hangs only in the checker's fresh interpreters (they run as ``python -c SCRIPT PATH``:
+    a pytest-xdist worker runs as ``python -c`` too, without the argument)."""
+    if sys.argv[0] == "-c" and len(sys.argv) > 1:
         time.sleep(30)
     return value
 
