@@ -23,6 +23,7 @@ from statefuse.registry.contract import (
 from statefuse.registry.detector import (
     DETECTOR_FAILED,
     Detector,
+    ClaimView,
     DetectorClaim,
     DetectorInput,
     DetectorSpec,
@@ -76,6 +77,7 @@ __all__ = [
     "Cardinality",
     "ContractError",
     "Detector",
+    "ClaimView",
     "DetectorClaim",
     "DetectorInput",
     "DetectorSpec",

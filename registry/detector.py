@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import NamedTuple, Protocol
 
 from statefuse.registry.error import ContractError, InputError
 from statefuse.registry.value import FrozenMap, Value, encode_frozen, frozen_value
@@ -45,9 +46,37 @@ Key3 = tuple[str, str, str]
 Read = tuple[str | None, str]
 
 
-@dataclass(frozen=True, slots=True)
-class DetectorClaim:
-    """One active claim as a detector sees it (read-only, deeply immutable values)."""
+class ClaimView(Protocol):
+    """What a detector reads of a claim: every field read-only. The claims a replica hands a
+    detector are its own immutable claim ops (`statefuse.op.ClaimAdded`), not copies: a
+    detector reading a common predicate is handed every active claim of it, and copying each
+    claim's fields costs a random walk over memory at a million claims (several microseconds
+    a claim). `DetectorClaim` is the same shape built by hand (checks, tests)."""
+
+    @property
+    def claim_id(self) -> bytes: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def subject(self) -> str: ...
+    @property
+    def predicate(self) -> str: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def value(self) -> Value: ...
+    #: The writer's author id (a public key; a str only in tests that name writers).
+    @property
+    def author(self) -> bytes | str: ...
+    @property
+    def lamport(self) -> int: ...
+    @property
+    def key(self) -> Key3: ...
+
+
+class DetectorClaim(NamedTuple):
+    """One claim as a detector sees it (read-only, deeply immutable values), built by hand:
+    a `ClaimView`."""
 
     claim_id: bytes
     namespace: str
@@ -72,15 +101,15 @@ class DetectorInput:
     id); `of` keeps one predicate. Everything is ordered, so a detector that iterates it in
     order is deterministic without sorting anything itself."""
 
-    claims: tuple[DetectorClaim, ...]
+    claims: tuple[ClaimView, ...]
 
-    def by_key(self) -> Mapping[Key3, tuple[DetectorClaim, ...]]:
-        out: dict[Key3, list[DetectorClaim]] = {}
+    def by_key(self) -> Mapping[Key3, tuple[ClaimView, ...]]:
+        out: dict[Key3, list[ClaimView]] = {}
         for c in self.claims:
             out.setdefault(c.key, []).append(c)
         return MappingProxyType({k: tuple(out[k]) for k in sorted(out)})
 
-    def of(self, predicate: str, namespace: str | None = None) -> tuple[DetectorClaim, ...]:
+    def of(self, predicate: str, namespace: str | None = None) -> tuple[ClaimView, ...]:
         """The claims of ``predicate`` (in ``namespace`` if given), by claim id."""
         return tuple(
             c
@@ -91,7 +120,7 @@ class DetectorInput:
     def __len__(self) -> int:
         return len(self.claims)
 
-    def __iter__(self) -> Iterator[DetectorClaim]:
+    def __iter__(self) -> Iterator[ClaimView]:
         return iter(self.claims)
 
 
@@ -174,7 +203,7 @@ def _check_key(key: object, what: str) -> Key3:
 
 
 def _check(
-    spec: DetectorSpec, f: object, index: int, given: Mapping[bytes, DetectorClaim]
+    spec: DetectorSpec, f: object, index: int, given: Mapping[bytes, ClaimView]
 ) -> CheckedFinding:
     if not isinstance(f, Finding):
         raise _fail("finding-type", f"item {index} is a {type(f).__name__}, not a Finding")

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from types import MappingProxyType
 
-from statefuse.registry.detector import Detector, DetectorClaim, DetectorInput, Finding
+from statefuse.registry.detector import ClaimView, Detector, DetectorInput, Finding
 from statefuse.registry.error import InputError
 from statefuse.registry.normalizer import datetime as _utc
 from statefuse.registry.normalizer import number as _number
@@ -54,8 +54,8 @@ def _shown(amount: Decimal) -> int | str:
 
 def budget(claims: DetectorInput) -> list[Finding]:
     """``over-budget``: the costs of one budget sum to more than its limit (module doc)."""
-    limits: dict[tuple[str, str, str], tuple[Decimal, list[DetectorClaim]]] = {}
-    costs: dict[tuple[str, str, str], list[tuple[DetectorClaim, Decimal]]] = {}
+    limits: dict[tuple[str, str, str], tuple[Decimal, list[ClaimView]]] = {}
+    costs: dict[tuple[str, str, str], list[tuple[ClaimView, Decimal]]] = {}
     for c in claims.claims:
         if c.predicate == "limit":
             amount = _amount(c.value)
@@ -110,7 +110,7 @@ def _plain_time(text: str) -> str:
 
 def bookings(claims: DetectorInput) -> list[Finding]:
     """``double-booking``: bookings of one room whose slots overlap (module doc)."""
-    rooms: dict[tuple[str, str, str], list[tuple[str, str, DetectorClaim]]] = {}
+    rooms: dict[tuple[str, str, str], list[tuple[str, str, ClaimView]]] = {}
     for c in claims.claims:
         if c.predicate != "booking" or not isinstance(c.value, Mapping):
             continue
@@ -120,12 +120,12 @@ def bookings(claims: DetectorInput) -> list[Finding]:
             continue
         rooms.setdefault((c.namespace, room, c.scope), []).append((start, end, c))
     out: list[Finding] = []
-    chains: dict[tuple[tuple[str, str, str], str], list[tuple[str, str, DetectorClaim]]] = {}
+    chains: dict[tuple[tuple[str, str, str], str], list[tuple[str, str, ClaimView]]] = {}
     rooms_of: dict[tuple[tuple[str, str, str], str], set[str]] = {}
     for where in sorted(rooms):
         _, room, scope = where
         slots = sorted(rooms[where], key=lambda s: (s[0], s[1], s[2].key, s[2].claim_id))
-        chain: list[tuple[str, str, DetectorClaim]] = []
+        chain: list[tuple[str, str, ClaimView]] = []
         reach = ""
         for slot in (*slots, None):
             if slot is not None and chain and slot[0] < reach:

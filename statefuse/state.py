@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
-from itertools import filterfalse
+from itertools import chain, filterfalse
+from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar, cast
 
@@ -28,7 +29,6 @@ from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdde
 from statefuse.registry import Registry
 from statefuse.registry.detector import (
     DETECTOR_FAILED,
-    DetectorClaim,
     DetectorInput,
     DetectorSpec,
     run_detector,
@@ -824,6 +824,9 @@ def _carried_findings(state: State) -> _Findings:
     return _Findings(every, found).settle()
 
 
+_OP_ID = attrgetter("op_id")
+
+
 def _run(
     state: State, spec: DetectorSpec, inputs: Mapping[LocusKey, tuple[bytes, ...]]
 ) -> tuple[ConflictSet, ...]:
@@ -831,15 +834,10 @@ def _run(
     if not inputs:
         return ()
     claims = state._ix.claims
-    ids = sorted(cid for members in inputs.values() for cid in members)
-    given = DetectorInput(
-        tuple(
-            DetectorClaim(
-                c.op_id, c.namespace, c.subject, c.predicate, c.scope, c.value, c.author, c.lamport
-            )
-            for c in map(claims.__getitem__, ids)
-        )
-    )
+    # the claim ops themselves, sorted by claim id (`ClaimView`: copying their fields would
+    # cost a random walk over memory)
+    held = map(claims.__getitem__, chain.from_iterable(inputs.values()))
+    given = DetectorInput(tuple(sorted(held, key=_OP_ID)))
     found, error = run_detector(spec, state._ix.registry.detector_code(spec), given)
     if error is not None:
         anchor = ("detector", spec.label, "failed")
