@@ -851,15 +851,13 @@ def _cmd_show(s: Session) -> int:
         ]
     claims = _situated_filter(a, claims)
     claims = sorted(claims, key=_SHOW_ORDER)
-    limit = _conflict_limit(a.limit)
+    limit = _list_limit(a)
     more = 0 if limit is None else max(0, len(claims) - limit)
     claims = claims if limit is None else claims[:limit]
     notes = {c.op_id: _situated_note(c) + claim_notes(c, state) for c in claims}
     if s.json:  # build only the form asked for: a memory may hold many claims
         claims_json = [{**_claim_json(c, state, names), "notes": notes[c.op_id]} for c in claims]
-        data: dict[str, Any] = {"claims": claims_json}
-        if limit is not None:
-            data["more"] = more
+        data: dict[str, Any] = {"claims": claims_json, "more": more}
         if not claims and prefix and at is None:
             near = rep.nearest_prefix(prefix)
             if near is not None:
@@ -882,7 +880,7 @@ def _cmd_show(s: Session) -> int:
     header = ["ID", "KEY", "SCOPE", "VALUE", "AUTHOR", "NOTE"]
     text = table(header, rows) if rows else _no_claims(rep, a.prefix, prefix, at)
     if more:
-        text += f"\n{plural(more, 'more claim')} not shown ({len(claims) + more} in all)."
+        text += "\n" + _not_shown(plural(more, "more claim"), len(claims) + more)
     s.emit(None, text)
     return EXIT_OK
 
@@ -1013,13 +1011,13 @@ def _cmd_conflicts(s: Session) -> int:
     if s.args.history is not None:
         return _conflict_history(s)
     rep = s.replica(readonly=True)
-    limit = _conflict_limit(s.args.limit)
+    limit = _list_limit(s.args)
     page, names = rep.conflicts(limit=limit, at=_at(s.args, rep)), rep.author_names()
     state, shown = page.state, page.conflicts
     more = page.total - len(shown)
     text = "\n\n".join(_conflict_text(c, state, names) for c in shown) or "No conflicts."
     if more:
-        text += f"\n\n{plural(more, 'more conflict')} not shown ({page.total} in all)."
+        text += "\n\n" + _not_shown(plural(more, "more conflict"), page.total)
     data = {"conflicts": [_conflict_json(c, state, names) for c in shown], "more": more}
     s.emit(data, text)
     return EXIT_OK
@@ -1070,6 +1068,26 @@ def _conflict_history(s: Session) -> int:
     return EXIT_OK
 
 
+#: How many rows ``show``, ``conflicts``, ``history`` and ``quarantine`` list when neither
+#: ``--limit`` nor ``--all`` is given: a large memory would otherwise print it all.
+DEFAULT_LIST_LIMIT = 100
+
+
+def _list_limit(a: argparse.Namespace) -> int | None:
+    """How many rows a listing command shows: ``--limit N``, every one with ``--all`` (None),
+    else `DEFAULT_LIST_LIMIT`. Raises CliError for both, or for a bad N."""
+    if getattr(a, "all", False):
+        if a.limit is not None:
+            raise CliError("--all", "limit-or-all", "give --limit N or --all, not both")
+        return None
+    return DEFAULT_LIST_LIMIT if a.limit is None else _conflict_limit(a.limit)
+
+
+def _not_shown(more: str, total: int) -> str:
+    """The line that ends a cut listing."""
+    return f"{more} not shown ({total} in all; --all lists every one)."
+
+
 def _conflict_limit(text: str | None) -> int | None:
     """``--limit N`` -> N (a positive whole number), or None (every conflict) when not given."""
     if text is None:
@@ -1106,7 +1124,7 @@ def _cmd_history(s: Session) -> int:
     at = _at(a, rep)
     state = rep.state_for(key, scope=a.scope) if at is None else rep.state(at=at)
     every = key_history(state, key, a.scope)
-    limit = _conflict_limit(a.limit)
+    limit = _list_limit(a)
     left_out = 0 if limit is None else max(0, len(every) - limit)
     events = every[left_out:]  # the latest: what happened last matters most
     rows = [
@@ -1127,7 +1145,7 @@ def _cmd_history(s: Session) -> int:
         else f"No history for {format_key(key)}."
     )
     if left_out:
-        text = f"{plural(left_out, 'earlier event')} not shown ({len(every)} in all).\n" + text
+        text = _not_shown(plural(left_out, "earlier event"), len(every)) + "\n" + text
     data = {"key": list(key), "events": [_event_json(e, names) for e in events]}
     s.emit({**data, "more": left_out}, text)
     return EXIT_OK
@@ -2165,7 +2183,7 @@ def _cmd_quarantine(s: Session) -> int:
         text += "\ndata\n" + "\n".join("  " + data[i : i + 64] for i in range(0, len(data), 64))
         s.emit({**_quarantine_json(r), "data": data}, text)
         return EXIT_OK
-    limit = _conflict_limit(s.args.limit)
+    limit = _list_limit(s.args)
     more = 0 if limit is None else max(0, len(records) - limit)
     records = records if limit is None else records[:limit]
     rows = [
@@ -2186,10 +2204,9 @@ def _cmd_quarantine(s: Session) -> int:
     )
     if more:
         shown = plural(more, "more entry", "more entries")
-        text += f"\n{shown} not shown ({len(records) + more} in all)."
+        text += "\n" + _not_shown(shown, len(records) + more)
     listed: dict[str, Any] = {"quarantine": [_quarantine_json(r) for r in records]}
-    if limit is not None:
-        listed["more"] = more
+    listed["more"] = more
     s.emit(listed, text)
     return EXIT_OK
 
@@ -2642,7 +2659,8 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
         "prefix", metavar="PREFIX", nargs="?", help="namespace[/subject[/predicate]] to show"
     )
     p.add_argument("--scope", help="only claims in this scope")
-    p.add_argument("--limit", metavar="N", help="show at most N claims (default: all)")
+    p.add_argument("--limit", metavar="N", help="show at most N claims (default: 100)")
+    p.add_argument("--all", action="store_true", help="show every claim")
     _at_argument(p)
     p.add_argument(
         "--valid-at", metavar="TIME", help="only claims that hold at TIME (ISO 8601; default: all)"
@@ -2657,7 +2675,8 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _conflicts_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--limit", metavar="N", help="show at most N conflicts (default: all)")
+    p.add_argument("--limit", metavar="N", help="show at most N conflicts (default: 100)")
+    p.add_argument("--all", action="store_true", help="show every conflict")
     p.add_argument(
         "--history",
         metavar="LOCUS|KEY",
@@ -2670,7 +2689,8 @@ def _conflicts_arguments(p: argparse.ArgumentParser) -> None:
 def _history_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("key", metavar="KEY", help="namespace/subject/predicate")
     p.add_argument("--scope", help="only this scope")
-    p.add_argument("--limit", metavar="N", help="show the latest N events (default: all)")
+    p.add_argument("--limit", metavar="N", help="show the latest N events (default: 100)")
+    p.add_argument("--all", action="store_true", help="show every event")
     _at_argument(p)
 
 
@@ -2871,7 +2891,8 @@ def _keys_arguments(p: argparse.ArgumentParser) -> None:
 
 def _quarantine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--show", metavar="ID", help="dump one entry (id or 8+ hex digit prefix)")
-    p.add_argument("--limit", metavar="N", help="list at most N entries (default: all)")
+    p.add_argument("--limit", metavar="N", help="list at most N entries (default: 100)")
+    p.add_argument("--all", action="store_true", help="list every entry")
 
 
 def _context_arguments(p: argparse.ArgumentParser) -> None:

@@ -357,10 +357,10 @@ def test_conflicts_limit_shows_the_first_n_in_key_order_and_says_how_many_more(s
     every = cli("conflicts").out.rstrip("\n").split("\n\n")
     assert [block.split(" ", 1)[0] for block in every] == [f"project/p{i}/owner" for i in range(5)]
     assert cli("conflicts", "--limit", "2") == Run(
-        0, "\n\n".join(every[:2]) + "\n\n3 more conflicts not shown (5 in all).\n", ""
+        0, "\n\n".join(every[:2]) + "\n\n3 more conflicts not shown (5 in all; --all lists every one).\n", ""
     )
     assert cli("conflicts", "--limit", "4").out.endswith(
-        every[3] + "\n\n1 more conflict not shown (5 in all).\n"
+        every[3] + "\n\n1 more conflict not shown (5 in all; --all lists every one).\n"
     )
     # a limit at or above the count shows them all, with no line about more
     assert cli("conflicts", "--limit", "5") == cli("conflicts") == cli("conflicts", "--limit", "9")
@@ -847,7 +847,7 @@ def test_global_options_work_before_and_after_the_command(store, tmp_path, cli):
     before = cli("--json", "--store", str(other), "keys", "show")
     after = cli("keys", "show", "--store", str(other), "--json")
     assert before == after and json.loads(before.out)["space"] == "x"
-    assert json.loads(cli("show", "--json").out) == {"claims": []}
+    assert json.loads(cli("show", "--json").out) == {"claims": [], "more": 0}
 
 
 def test_an_interrupt_exits_130_without_a_traceback(store, cli, monkeypatch):
@@ -999,7 +999,7 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
             "clock_jumps": [],
         }
     ]
-    assert doc("quarantine") == {"quarantine": []}
+    assert doc("quarantine") == {"quarantine": [], "more": 0}
     verified = doc("verify")
     assert verified["ok"] is True and verified["problems"] == []
     assert verified["changes"] == {"accepted": 8, "pending": 0, "quarantined": 0, "ignored": 0}

@@ -66,7 +66,7 @@ def test_show_under_a_misspelt_prefix_names_the_nearest_existing_one(store: Path
     shown = _statefuse(store, "show", "project/lanch")
     assert shown.stdout == "No claims under `project/lanch` (did you mean `project/launch`?)\n"
     as_json = json.loads(_statefuse(store, "--json", "show", "projct").stdout)
-    assert as_json == {"claims": [], "did_you_mean": "project"}
+    assert as_json == {"claims": [], "did_you_mean": "project", "more": 0}
     assert _statefuse(store, "show", "elsewhere").stdout == "No active claims.\n"
 
 

@@ -67,11 +67,11 @@ def test_context_json_lists_a_bounded_number_of_omitted_ids_and_counts_them_all(
 def test_show_and_history_take_a_limit_and_say_what_they_left_out(store: Path) -> None:
     shown = _statefuse(store, "show", "ns1", "--limit", "3").stdout.splitlines()
     assert len(shown) == 1 + 3 + 1
-    assert shown[-1] == "8 more claims not shown (11 in all)."
+    assert shown[-1] == "8 more claims not shown (11 in all; --all lists every one)."
     data = json.loads(_statefuse(store, "--json", "show", "ns1", "--limit", "3").stdout)
     assert (len(data["claims"]), data["more"]) == (3, 8)
     history = _statefuse(store, "history", "log/run/state", "--limit", "1").stdout.splitlines()
-    assert history[0] == "2 earlier events not shown (3 in all)."
+    assert history[0] == "2 earlier events not shown (3 in all; --all lists every one)."
     assert len(history) == 1 + 1 + 1 and "retract" in history[-1]  # the update's retraction
     asked = ("--json", "history", "log/run/state", "--limit", "1")
     data = json.loads(_statefuse(store, *asked).stdout)
@@ -113,7 +113,34 @@ def test_quarantine_takes_a_limit_and_says_what_it_left_out(tmp_path: Path) -> N
     rep.close()
     listed = _statefuse(path, "quarantine", "--limit", "2").stdout.splitlines()
     assert len(listed) == 1 + 2 + 1
-    assert listed[-1] == "3 more entries not shown (5 in all)."
+    assert listed[-1] == "3 more entries not shown (5 in all; --all lists every one)."
     data = json.loads(_statefuse(path, "--json", "quarantine", "--limit", "2").stdout)
     assert (len(data["quarantine"]), data["more"]) == (2, 3)
     assert len(json.loads(_statefuse(path, "--json", "quarantine").stdout)["quarantine"]) == 5
+
+
+def test_the_listing_commands_stop_at_a_hundred_rows_unless_asked_for_all(store: Path) -> None:
+    # more than a hundred active claims and 25 conflicts: show stops at the default, --all
+    # lists them, and both at once is an error
+    data = json.loads(_statefuse(store, "--json", "show").stdout)
+    every = json.loads(_statefuse(store, "--json", "show", "--all").stdout)
+    assert len(every["claims"]) > 100 and every["more"] == 0
+    assert (len(data["claims"]), data["more"]) == (100, len(every["claims"]) - 100)
+    assert data["claims"] == every["claims"][:100]
+    text = _statefuse(store, "show").stdout.splitlines()
+    total = len(every["claims"])
+    left = f"{total - 100} more claims not shown ({total} in all; --all lists every one)."
+    assert text[-1] == left
+    conflicts = json.loads(_statefuse(store, "--json", "conflicts", "--all").stdout)
+    assert len(conflicts["conflicts"]) == 25 and conflicts["more"] == 0
+    env = {k: v for k, v in os.environ.items() if k != "STATEFUSE_STORE"}
+    both = subprocess.run(
+        [sys.executable, "-m", "statefuse", "--store", str(store), "show", "--all", "--limit", "5"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert both.returncode != 0 and both.stderr.startswith("Error: ")
+    assert "--all" in both.stderr and len(both.stderr.strip().splitlines()) == 1
