@@ -36,7 +36,7 @@ def _statefuse(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]
 
 
 def _values(path: Path) -> list[str]:
-    shown = _statefuse("--store", str(path), "--json", "show")
+    shown = _statefuse("--store", str(path), "--json", "show", "--all")
     assert shown.returncode == 0, shown.stderr
     return sorted(json.dumps(c["value"]) for c in json.loads(shown.stdout)["claims"])
 

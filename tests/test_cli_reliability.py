@@ -43,7 +43,7 @@ def cli(capsys: pytest.CaptureFixture[str]):
 
 
 def _values(cli, path: Path) -> set[str]:
-    shown = cli("--store", str(path), "--json", "show")
+    shown = cli("--store", str(path), "--json", "show", "--all")
     assert shown.code == 0, shown.err
     return {json.dumps(c["value"]) for c in json.loads(shown.out)["claims"]}
 

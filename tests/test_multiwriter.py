@@ -64,7 +64,7 @@ def _init(path: Path) -> None:
 
 def _values(path: Path) -> list[str]:
     """The values of the store's active claims, read by a fresh read-only process."""
-    shown = _statefuse("--store", str(path), "--json", "show")
+    shown = _statefuse("--store", str(path), "--json", "show", "--all")
     assert shown.returncode == 0, shown.stderr
     return sorted(str(c["value"]) for c in json.loads(shown.stdout)["claims"])
 
