@@ -22,8 +22,8 @@ from statefuse.registry.contract import (
 )
 from statefuse.registry.detector import (
     DETECTOR_FAILED,
-    Detector,
     ClaimView,
+    Detector,
     DetectorClaim,
     DetectorInput,
     DetectorSpec,
@@ -75,9 +75,9 @@ __all__ = [
     "MAX_ENCODED_BYTES",
     "MAX_STRING_BYTES",
     "Cardinality",
+    "ClaimView",
     "ContractError",
     "Detector",
-    "ClaimView",
     "DetectorClaim",
     "DetectorInput",
     "DetectorSpec",

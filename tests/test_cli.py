@@ -356,8 +356,9 @@ def test_conflicts_limit_shows_the_first_n_in_key_order_and_says_how_many_more(s
     _seed_conflicts(store, 5)
     every = cli("conflicts").out.rstrip("\n").split("\n\n")
     assert [block.split(" ", 1)[0] for block in every] == [f"project/p{i}/owner" for i in range(5)]
+    left = "3 more conflicts not shown (5 in all; --all lists every one)."
     assert cli("conflicts", "--limit", "2") == Run(
-        0, "\n\n".join(every[:2]) + "\n\n3 more conflicts not shown (5 in all; --all lists every one).\n", ""
+        0, "\n\n".join(every[:2]) + "\n\n" + left + "\n", ""
     )
     assert cli("conflicts", "--limit", "4").out.endswith(
         every[3] + "\n\n1 more conflict not shown (5 in all; --all lists every one).\n"
