@@ -17,7 +17,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from itertools import accumulate, repeat
 
+from statefuse.op import ClaimAdded, Outcome
 from statefuse.registry.value import Value
+from statefuse.state import State
 from statefuse.view import json_value
 
 #: Hex digits of an id shown in a table cell (full ids are in ``--json`` output).
@@ -124,3 +126,32 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
 def fields(pairs: Sequence[tuple[str, str]], *, indent: str = "") -> str:
     """``label  value`` lines with the values lined up."""
     return table(pairs[0], pairs[1:], indent=indent) if pairs else ""
+
+
+def claim_notes(c: ClaimAdded, state: State) -> list[str]:
+    """What ``show`` writes in NOTE: ``conflict`` (undecided; with ``deferred`` when a defer
+    decision left it open), ``chosen`` / ``overruled`` (a decision applies), ``preserved`` (a
+    preserve decision kept every value) and ``stale`` (it rests on a retracted claim)."""
+    notes = []
+    key = (c.namespace, c.subject, c.predicate)
+    if not state.in_conflict(*key, c.scope):
+        conflict = None
+    elif not state.decisions:  # undecided, whatever its ConflictSet holds: do not make it
+        notes.append("conflict")
+        conflict = None
+    else:
+        conflict = state.conflict_of(*key, c.scope)
+    if conflict is not None:
+        decision = state.decision_for(conflict)
+        if decision is None:
+            notes.append("conflict")
+        elif decision.outcome is Outcome.PRESERVE:
+            notes.append("preserved")
+        elif decision.outcome is Outcome.DEFER:
+            notes.append("conflict")
+            notes.append("deferred")
+        else:
+            notes.append("chosen" if state.decision_selects(decision, c.claim_id) else "overruled")
+    if c.op_id in state.stale:
+        notes.append("stale")
+    return notes

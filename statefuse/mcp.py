@@ -60,16 +60,9 @@ from pydantic import Field, ValidationError
 from typing_extensions import NotRequired, TypedDict
 
 from statefuse import __version__
+from statefuse.argument import CliError, parse_key, parse_key_prefix, resolve_id, value_from_json
 from statefuse.authorname import AuthorNames
-from statefuse.cli import (
-    CliError,
-    claim_notes,
-    parse_key,
-    parse_key_prefix,
-    resolve_id,
-    value_from_json,
-)
-from statefuse.clitable import plural, short_id, value_cell
+from statefuse.clitable import claim_notes, plural, short_id, value_cell
 from statefuse.context import SYSTEM_PROMPT
 from statefuse.error import InputError
 from statefuse.history import key_history
