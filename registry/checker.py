@@ -453,30 +453,11 @@ def _check_detectors_across_interpreters(jobs: list[_DetectorJob]) -> None:
     )
     which = ", ".join(repr(job.name) for job in jobs)
     for seed in HASH_SEEDS:
-        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        stdout = _fresh_interpreter(
+            _DETECTOR_CHILD_SCRIPT, request, seed, which, DetectorContractError
+        )
         try:
-            done = subprocess.run(
-                [sys.executable, "-c", _DETECTOR_CHILD_SCRIPT, json.dumps(sys.path)],
-                input=request,
-                capture_output=True,
-                env=env,
-                timeout=CHILD_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except (subprocess.TimeoutExpired, OSError) as exc:
-            raise DetectorContractError(
-                "fn", "child-failed", f"checking {which} in a fresh interpreter failed: {exc}"
-            ) from None
-        if done.returncode != 0:
-            stderr = done.stderr.decode(errors="replace").strip()[-MAX_STDERR_CHARS:]
-            raise DetectorContractError(
-                "fn",
-                "child-failed",
-                f"a fresh interpreter with PYTHONHASHSEED={seed} failed while checking {which}"
-                f" (exit status {done.returncode}):\n{stderr}",
-            )
-        try:
-            reply = msgpack.unpackb(done.stdout, raw=False)
+            reply = msgpack.unpackb(stdout, raw=False)
         except (ValueError, msgpack.UnpackException):
             reply = None
         if not isinstance(reply, list) or len(reply) != len(jobs):
@@ -659,17 +640,20 @@ def _check_across_interpreters(jobs: list[_Job]) -> None:
                 )
 
 
-def _run_child(request: bytes, seed: int, jobs: list[_Job]) -> list[list[tuple[int, bytes]]]:
-    """Run the child script under ``seed``; its rows per job, one ``(kind, payload)`` per sample.
-
-    Raises NormalizerContractError if the child cannot start, times out, fails or replies with
-    something else than one row per sample.
-    """
-    which = ", ".join(repr(job.name) for job in jobs)
+def _fresh_interpreter(
+    script: str,
+    request: bytes,
+    seed: int,
+    which: str,
+    error: type[NormalizerContractError] | type[DetectorContractError],
+) -> bytes:
+    """Run ``script`` in a fresh interpreter with ``PYTHONHASHSEED=seed`` on ``request``; its
+    stdout. Raises ``error`` (rule ``child-timeout`` or ``child-failed``) if the child cannot
+    start, outlives `CHILD_TIMEOUT_SECONDS` or fails."""
     env = {**os.environ, "PYTHONHASHSEED": str(seed)}
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _CHILD_SCRIPT, json.dumps(sys.path)],
+            [sys.executable, "-c", script, json.dumps(sys.path)],
             input=request,
             capture_output=True,
             env=env,
@@ -677,25 +661,36 @@ def _run_child(request: bytes, seed: int, jobs: list[_Job]) -> list[list[tuple[i
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise NormalizerContractError(
+        raise error(
             "fn",
             "child-timeout",
             f"checking {which} took longer than {CHILD_TIMEOUT_SECONDS} s in a fresh "
             f"interpreter with PYTHONHASHSEED={seed}",
         ) from None
     except OSError as exc:
-        raise NormalizerContractError(
+        raise error(
             "fn", "child-failed", f"could not start {sys.executable!r} to check {which}: {exc}"
         ) from None
     if done.returncode != 0:
         stderr = done.stderr.decode(errors="replace").strip()[-MAX_STDERR_CHARS:]
-        raise NormalizerContractError(
+        raise error(
             "fn",
             "child-failed",
             f"a fresh interpreter with PYTHONHASHSEED={seed} failed while checking {which} "
             f"(exit status {done.returncode}):\n{stderr}",
         )
-    return _parse_reply(done.stdout, jobs, which)
+    return done.stdout
+
+
+def _run_child(request: bytes, seed: int, jobs: list[_Job]) -> list[list[tuple[int, bytes]]]:
+    """Run the child script under ``seed``; its rows per job, one ``(kind, payload)`` per sample.
+
+    Raises NormalizerContractError if the child cannot start, times out, fails or replies with
+    something else than one row per sample.
+    """
+    which = ", ".join(repr(job.name) for job in jobs)
+    stdout = _fresh_interpreter(_CHILD_SCRIPT, request, seed, which, NormalizerContractError)
+    return _parse_reply(stdout, jobs, which)
 
 
 def _parse_reply(data: bytes, jobs: list[_Job], which: str) -> list[list[tuple[int, bytes]]]:
