@@ -322,3 +322,60 @@ def test_the_mcp_redact_tool_is_offered_only_when_the_server_allows_it(tmp_path)
             assert out["redacted"] == [leaked.op_id.hex()] and out["reason"] == "leaked"
             assert SECRET.decode() not in s.text("recall", query="billing api key")
         assert _holding(path) == []
+
+
+_REDACTING = """
+import sys
+from statefuse.sync.replica import Replica
+path, n = sys.argv[1], int(sys.argv[2])
+with Replica.open(path) as r:
+    ids = sorted(c.op_id for c in r.state().active_claims() if c.subject.startswith("key"))
+    for cid in ids[:n]:
+        r.redact(claim=cid, reason="rotated")
+        print(cid.hex(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("acknowledged", [1, 4, 9])
+def test_a_redacting_process_killed_mid_call_leaves_a_sound_store_and_no_acknowledged_secret(
+    tmp_path, acknowledged
+):
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "a.sqlite"
+    secrets = {}
+    with Replica.open(path, space=SPACE, create=True) as r, r.batch():
+        for i in range(40):
+            c = r.add_claim(f"svc/key{i:02d}/value", f"{SECRET.decode()}-{i:02d}")
+            secrets[c.op_id] = f"{SECRET.decode()}-{i:02d}".encode()
+        r.add_claim("svc/billing/owner", "ann")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _REDACTING, str(path), "40"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    done = []
+    for _ in range(acknowledged):  # wait for the event: that many redactions returned
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read() if proc.stderr else "ended early"
+        done.append(bytes.fromhex(line.strip()))
+    proc.send_signal(signal.SIGKILL)  # most likely inside the next redact call
+    proc.wait(timeout=120)
+    done += [bytes.fromhex(line) for line in proc.stdout.read().split() if line]
+    with Replica.open(path, space=SPACE, load="verify") as r:
+        assert r.damage is None
+        redacted = r.redactions().redacted
+        assert set(done) <= set(redacted)
+        left = {c.op_id for c in r.state().active_claims()}
+        # each secret is either still a claim (its redaction never returned) or redacted
+        assert all((cid in left) != (cid in redacted) for cid in secrets)
+        assert [c.value for c in r.state().active_claims() if c.subject == "billing"] == ["ann"]
+        r.add_claim("svc/billing/note", "after")  # writable, on its own feed
+        assert r.forks() == []
+    # what returned as redacted is in no file of the store
+    held = _files(path)
+    assert not [cid for cid in done if any(secrets[cid] in data for data in held.values())]
