@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 from statefuse.registry.detector import Detector
 from statefuse.registry.error import ContractError, RegistryError
@@ -62,6 +63,33 @@ def check_version(version: object, field: str = "version") -> int:
     return version
 
 
+def _enter(
+    kind: str,
+    table: dict[tuple[str, int], Any],
+    builtins: Mapping[str, object],
+    name: str,
+    version: int,
+    fn: object,
+) -> None:
+    """Put ``fn`` in ``table`` as ``name@version`` (a normalizer or a detector, ``kind``):
+    the rules both catalogs share (ContractError: ``no-builtin-override``, ``callable``,
+    ``<kind>-registered``)."""
+    check_version(version)
+    if name in builtins:
+        raise ContractError("name", "no-builtin-override", f"{name!r} is a built-in {kind} name")
+    if not callable(fn):
+        raise ContractError("fn", "callable", f"{kind} {name!r} is not callable")
+    current = table.get((name, version))
+    if current is not None and current is not fn:
+        raise ContractError(
+            "name",
+            f"{kind}-registered",
+            f"{name}@{version} is registered already (as {_label(current)}); register the"
+            f" new behaviour as version {version + 1} and declare that",
+        )
+    table[(name, version)] = fn
+
+
 def register_normalizer(name: str, version: int, fn: Normalizer) -> None:
     """Make ``fn`` the normalizer ``name`` version ``version`` in this process.
 
@@ -75,22 +103,7 @@ def register_normalizer(name: str, version: int, fn: Normalizer) -> None:
     version (``normalizer-registered``: register the new behaviour as a new version).
     """
     check_name(name)
-    check_version(version)
-    if name in BUILTIN_NORMALIZERS:
-        raise ContractError(
-            "name", "no-builtin-override", f"{name!r} is a built-in normalizer name"
-        )
-    if not callable(fn):
-        raise ContractError("fn", "callable", f"normalizer {name!r} is not callable")
-    current = _REGISTERED.get((name, version))
-    if current is not None and current is not fn:
-        raise ContractError(
-            "name",
-            "normalizer-registered",
-            f"{name}@{version} is registered already (as {_label(current)}); register the"
-            f" new behaviour as version {version + 1} and declare that",
-        )
-    _REGISTERED[(name, version)] = fn
+    _enter("normalizer", _REGISTERED, BUILTIN_NORMALIZERS, name, version, fn)
 
 
 def registered_normalizers() -> Mapping[tuple[str, int], Normalizer]:
@@ -154,20 +167,7 @@ def register_detector(name: str, version: int, fn: Detector) -> None:
     from statefuse.registry.detectors import BUILTIN_DETECTORS
 
     check_detector_name(name)
-    check_version(version)
-    if name in BUILTIN_DETECTORS:
-        raise ContractError("name", "no-builtin-override", f"{name!r} is a built-in detector name")
-    if not callable(fn):
-        raise ContractError("fn", "callable", f"detector {name!r} is not callable")
-    current = _DETECTORS.get((name, version))
-    if current is not None and current is not fn:
-        raise ContractError(
-            "name",
-            "detector-registered",
-            f"{name}@{version} is registered already (as {_label(current)}); register the"
-            f" new behaviour as version {version + 1} and declare that",
-        )
-    _DETECTORS[(name, version)] = fn
+    _enter("detector", _DETECTORS, BUILTIN_DETECTORS, name, version, fn)
 
 
 def registered_detectors() -> Mapping[tuple[str, int], Detector]:
