@@ -953,13 +953,20 @@ def _event_json(e: HistoryEvent, names: AuthorNames) -> dict[str, Any]:
     }
 
 
-def _cmd_history(s: Session) -> int:
+def _key_read(s: Session) -> tuple[Key, State, AuthorNames]:
+    """What ``history`` and ``timeline`` read for ``KEY``: the key, a State holding it (the
+    memory at ``--at`` when given, else just that key's claims) and the author names."""
     a = s.args
     key = parse_key(a.key)
     rep = s.replica(readonly=True)
-    names = rep.author_names()
     at = _at(a, rep)
     state = rep.state_for(key, scope=a.scope) if at is None else rep.state(at=at)
+    return key, state, rep.author_names()
+
+
+def _cmd_history(s: Session) -> int:
+    a = s.args
+    key, state, names = _key_read(s)
     every = key_history(state, key, a.scope)
     limit = _list_limit(a)
     left_out = 0 if limit is None else max(0, len(every) - limit)
@@ -1015,11 +1022,7 @@ def _cmd_timeline(s: Session) -> int:
     from statefuse.validity import format_context, format_instant
 
     a = s.args
-    key = parse_key(a.key)
-    rep = s.replica(readonly=True)
-    names = rep.author_names()
-    at = _at(a, rep)
-    state = rep.state_for(key, scope=a.scope) if at is None else rep.state(at=at)
+    key, state, names = _key_read(s)
     entries = timeline(
         state,
         key,

@@ -540,7 +540,7 @@ def _claim(c: ClaimAdded) -> dict[str, Any]:
         "confidence": c.confidence,
         "authority": c.authority,
         "provenance": c.provenance,
-        "author": c.author.hex() if isinstance(c.author, bytes) else c.author,
+        "author": _author_text(c.author),
         "lamport": c.lamport,
         "layer": c.layer.value,
         "kind": c.kind,
