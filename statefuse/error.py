@@ -7,6 +7,8 @@
     │   ├── ValueRuleError (ValueError)     a value breaks the value model (range, depth, size)
     │   ├── ValueTypeError (TypeError)      a type StateFuse does not store
     │   ├── EncodingError (ValueError)      bytes that are not the canonical encoding
+    │   │   └── ResidueFormatError          a stored scrub residue this release cannot read
+    │   │                                   (`statefuse.residue`)
     │   ├── NormalizationError (ValueError) a contract's normalizer declines a value
     │   ├── LensError (ValueError)           a lens built with a bad argument
     │   ├── ProjectionError (TypeError)      project() given something that is not a State/Lens

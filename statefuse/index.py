@@ -23,6 +23,7 @@ from typing import Protocol, TypeVar, cast
 
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Op
 from statefuse.registry import Registry
+from statefuse.residue import NO_RESIDUES, Residues, ScrubResidue
 from statefuse.validity import conflicts_with
 from statefuse.validity import has_conflict as _has_conflict
 
@@ -39,6 +40,15 @@ class KillWatch(Protocol):
         retractions: Mapping[bytes, ClaimRetracted],
     ) -> None:
         """``claim`` is retracted by ``killers`` (for the first time, or by one more)."""
+        ...
+
+    def add_residue(
+        self,
+        residue: ScrubResidue,
+        killers: tuple[bytes, ...],
+        retractions: Mapping[bytes, ClaimRetracted],
+    ) -> None:
+        """The claim of ``residue`` (its body not held) is retracted by ``killers``."""
         ...
 
     def copy(self) -> KillWatch:
@@ -102,6 +112,7 @@ class Index:
         "kills",
         "members",
         "registry",
+        "residue",
         "ret_by_id",
         "ret_by_ref",
         "retractions",
@@ -130,6 +141,10 @@ class Index:
         self.touched: set[LocusKey] = set()
         #: What `watch_kills` made: told of every retraction applied since (None: not asked).
         self.kills: KillWatch | None = None
+        #: What the scrub needs of retracted claims whose bodies are not held (moved to an
+        #: archive by compaction, `statefuse.residue`): set by the replica, replaced, never
+        #: written in place.
+        self.residue: Residues = NO_RESIDUES
 
     def copy(self) -> Index:
         """A snapshot: later updates to either copy do not show in the other."""
@@ -151,6 +166,7 @@ class Index:
         out._by_ref = None if self._by_ref is None else self._by_ref.copy()
         out.touched = set()
         out.kills = None if self.kills is None else self.kills.copy()
+        out.residue = self.residue
         return out
 
     def exclusive(self) -> bool:
@@ -185,6 +201,22 @@ class Index:
         if watch is None:
             watch = self.kills = make()
         return cast(W, watch)
+
+    def residue_killers(self, residue: ScrubResidue) -> tuple[bytes, ...]:
+        """The retractions that retract the claim of ``residue`` (as `_add_claim` would find
+        them for the claim itself)."""
+        killers = self.ret_by_id.get(residue.op_id, ())
+        by_ref = self.ret_by_ref.get(residue.claim_ref)
+        if by_ref:
+            reasserts = residue.reasserts
+            killers = killers + tuple(r for r in by_ref if r not in reasserts and r not in killers)
+        return killers
+
+    def _kill_residue(self, residue: ScrubResidue) -> None:
+        if self.kills is not None and residue.op_id not in self.claims:
+            killers = self.residue_killers(residue)
+            if killers:
+                self.kills.add_residue(residue, killers, self.retractions)
 
     # --- derived helpers -------------------------------------------------------------------------
 
@@ -372,12 +404,18 @@ class Index:
             self.ret_by_id[target] = (*self.ret_by_id.get(target, ()), rid)
             if target in self.claims:
                 self._kill(target, rid)
+            elif target in self.residue:
+                self._kill_residue(self.residue[target])
         ref = t.target_claim_ref
         if ref is not None:
             self.ret_by_ref[ref] = (*self.ret_by_ref.get(ref, ()), rid)
             for cid in self.by_ref().get(ref, ()):
                 if rid not in self.claims[cid].reasserts:
                     self._kill(cid, rid)
+            if self.residue:
+                for residue in self.residue.by_ref(ref):
+                    if rid not in residue.reasserts:
+                        self._kill_residue(residue)
         return True
 
 

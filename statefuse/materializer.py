@@ -15,6 +15,7 @@ from statefuse.index import Index, build, held_once
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Op
 from statefuse.opset import OpSet
 from statefuse.registry import DEFAULT_REGISTRY, Registry
+from statefuse.residue import Residues
 from statefuse.state import State
 
 
@@ -107,6 +108,25 @@ class Materializer:
     def registry(self) -> Registry:
         return self._ix.registry
 
+    @property
+    def residue(self) -> Residues:
+        """What the scrub keeps of claims whose bodies are not held (`statefuse.residue`)."""
+        return self._ix.residue
+
+    def set_residue(self, residue: Residues) -> None:
+        """Hand the index the scrub residue of the claims whose bodies compaction moved out
+        (`Index.residue`); the next State's scrub reads it. A State handed out before keeps
+        what it had."""
+        if self._ix.residue is residue:
+            return
+        if self._shared:
+            self._ix = self._ix.copy()
+            self._shared = False
+        self._ix.residue = residue
+        self._ix.kills = None  # made again, with the residue, by the next read that needs it
+        self._state = None
+        self._carry = None
+
     def ops(self) -> Iterator[Op]:
         """Every op the state is made of (claims, retractions, evidence, decisions): what a
         store's derived state is rebuilt from (`statefuse.storeindex`)."""
@@ -172,3 +192,13 @@ class Materializer:
     def __len__(self) -> int:
         ix = self._ix
         return len(ix.claims) + len(ix.retractions) + len(ix.evidence) + len(ix.decisions)
+
+
+def with_residue(state: State, residue: Residues) -> State:
+    """``state`` whose scrub also reads ``residue`` (`Materializer.set_residue`): for a State
+    made of part of a store (`StoreIndex.state_of`), with the residue of the loci it read."""
+    if not residue and not state._ix.residue:
+        return state
+    m = Materializer.from_state(state)
+    m.set_residue(residue)
+    return m.state()

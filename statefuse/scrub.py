@@ -36,7 +36,8 @@ from typing import Protocol
 
 from statefuse.op import ClaimAdded, ClaimRetracted
 from statefuse.registry.value import Value, json_value
-from statefuse.state import State
+from statefuse.residue import ScrubResidue, anchor_tag, fingerprint
+from statefuse.state import State, locus_of
 
 #: Fewest characters a folded value needs to be looked for in free text.
 MIN_CHARS = 4
@@ -95,6 +96,26 @@ def findable(f: str) -> bool:
     """Whether a folded value is long enough to be looked for (see the module docstring)."""
     n = len(f)
     return n >= MIN_CHARS or (n >= MIN_CHARS_WITH_DIGIT and any(c.isdigit() for c in f))
+
+
+def residue_of(claim: ClaimAdded) -> ScrubResidue | None:
+    """What the scrub needs of ``claim`` once its body is gone (`statefuse.residue`), or None
+    when its value is never looked for (not `findable`: nothing to keep)."""
+    f = folded(value_text(claim.value))
+    if not findable(f):
+        return None
+    return ScrubResidue(
+        op_id=claim.op_id,
+        fingerprint=fingerprint(f),
+        length=len(f),
+        tag=anchor_tag(f[:_ANCHOR]),
+        visibility=tuple(claim.visibility),
+        scope=claim.scope,
+        expires=claim.expires,
+        claim_ref=claim.claim_ref,
+        reasserts=tuple(claim.reasserts),
+        locus=locus_of(claim.namespace, claim.subject, claim.predicate, claim.scope),
+    )
 
 
 def anchors_of(values: Iterable[str]) -> dict[str, tuple[str, ...]]:
@@ -181,10 +202,11 @@ def find(
 
 @dataclass(frozen=True, slots=True)
 class Retracted:
-    """A retracted claim whose value can be looked for, and the claims its retractions name as
-    replacing it (``superseded_by``, sorted)."""
+    """A retracted claim whose value can be looked for (the claim, or its `ScrubResidue` when
+    compaction moved its body: the same id, visibility, scope and expiry), and the claims its
+    retractions name as replacing it (``superseded_by``, sorted)."""
 
-    claim: ClaimAdded
+    claim: ClaimAdded | ScrubResidue
     superseded_by: tuple[bytes, ...]
 
 
@@ -205,15 +227,23 @@ class RetractedIndex:
       another retraction gets a later entry (its ``superseded_by`` may have grown).
     - ``lengths``: anchor (first characters) -> the distinct lengths of the values under it,
       longest first: `find` asks a text's slices of those lengths, never every value.
+    - ``hashed`` and ``tagged``: the same for the claims the Index holds only a residue of
+      (`Index.residue`): by the value's fingerprint, and lengths by the anchor's tag. A slice
+      is looked up in both, so a claim is found in the same texts with or without its body.
     - ``labels``: (visibility, scope) -> how many entries have it (only whether a lens sees
       any of them is asked).
     """
 
-    __slots__ = ("count", "labels", "lengths", "values")
+    __slots__ = ("_merged", "count", "hashed", "labels", "lengths", "tagged", "values")
 
     def __init__(self) -> None:
         self.values: dict[str, tuple[tuple[int, Retracted], ...]] = {}
         self.lengths: dict[str, tuple[int, ...]] = {}
+        self.hashed: dict[bytes, tuple[tuple[int, Retracted], ...]] = {}
+        self.tagged: dict[int, tuple[int, ...]] = {}
+        #: anchor -> the lengths under it and under its tag (made as texts ask, while
+        #: ``hashed`` has entries; emptied by each add).
+        self._merged: dict[str, tuple[int, ...]] = {}
         self.labels: dict[Label, int] = {}
         self.count = 0
 
@@ -223,13 +253,17 @@ class RetractedIndex:
         claims: Mapping[bytes, ClaimAdded],
         killed: Mapping[bytes, tuple[bytes, ...]],
         retractions: Mapping[bytes, ClaimRetracted],
+        residues: Iterable[tuple[ScrubResidue, tuple[bytes, ...]]] = (),
     ) -> RetractedIndex:
-        """The index of every retracted claim in ``killed`` (claim id -> its retractions)."""
+        """The index of every retracted claim in ``killed`` (claim id -> its retractions),
+        and of ``residues`` (each with the retractions that retract it)."""
         out = cls()
         for cid in sorted(killed):
             c = claims.get(cid)
             if c is not None:
                 out.add(c, killed[cid], retractions)
+        for r, killers in sorted(residues, key=lambda rk: rk[0].op_id):
+            out.add_residue(r, killers, retractions)
         return out
 
     def add(
@@ -242,8 +276,7 @@ class RetractedIndex:
         f = folded(value_text(claim.value))
         if not findable(f):
             return
-        by = sorted({b for r in killers if (b := retractions[r].superseded_by) is not None})
-        entry = (self.count, Retracted(claim, tuple(by)))
+        entry = (self.count, Retracted(claim, _superseding(killers, retractions)))
         self.count += 1
         held = self.values.get(f, ())
         self.values[f] = (*held, entry)
@@ -252,29 +285,100 @@ class RetractedIndex:
             have = self.lengths.get(anchor, ())
             if len(f) not in have:
                 self.lengths[anchor] = tuple(sorted((*have, len(f)), reverse=True))
+                self._merged.clear()
         label = _label(claim)
         self.labels[label] = self.labels.get(label, 0) + 1
+
+    def add_residue(
+        self,
+        residue: ScrubResidue,
+        killers: tuple[bytes, ...],
+        retractions: Mapping[bytes, ClaimRetracted],
+    ) -> None:
+        """The claim of ``residue`` (its body not held) is retracted by ``killers``."""
+        entry = (self.count, Retracted(residue, _superseding(killers, retractions)))
+        self.count += 1
+        key = residue.fingerprint
+        held = self.hashed.get(key, ())
+        self.hashed[key] = (*held, entry)
+        have = self.tagged.get(residue.tag, ())
+        if residue.length not in have:
+            self.tagged[residue.tag] = tuple(sorted((*have, residue.length), reverse=True))
+            self._merged.clear()
+        label = _label(residue)
+        self.labels[label] = self.labels.get(label, 0) + 1
+
+    def lengths_at(self, anchor: str) -> tuple[int, ...]:
+        """The lengths of the values (held or by residue) under ``anchor``, longest first."""
+        if not self.hashed:
+            return self.lengths.get(anchor, ())
+        out = self._merged.get(anchor)
+        if out is None:
+            both = {*self.lengths.get(anchor, ()), *self.tagged.get(anchor_tag(anchor), ())}
+            out = self._merged[anchor] = tuple(sorted(both, reverse=True))
+        return out
+
+    def held(self, value: str) -> tuple[tuple[int, Retracted], ...]:
+        """The entries of the folded ``value`` (by its text, and by its fingerprint)."""
+        held = self.values.get(value, ())
+        if self.hashed:
+            more = self.hashed.get(fingerprint(value))
+            if more:
+                held = (*held, *more)
+        return held
 
     def copy(self) -> RetractedIndex:
         """A copy for a copied Index (the entries are immutable, so shallow)."""
         out = RetractedIndex.__new__(RetractedIndex)
         out.values = self.values.copy()
         out.lengths = self.lengths.copy()
+        out.hashed = self.hashed.copy()
+        out.tagged = self.tagged.copy()
+        out._merged = {}
         out.labels = self.labels.copy()
         out.count = self.count
         return out
 
-    def entries(self, upto: int | None = None) -> dict[tuple[Label, str], tuple[Retracted, ...]]:
-        """Everything it holds (as of ``upto`` entries), by label and value, by claim id: a
-        canonical form, so that two indexes of the same retracted claims compare equal."""
-        out: dict[tuple[Label, str], dict[bytes, Retracted]] = {}
-        for f, held in self.values.items():
-            for r in _latest(held, self.count if upto is None else upto):
+    def entries(
+        self, upto: int | None = None
+    ) -> dict[tuple[Label, str | bytes], tuple[Retracted, ...]]:
+        """Everything it holds (as of ``upto`` entries), by label and value (a residue's by
+        its fingerprint), by claim id: a canonical form, so that two indexes of the same
+        retracted claims compare equal."""
+        out: dict[tuple[Label, str | bytes], dict[bytes, Retracted]] = {}
+        n = self.count if upto is None else upto
+        every: list[tuple[str | bytes, tuple[tuple[int, Retracted], ...]]] = [
+            *self.values.items(),
+            *self.hashed.items(),
+        ]
+        for f, held in every:
+            for r in _latest(held, n):
                 out.setdefault((_label(r.claim), f), {})[r.claim.op_id] = r
-        return {k: tuple(v[c] for c in sorted(v)) for k, v in sorted(out.items())}
+        return {
+            k: tuple(v[c] for c in sorted(v))
+            for k, v in sorted(out.items(), key=lambda kv: (kv[0][0], repr(kv[0][1])))
+        }
+
+    def claim_ids(self, upto: int | None = None) -> frozenset[bytes]:
+        """The ids of the retracted claims it holds (as of ``upto`` entries), by body or by
+        residue alike."""
+        n = self.count if upto is None else upto
+        return frozenset(
+            r.claim.op_id
+            for table in (self.values, self.hashed)
+            for held in table.values()
+            for s, r in held
+            if s < n
+        )
 
 
-def _label(c: ClaimAdded) -> Label:
+def _superseding(
+    killers: tuple[bytes, ...], retractions: Mapping[bytes, ClaimRetracted]
+) -> tuple[bytes, ...]:
+    return tuple(sorted({b for r in killers if (b := retractions[r].superseded_by) is not None}))
+
+
+def _label(c: ClaimAdded | ScrubResidue) -> Label:
     return (c.visibility, c.scope)
 
 
@@ -293,7 +397,17 @@ def retracted_index(state: State) -> RetractedIndex:
     """The `RetractedIndex` of ``state``: its Index's, made on the first call and kept up to
     date by that Index from then on (treat it as read-only)."""
     ix = state._ix
-    return ix.watch_kills(lambda: RetractedIndex.of(ix.claims, ix.killed, ix.retractions))
+
+    def make() -> RetractedIndex:
+        claims = ix.claims
+        residues = [
+            (r, k)
+            for cid, r in ix.residue.items()
+            if cid not in claims and (k := ix.residue_killers(r))
+        ]
+        return RetractedIndex.of(claims, ix.killed, ix.retractions, residues)
+
+    return ix.watch_kills(make)
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,16 +428,24 @@ class RetractedValues:
         return (self,) if self.labels else ()
 
     def candidates(self, f: str, i: int, anchor: str) -> Iterable[str]:
-        values = self.index.values
-        for k in self.index.lengths.get(anchor, ()):
+        index = self.index
+        values = index.values
+        if not index.hashed:
+            for k in index.lengths.get(anchor, ()):
+                value = f[i : i + k]
+                if len(value) == k and value in values:
+                    yield value
+            return
+        hashed = index.hashed
+        for k in index.lengths_at(anchor):
             value = f[i : i + k]
-            if len(value) == k and value in values:
+            if len(value) == k and (value in values or fingerprint(value) in hashed):
                 yield value
 
     def claims(self, value: str) -> tuple[Retracted, ...]:
         """The retracted claims (the lens may see) holding the folded ``value``, by claim id."""
-        held = self.index.values.get(value)
-        if held is None:
+        held = self.index.held(value)
+        if not held:
             return ()
         now, labels = self.now, self.labels
         out = [

@@ -10,10 +10,11 @@ every lens, is the same before and after):
 
 - evidence no claim cites (active or not);
 - retracted claims that nothing else reads: no claim cites, depends on or reasserts them (by id
-  or by ref), no decision was ever made at their key, and their value is too short for the
-  scrub (`statefuse.scrub`) to look for in free text. The scrub reads the values of retracted
-  claims to keep them out of contexts, so a retracted claim whose value it may look for
-  stays: moving it would change what a context scrubs.
+  or by ref) and no decision was ever made at their key. The clean-context scrub
+  (`statefuse.scrub`) still looks for their values in free text: the replica keeps a
+  `statefuse.residue` of each (id, lens labels, expiry, retraction targets and a fingerprint
+  of the folded value) in the live store, which the scrub reads instead of the body, so every
+  assembled context is the same too.
 
 Decisions are never moved: which decision is in force is re-judged as claims change.
 
@@ -28,7 +29,6 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from statefuse.scrub import findable, folded, value_text
 from statefuse.state import State, locus_of
 from statefuse.sync.bundle import open_bundle, write_bundle
 from statefuse.sync.change import UnverifiedChange, without_bodies
@@ -37,6 +37,8 @@ from statefuse.sync.verify import verify_change
 
 #: The store note naming the archive of a compacted store (`Replica.compact`).
 ARCHIVE_NOTE = "archive"
+#: The store note holding the scrub residue of the claims moved out (`statefuse.residue`).
+RESIDUE_NOTE = "scrub-residue"
 
 
 def compactable(state: State) -> frozenset[bytes]:
@@ -55,8 +57,6 @@ def compactable(state: State) -> frozenset[bytes]:
         if cid in cited or c.claim_ref in cited:
             continue
         if locus_of(c.namespace, c.subject, c.predicate, c.scope) in decided:
-            continue
-        if findable(folded(value_text(c.value))):
             continue
         out.add(cid)
     return frozenset(out)
@@ -97,4 +97,11 @@ def without_redacted(
     return out
 
 
-__all__ = ["ARCHIVE_NOTE", "compactable", "read_archive", "without_redacted", "write_archive"]
+__all__ = [
+    "ARCHIVE_NOTE",
+    "RESIDUE_NOTE",
+    "compactable",
+    "read_archive",
+    "without_redacted",
+    "write_archive",
+]

@@ -77,7 +77,7 @@ from statefuse.interpret import TurnInterpreter, check_interpretation
 from statefuse.keytext import key_parts, parse_key
 from statefuse.lens import Lens
 from statefuse.lifecycle import ConflictEvent
-from statefuse.materializer import Materializer, materialize
+from statefuse.materializer import Materializer, materialize, with_residue
 from statefuse.op import (
     MAX_LAMPORT,
     ClaimAdded,
@@ -97,7 +97,15 @@ from statefuse.registry import DEFAULT_REGISTRY, EXACT_CONTRACT, EXACT_REGISTRY,
 from statefuse.registry.error import InputError, StateFuseError
 from statefuse.registry.normalizer import Normalizer
 from statefuse.registry.value import Value, plain_value
+from statefuse.residue import (
+    NO_RESIDUES,
+    ResidueFormatError,
+    Residues,
+    decode_residue,
+    encode_residue,
+)
 from statefuse.resolver import Resolver
+from statefuse.scrub import residue_of
 from statefuse.search import SearchHit, search_view
 from statefuse.state import ConflictSet, State, key_of, locus_of
 from statefuse.statediff import StateDiff, state_diff
@@ -116,6 +124,7 @@ from statefuse.store import (
 from statefuse.storeindex import OpMemo
 from statefuse.sync.archive import (
     ARCHIVE_NOTE,
+    RESIDUE_NOTE,
     compactable,
     read_archive,
     without_redacted,
@@ -754,6 +763,9 @@ class Replica:
         self._index_progress = progress
         self._index_due = True  # a store of an earlier release has none yet: built now
         self._index_settle()
+        if self.__dict__.pop("_residue_unsaved", False) and self._may_write():
+            with self.store.write_transaction():  # built from the archive: kept from now on
+                self._store_residue(self._scrub_residue())
         if not self._lazy and self._may_write():
             self.store.mark_clean()  # loaded and verified: the next open may trust it
 
@@ -817,6 +829,7 @@ class Replica:
             self.registry = registry
             self.writer.registry = registry
             self._mat = Materializer(self.log.ops(), registry=registry)
+            self._mat.set_residue(self._scrub_residue())
 
     def _in_force(self) -> RegistryDeclared | None:
         """The declaration in force among the counted changes (`declaration_in_force`)."""
@@ -1324,6 +1337,8 @@ class Replica:
         self.writer = Writer(self.author or bytes(32), registry=self.registry, clock=self._clock)
         self.trust_writer = TrustWriter(self.author or bytes(32))
         self._mat = Materializer(registry=self.registry)
+        self.__dict__.pop("_residue", None)  # read again from the store
+        self._mat.set_residue(self._scrub_residue())
         #: Which op ids the counted redactions order deleted (`sync.redaction`).
         self._redaction: RedactionState = EMPTY_REDACTION
         self._counted: set[bytes] = set()
@@ -1618,6 +1633,7 @@ class Replica:
             index(DecisionAdded),
             registry=self.registry,
         )
+        self._mat.set_residue(self._scrub_residue())
         self._counted = {c.change_id for c in counted}
         lamport = attrgetter("lamport")
         marks: list[Op] = [max(ops, key=lamport) for ops in by_type.values() if ops]
@@ -1865,6 +1881,7 @@ class Replica:
         fresh = [c for c in map(get, sorted(counted - self._counted)) if c is not None]
         if self._counted - counted:
             self._mat = Materializer(self._unredacted_ops(), registry=self.registry)
+            self._mat.set_residue(self._scrub_residue())
             self._counted = counted
             if self._gaps is not None:  # lamports cannot be taken out: work them out again
                 ids = {c.change_id for c in fresh}
@@ -2331,6 +2348,67 @@ class Replica:
         self.__dict__["_archive_changes"] = out
         return out
 
+    def _scrub_residue(self) -> Residues:
+        """What the scrub keeps of the retracted claims whose bodies moved to the archive
+        (`statefuse.residue`), read from the store once (without loading the history).
+
+        A compacted store without one (compacted by an earlier release, which moved only
+        values the scrub never looks for) gets it built from its archive once, and kept when
+        this replica may write; with the archive missing it is built when the archive is back
+        (nothing the scrub looks for moved without a residue, so no scrub is lost)."""
+        held = self.__dict__.get("_residue")
+        if held is not None:
+            return held  # type: ignore[no-any-return]
+        note = getattr(self.store, "note", None)
+        data = note(RESIDUE_NOTE) if note is not None else None
+        out: Residues | None = None
+        if data is not None:
+            try:
+                out = decode_residue(data)
+            except ResidueFormatError as exc:
+                warnings.warn(
+                    ArchiveWarning(f"the scrub residue cannot be read ({exc}): made again"),
+                    stacklevel=_caller_level(),
+                )
+        if out is None:
+            out = NO_RESIDUES
+            path = note(ARCHIVE_NOTE) if note is not None else None
+            if path is not None:
+                made = self._residue_from_archive(os.fsdecode(path))
+                if made is not None:
+                    out = made
+                    self._residue_unsaved = True  # kept by the open (`__init__`)
+        self.__dict__["_residue"] = out
+        return out
+
+    def _residue_from_archive(self, path: str) -> Residues | None:
+        """The residue of every claim the archive holds whole whose body this store lacks
+        (None: the archive cannot be read now)."""
+        try:
+            archived = read_archive(path, space=self.space)
+        except (StateFuseError, OSError):
+            return None
+        out = []
+        log = self.__dict__.get("log")
+        for cid, data in archived.items():
+            held = log.get(cid) if log is not None else None
+            if held is not None and not held.missing:
+                continue
+            lacks = None if held is None else frozenset(held.missing)
+            c = verify_change(UnverifiedChange(data), space=self.space)
+            for op in c.ops:
+                if lacks is not None and op.op_id not in lacks:
+                    continue
+                if isinstance(op, ClaimAdded) and (r := residue_of(op)) is not None:
+                    out.append(r)
+        return Residues(out)
+
+    def _store_residue(self, residue: Residues) -> None:
+        """Keep ``residue`` with the store (inside the caller's write transaction)."""
+        note = getattr(self.store, "set_note", None)
+        if note is not None:
+            note(RESIDUE_NOTE, encode_residue(residue))
+
     @_locked
     def compact(self, *, archive: str | os.PathLike[str]) -> Compaction:
         """Move the bodies no projection can show any more (`sync.archive.compactable`:
@@ -2348,7 +2426,8 @@ class Replica:
         if self.key is None:
             raise ReadOnlyError("key", "no-key", "an archive is signed: compact needs the key")
         path = Path(archive)
-        ids = compactable(self._mat.state())
+        state = self._mat.state()
+        ids = compactable(state)
         holders = [
             c
             for c in self.log.changes()
@@ -2366,11 +2445,19 @@ class Replica:
             kept.setdefault(c.change_id, c.data)
         moved = sum(len(op.encode()) for c in holders for op in c.ops if op.op_id in ids)
         n_ops = sum(1 for c in holders for op in c.ops if op.op_id in ids)
+        # what the scrub reads of the retracted claims that move (`statefuse.residue`)
+        left = [
+            r
+            for cid in sorted(ids)
+            if (c := state.claims.get(cid)) is not None and (r := residue_of(c)) is not None
+        ]
+        residue = self._scrub_residue().with_(left) if left else self._scrub_residue()
         write_archive(path, self.key, self.space, kept, creator=self.creator)
         self.__dict__["_archive_changes"] = kept
         with self.store.write_transaction():
             lost = self.log.strip(ids, among=[c.change_id for c in holders])
             self.store.write(StoreWrite(rewritten=tuple((c.change_id, c.data) for c in lost)))
+            self._store_residue(residue)
             note = getattr(self.store, "set_note", None)
             if note is not None:
                 note(ARCHIVE_NOTE, os.fsencode(path.resolve()))
@@ -2378,7 +2465,9 @@ class Replica:
             if ix is not None:
                 ix.drop()
             self._index_due = True
+        self.__dict__["_residue"] = residue
         self._mat = Materializer(self._unredacted_ops(), registry=self.registry)
+        self._mat.set_residue(residue)
         self._index_settle()
         vacuum = getattr(self.store, "vacuum", None)
         if vacuum is not None:
@@ -2412,7 +2501,12 @@ class Replica:
         self._lost = self.log.strip(state.ids)
         if state.ids == before and not self._lost:
             return False
+        residue = self._scrub_residue()
+        if not residue.keys().isdisjoint(state.ids):  # a residue is a fingerprint: cut too
+            self.__dict__["_residue"] = residue.without(state.ids)
+            self._residue_cut = True
         self._mat = Materializer(self._unredacted_ops(), registry=self.registry)
+        self._mat.set_residue(self._scrub_residue())
         return True
 
     def _enforce_redactions(self) -> None:
@@ -2426,6 +2520,8 @@ class Replica:
         if self._may_write() and not self._lazy:
             with self.store.write_transaction():
                 self.store.write(StoreWrite(rewritten=tuple((c.change_id, c.data) for c in lost)))
+                if self.__dict__.pop("_residue_cut", False):
+                    self._store_residue(self._scrub_residue())
                 ix = self.store.index()
                 if ix is not None:
                     ix.drop()
@@ -3460,6 +3556,10 @@ class Replica:
                     loci = [*loci, *ix.detector_loci(self.registry)]
                 state = ix.state_of(loci, registry=self.registry, memo=self._op_memo)
                 totals = _totals(ix, state)
+            residue = self._scrub_residue()
+            if residue:  # the residue of the loci read, as their moved claims would have been
+                read = {*loci, *(_locus_of_claim(c) for c in state.claims.values())}
+                state = with_residue(state, residue.of_loci(read))
             cache = self._slice_cache
             if cache is None:  # the words of claims met, as many as a few slices' worth
                 ranker = LexicalRanker(max_entries=SLICE_WORDS)
@@ -3974,6 +4074,10 @@ def _claim_id_arg(ref: bytes | str) -> bytes:
 
 def _same_value(a: object, b: object) -> bool:
     return type(a) is type(b) and plain_value(a) == plain_value(b)  # type: ignore[arg-type]
+
+
+def _locus_of_claim(c: ClaimAdded) -> bytes:
+    return locus_of(c.namespace, c.subject, c.predicate, c.scope)
 
 
 def _may_redact(changes: Sequence[VerifiedChange], root: bytes | None) -> bool:

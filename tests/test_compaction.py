@@ -18,19 +18,34 @@ from hypothesis import strategies as st
 
 from statefuse.lens import Include, Lens
 from statefuse.projection import project
-from statefuse.scrub import findable
 from statefuse.sync.http import serve, sync_with
 from statefuse.sync.replica import ArchiveWarning, Replica
 
 SPACE = "compact"
-VALUES = ("ab", "zz", 7, "a long value here", "another long value", "ab")
+VALUES = ("ab", "zz", 7, "a long value here", "another long value", "ab", "$40k", "Room 7b")
+#: Free text for the working set, quoting the values above (and near misses: "$140k", "7bx").
+QUOTES = (
+    "we said a long value here",
+    "the budget moved from $40K to $50k",
+    "not $140k, and not room 7bx",
+    "meet in room  7B, then ANOTHER long value",
+    "7 or ab or zz",
+)
 
 
 def _view(r: Replica, lens: Lens) -> tuple[object, ...]:
     """What a View shows through ``lens``: its JSON, its exclusions, its repair notes, and the
-    retracted values its scrub looks for."""
+    retracted claims its scrub may name (with the claims replacing them)."""
     v = project(r.state(), lens)
-    scrubbed = sorted(k for k in v.retracted.index.values if findable(k)) if v.retracted else None
+    rv = v.retracted
+    scrubbed = None
+    if rv is not None:
+        scrubbed = sorted(
+            (x.claim.op_id, x.superseded_by)
+            for (label, _), xs in rv.index.entries(rv.upto).items()
+            if label in rv.labels
+            for x in xs
+        )
     return (
         v.to_json(),
         dict(v.excluded),
@@ -40,10 +55,21 @@ def _view(r: Replica, lens: Lens) -> tuple[object, ...]:
     )
 
 
+def _contexts(r: Replica, lenses: list[Lens]) -> list[tuple[str, object]]:
+    """The context assembled for each lens (a clean working set: retracted values scrubbed),
+    as its JSON and the claims scrubbed from each working-set line."""
+    out = []
+    for lens in lenses:
+        ctx = r.context("budget room value", lens=lens, budget=2000)
+        out.append((ctx.to_json(), dict(ctx.scrubbed)))
+    return out
+
+
 _LENSES = st.builds(
     Lens,
     roles=st.frozensets(st.sampled_from(["ops", "hr"]), max_size=2),
     task=st.sampled_from([None, "a", "b"]),
+    session=st.sampled_from(["s1", "s1", None]),
     include=st.frozensets(st.sampled_from(list(Include)), max_size=2),
     now=st.sampled_from([None, 10**13]),
 )
@@ -56,34 +82,65 @@ _CLAIMS = st.lists(
         st.sampled_from([(), ("ops",)]),
         st.booleans(),  # retract it
         st.booleans(),  # cite the evidence
+        st.sampled_from([None, "by-ref", "superseded"]),  # how it is retracted
+        st.sampled_from([None, 10**12, 10**14]),  # expires
     ),
     max_size=12,
 )
 
 
-@settings(max_examples=40, deadline=None)
-@given(_CLAIMS, st.integers(0, 3), st.booleans(), st.lists(_LENSES, min_size=1, max_size=4))
-def test_every_view_is_the_same_after_compaction(
-    tmp_path_factory, claims, n_evidence, decide, lenses
-):
+def _memory(claims, n_evidence, decide, quotes) -> Replica:
     r = Replica.memory(space=SPACE)
     evidence = [r.add_evidence(f"src{i}", f"body {i} " * 20) for i in range(n_evidence)]
     made = []
-    for key, value, scope, vis, retract, cite in claims:
+    for key, value, scope, vis, retract, cite, how, expires in claims:
         cited = [evidence[0].op_id] if cite and evidence else []
-        c = r.add_claim(f"ns/s{key}/p", value, scope=scope, visibility=vis, evidence=cited)
-        made.append((c, retract))
+        c = r.add_claim(
+            f"ns/s{key}/p", value, scope=scope, visibility=vis, evidence=cited, expires=expires
+        )
+        made.append((c, retract, how))
+    for text in quotes:
+        r.add_turn("user", text, session="s1")
     if decide:
         conflicts = r.state().conflicts
         if conflicts:
             r.decide(conflicts[0], conflicts[0].candidates[0])
-    for c, retract in made:
-        if retract:
+    for i, (c, retract, how) in enumerate(made):
+        if not retract:
+            continue
+        if how == "by-ref":
+            r.retract(claim_ref=c.claim_ref)
+        elif how == "superseded" and i + 1 < len(made):
+            r.retract(c, superseded_by=made[i + 1][0])
+        else:
             r.retract(c)
+    return r
+
+
+_QUOTES = st.lists(st.sampled_from(QUOTES), min_size=1, max_size=3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    _CLAIMS,
+    st.integers(0, 3),
+    st.booleans(),
+    _QUOTES,
+    st.lists(_LENSES, min_size=1, max_size=4),
+    st.booleans(),
+)
+def test_every_view_and_every_context_is_the_same_after_compaction(
+    tmp_path_factory, claims, n_evidence, decide, quotes, lenses, retract_again
+):
+    r = _memory(claims, n_evidence, decide, quotes)
     before = [_view(r, lens) for lens in lenses]
+    contexts = _contexts(r, lenses)
     archive = tmp_path_factory.mktemp("archive") / "a.bundle"
+    twin = Replica.memory(space=SPACE)  # the same memory, never compacted
+    twin.merge(r)
     done = r.compact(archive=archive)
     assert [_view(r, lens) for lens in lenses] == before
+    assert _contexts(r, lenses) == contexts
     if done.ops:
         assert archive.exists()
         # a peer gets the whole history from the archive, and sees the same
@@ -91,6 +148,17 @@ def test_every_view_is_the_same_after_compaction(
         peer.merge(r)
         assert len(peer.log) == len(r.log)
         assert [_view(peer, lens) for lens in lenses] == before
+        assert _contexts(peer, lenses) == contexts
+    if retract_again:  # a retraction arriving after the move still names its replacement
+        state = twin.state()
+        gone = sorted(state.retracted)
+        live = state.active_claims()
+        if gone and live:
+            again = twin.retract(gone[0], superseded_by=live[0])
+            r.merge(twin)
+            assert again.op_id in r.state().retractions
+            assert [_view(r, lens) for lens in lenses] == [_view(twin, lens) for lens in lenses]
+            assert _contexts(r, lenses) == _contexts(twin, lenses)
 
 
 def _memory_with_garbage(path: Path) -> Replica:
