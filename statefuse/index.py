@@ -23,7 +23,7 @@ from typing import Protocol, TypeVar, cast
 
 from statefuse.op import ClaimAdded, ClaimRetracted, DecisionAdded, EvidenceAdded, Op
 from statefuse.registry import Registry
-from statefuse.residue import NO_RESIDUES, Residues, ScrubResidue
+from statefuse.residue import NO_RESIDUES, Residues, ScrubResidue, ref_tag
 from statefuse.validity import conflicts_with
 from statefuse.validity import has_conflict as _has_conflict
 
@@ -202,15 +202,27 @@ class Index:
             watch = self.kills = make()
         return cast(W, watch)
 
-    def residue_killers(self, residue: ScrubResidue) -> tuple[bytes, ...]:
+    def residue_killers(
+        self, residue: ScrubResidue, refs: Mapping[bytes, tuple[bytes, ...]] | None = None
+    ) -> tuple[bytes, ...]:
         """The retractions that retract the claim of ``residue`` (as `_add_claim` would find
-        them for the claim itself)."""
+        them for the claim itself); ``refs``: `residue_refs`, when asked for many."""
         killers = self.ret_by_id.get(residue.op_id, ())
-        by_ref = self.ret_by_ref.get(residue.claim_ref)
+        by_ref = (self.residue_refs() if refs is None else refs).get(residue.claim_ref)
         if by_ref:
             reasserts = residue.reasserts
             killers = killers + tuple(r for r in by_ref if r not in reasserts and r not in killers)
         return killers
+
+    def residue_refs(self) -> Mapping[bytes, tuple[bytes, ...]]:
+        """`ret_by_ref` by the part of a ref a residue keeps (`residue.ref_tag`)."""
+        if not self.ret_by_ref:
+            return {}
+        out: dict[bytes, tuple[bytes, ...]] = {}
+        for ref, rids in self.ret_by_ref.items():
+            tag = ref_tag(ref)
+            out[tag] = (*out.get(tag, ()), *rids)
+        return out
 
     def _kill_residue(self, residue: ScrubResidue) -> None:
         if self.kills is not None and residue.op_id not in self.claims:
@@ -404,7 +416,7 @@ class Index:
             self.ret_by_id[target] = (*self.ret_by_id.get(target, ()), rid)
             if target in self.claims:
                 self._kill(target, rid)
-            elif target in self.residue:
+            elif self.kills is not None and self.residue and target in self.residue:
                 self._kill_residue(self.residue[target])
         ref = t.target_claim_ref
         if ref is not None:
@@ -412,7 +424,7 @@ class Index:
             for cid in self.by_ref().get(ref, ()):
                 if rid not in self.claims[cid].reasserts:
                     self._kill(cid, rid)
-            if self.residue:
+            if self.kills is not None and self.residue:
                 for residue in self.residue.by_ref(ref):
                     if rid not in residue.reasserts:
                         self._kill_residue(residue)

@@ -36,7 +36,7 @@ from typing import Protocol
 
 from statefuse.op import ClaimAdded, ClaimRetracted
 from statefuse.registry.value import Value, json_value
-from statefuse.residue import ScrubResidue, anchor_tag, fingerprint
+from statefuse.residue import ScrubResidue, anchor_tag, fingerprint, locus_tag, ref_tag
 from statefuse.state import State, locus_of
 
 #: Fewest characters a folded value needs to be looked for in free text.
@@ -112,9 +112,9 @@ def residue_of(claim: ClaimAdded) -> ScrubResidue | None:
         visibility=tuple(claim.visibility),
         scope=claim.scope,
         expires=claim.expires,
-        claim_ref=claim.claim_ref,
+        claim_ref=ref_tag(claim.claim_ref),
         reasserts=tuple(claim.reasserts),
-        locus=locus_of(claim.namespace, claim.subject, claim.predicate, claim.scope),
+        locus=locus_tag(locus_of(claim.namespace, claim.subject, claim.predicate, claim.scope)),
     )
 
 
@@ -400,10 +400,11 @@ def retracted_index(state: State) -> RetractedIndex:
 
     def make() -> RetractedIndex:
         claims = ix.claims
+        refs = ix.residue_refs() if ix.residue else {}
         residues = [
             (r, k)
             for cid, r in ix.residue.items()
-            if cid not in claims and (k := ix.residue_killers(r))
+            if cid not in claims and (k := ix.residue_killers(r, refs))
         ]
         return RetractedIndex.of(claims, ix.killed, ix.retractions, residues)
 

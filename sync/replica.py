@@ -101,7 +101,6 @@ from statefuse.residue import (
     NO_RESIDUES,
     ResidueFormatError,
     Residues,
-    decode_residue,
     encode_residue,
 )
 from statefuse.resolver import Resolver
@@ -2364,7 +2363,7 @@ class Replica:
         out: Residues | None = None
         if data is not None:
             try:
-                out = decode_residue(data)
+                out = Residues.stored(data)
             except ResidueFormatError as exc:
                 warnings.warn(
                     ArchiveWarning(f"the scrub residue cannot be read ({exc}): made again"),
