@@ -2402,6 +2402,25 @@ class Replica:
                     out.append(r)
         return Residues(out)
 
+    def _moved_claims(self) -> list[ClaimAdded]:
+        """The claims whose bodies compaction moved to the archive (not redacted): a
+        redaction chooses among them too, so a retracted secret can still be redacted after
+        its body moved (and is then cut out of the archive)."""
+        archived = self._archived()
+        if not archived:
+            return []
+        held = self._mat.state().claims
+        redacted = self._redaction.redacted
+        out: list[ClaimAdded] = []
+        for data in archived.values():
+            c = verify_change(UnverifiedChange(data), space=self.space)
+            out.extend(
+                op
+                for op in c.ops
+                if isinstance(op, ClaimAdded) and op.op_id not in held and op.op_id not in redacted
+            )
+        return out
+
     def _store_residue(self, residue: Residues) -> None:
         """Keep ``residue`` with the store (inside the caller's write transaction)."""
         note = getattr(self.store, "set_note", None)
@@ -2652,6 +2671,7 @@ class Replica:
             if t is not None and (type(t) is not int or t < 0):
                 raise ReplicaError(name, "wall-ms", f"{name} is milliseconds since the epoch")
         claims: list[ClaimAdded] = list(self._mat.state().claims.values())
+        claims += self._moved_claims()
         if claim is not None:
             items = [claim] if isinstance(claim, (bytes, str)) else list(claim)
             wanted = {_claim_id_arg(c) for c in items}

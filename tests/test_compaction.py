@@ -261,3 +261,90 @@ def test_statefuse_compact_reports_what_moved_in_one_line(tmp_path):
         timeout=120,
     )
     assert json.loads(again.stdout)["ops"] == 0
+
+
+def _text_memory(path: Path) -> tuple[Replica, list[bytes]]:
+    """A store of text values, three in ten retracted (some replaced), and turns quoting
+    retracted values: what only a scrub residue lets compaction shrink."""
+    r = Replica.open(path, space=SPACE, create=True)
+    gone = []
+    with r.batch():
+        made = [r.add_claim(f"ns/s{i}/p", f"the value of item {i}") for i in range(60)]
+        for i, c in enumerate(made):
+            if i % 10 < 3:
+                r.retract(c, superseded_by=made[i + 5] if i % 2 else None)
+                gone.append(c.op_id)
+        for i in range(0, 60, 10):
+            r.add_turn("user", f"we had The Value of item {i + 1}, not item {i + 3}", session="s1")
+    return r, gone
+
+
+_TEXT_LENSES = [Lens(session="s1"), Lens(session="s1", roles=frozenset({"ops"})), Lens()]
+
+
+def test_a_store_of_text_values_compacts_its_retracted_claims_and_every_context_stays(tmp_path):
+    path, archive = tmp_path / "s.sqlite", tmp_path / "s.archive"
+    r, gone = _text_memory(path)
+    r.close()
+    with Replica.open(path, space=SPACE) as lazy:  # read on the store's derived state
+        assert not lazy.loaded
+        lazy_contexts = _contexts(lazy, _TEXT_LENSES)
+    r = Replica.open(path, space=SPACE, load="verify")
+    views = [_view(r, lens) for lens in _TEXT_LENSES]
+    contexts = _contexts(r, _TEXT_LENSES)
+    assert any(scrubbed for _, scrubbed in contexts)  # the turns do quote retracted values
+    done = r.compact(archive=archive)
+    assert done.ops == len(gone) and done.store_after < done.store_before
+    assert not any(gone_id in r.state().claims for gone_id in gone)  # bodies moved
+    assert [_view(r, lens) for lens in _TEXT_LENSES] == views
+    assert _contexts(r, _TEXT_LENSES) == contexts
+    r.close()
+    with Replica.open(path, space=SPACE, load="verify") as again:
+        assert [_view(again, lens) for lens in _TEXT_LENSES] == views
+        assert _contexts(again, _TEXT_LENSES) == contexts
+    with Replica.open(path, space=SPACE) as lazy:
+        assert not lazy.loaded
+        assert _contexts(lazy, _TEXT_LENSES) == lazy_contexts
+        assert not lazy.loaded
+
+
+def test_a_compacted_store_without_a_scrub_residue_builds_it_from_its_archive_once(tmp_path):
+    """A store compacted before residues existed (its archive named, no residue kept): the
+    residue is built from the archive on open and kept, so no scrub is lost."""
+    from statefuse.sync.archive import RESIDUE_NOTE
+
+    path, archive = tmp_path / "s.sqlite", tmp_path / "s.archive"
+    r, _ = _text_memory(path)
+    contexts = _contexts(r, _TEXT_LENSES)
+    r.compact(archive=archive)
+    with r.store.write_transaction():
+        r.store.set_note(RESIDUE_NOTE, None)
+    r.close()
+    with Replica.open(path, space=SPACE, load="verify") as again:
+        assert _contexts(again, _TEXT_LENSES) == contexts
+        assert again.store.note(RESIDUE_NOTE) is not None  # kept from now on
+    archive.rename(tmp_path / "elsewhere")
+    with Replica.open(path, space=SPACE, load="verify") as kept:
+        assert _contexts(kept, _TEXT_LENSES) == contexts  # no longer needs the archive
+
+
+def test_redacting_a_compacted_claim_cuts_its_residue_from_the_store(tmp_path):
+    from statefuse.residue import fingerprint
+    from statefuse.scrub import folded
+
+    path, archive = tmp_path / "s.sqlite", tmp_path / "s.archive"
+    r, gone = _text_memory(path)
+    r.compact(archive=archive)
+    secret = fingerprint(folded("the value of item 0"))
+    assert b"the value of item 0" in archive.read_bytes()
+    assert secret in path.read_bytes() + b"".join(
+        p.read_bytes() for p in tmp_path.glob("s.sqlite-wal")
+    )
+    r.redact(claim=[gone[0]], reason="erasure request")
+    r.close()
+    files = [p for p in tmp_path.iterdir() if p.name.startswith("s.sqlite")]
+    assert all(secret not in p.read_bytes() for p in files)
+    assert b"the value of item 0" not in archive.read_bytes()  # cut from the archive too
+    with Replica.open(path, space=SPACE, load="verify") as again:
+        ctx = again.context("value", lens=Lens(session="s1"), budget=2000)
+        assert gone[0] not in {g for ids in ctx.scrubbed.values() for g in ids}
