@@ -11,9 +11,10 @@ Rows:
   claim citing nothing and one uncited evidence op per ten claims, checkpointed; then
   `Replica.compact` (which vacuums). Two workloads: values the scrub looks for (text of four
   characters or more: such retracted claims move and leave a scrub residue behind,
-  `statefuse.residue`) and short codes it does not (``"ok"``/``"no"``: they move, nothing
+  `statefuse.core.residue`) and short codes it does not (``"ok"``/``"no"``: they move, nothing
   left). Target: >= 25% smaller. ``--sizes`` gives the stores by op count (three claims in ten
-  bring a retraction, one in ten an evidence op: 1.4 ops per claim), e.g. ``--sizes 100000,1000000`` for the issue's 100k and 1M-op stores.
+  bring a retraction, one in ten an evidence op: 1.4 ops per claim), e.g. ``--sizes
+  100000,1000000`` for the issue's 100k and 1M-op stores.
 - ``open + state, before / after``: `Replica.open(load="verify")` and `state()` of that store.
 
 Progress goes to stderr, the table to stdout, the JSON to ``--json`` or

@@ -11,8 +11,8 @@ every lens, is the same before and after):
 - evidence no claim cites (active or not);
 - retracted claims that nothing else reads: no claim cites, depends on or reasserts them (by id
   or by ref) and no decision was ever made at their key. The clean-context scrub
-  (`statefuse.scrub`) still looks for their values in free text: the replica keeps a
-  `statefuse.residue` of each (id, lens labels, expiry, retraction targets and a fingerprint
+  (`statefuse.reading.scrub`) still looks for their values in free text: the replica keeps a
+  `statefuse.core.residue` of each (id, lens labels, expiry, retraction targets and a fingerprint
   of the folded value) in the live store, which the scrub reads instead of the body, so every
   assembled context is the same too.
 
@@ -29,7 +29,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from statefuse.state import State, locus_of
+from statefuse.core.state import State, locus_of
 from statefuse.sync.bundle import open_bundle, write_bundle
 from statefuse.sync.change import UnverifiedChange, without_bodies
 from statefuse.sync.key import SigningKey
@@ -37,7 +37,7 @@ from statefuse.sync.verify import verify_change
 
 #: The store note naming the archive of a compacted store (`Replica.compact`).
 ARCHIVE_NOTE = "archive"
-#: The store note holding the scrub residue of the claims moved out (`statefuse.residue`).
+#: The store note holding the scrub residue of the claims moved out (`statefuse.core.residue`).
 RESIDUE_NOTE = "scrub-residue"
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statefuse.lens import Include, Lens
-from statefuse.projection import project
+from statefuse.reading.lens import Include, Lens
+from statefuse.reading.projection import project
 from statefuse.sync.http import serve, sync_with
 from statefuse.sync.replica import ArchiveWarning, Replica
 
@@ -329,8 +329,8 @@ def test_a_compacted_store_without_a_scrub_residue_builds_it_from_its_archive_on
 
 
 def test_redacting_a_compacted_claim_cuts_its_residue_from_the_store(tmp_path):
-    from statefuse.residue import fingerprint
-    from statefuse.scrub import folded
+    from statefuse.core.residue import fingerprint
+    from statefuse.reading.scrub import folded
 
     path, archive = tmp_path / "s.sqlite", tmp_path / "s.archive"
     r, gone = _text_memory(path)
