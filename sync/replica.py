@@ -762,6 +762,14 @@ class Replica:
         self._index_progress = progress
         self._index_due = True  # a store of an earlier release has none yet: built now
         self._index_settle()
+        note = getattr(self.store, "note", None)
+        if (
+            self._may_write()
+            and note is not None
+            and note(ARCHIVE_NOTE) is not None
+            and note(RESIDUE_NOTE) is None
+        ):
+            self._scrub_residue()  # compacted by an earlier release: built from the archive
         if self.__dict__.pop("_residue_unsaved", False) and self._may_write():
             with self.store.write_transaction():  # built from the archive: kept from now on
                 self._store_residue(self._scrub_residue())
@@ -2467,7 +2475,7 @@ class Replica:
         left = [
             r
             for cid in sorted(ids)
-            if (c := state.claims.get(cid)) is not None and (r := residue_of(c)) is not None
+            if (claim := state.claims.get(cid)) is not None and (r := residue_of(claim)) is not None
         ]
         residue = self._scrub_residue().with_(left) if left else self._scrub_residue()
         write_archive(path, self.key, self.space, kept, creator=self.creator)

@@ -320,6 +320,11 @@ def test_a_compacted_store_without_a_scrub_residue_builds_it_from_its_archive_on
     with r.store.write_transaction():
         r.store.set_note(RESIDUE_NOTE, None)
     r.close()
+    with Replica.open(path, space=SPACE) as lazy:  # on the derived state: built, kept
+        assert not lazy.loaded
+        assert lazy.store.note(RESIDUE_NOTE) is not None
+    with Replica.open(path, space=SPACE) as r, r.store.write_transaction():
+        r.store.set_note(RESIDUE_NOTE, None)
     with Replica.open(path, space=SPACE, load="verify") as again:
         assert _contexts(again, _TEXT_LENSES) == contexts
         assert again.store.note(RESIDUE_NOTE) is not None  # kept from now on
