@@ -3583,11 +3583,19 @@ class Replica:
                 if self.registry.detectors:  # what the findings are made of (`state_of`)
                     loci = [*loci, *ix.detector_loci(self.registry)]
                 state = ix.state_of(loci, registry=self.registry, memo=self._op_memo)
+                residue = self._scrub_residue()
+                if residue:  # the residue of the loci read, as their moved claims would be
+                    read = {*loci, *(_locus_of_claim(c) for c in state.claims.values())}
+                    mine = residue.of_loci(read)
+                    if mine:
+                        got = mine.values()
+                        rets = ix.retractions_of(
+                            [r.op_id for r in got],
+                            {r.claim_ref for r in got},
+                            memo=self._op_memo,
+                        )
+                        state = with_residue(state, mine, rets)
                 totals = _totals(ix, state)
-            residue = self._scrub_residue()
-            if residue:  # the residue of the loci read, as their moved claims would have been
-                read = {*loci, *(_locus_of_claim(c) for c in state.claims.values())}
-                state = with_residue(state, residue.of_loci(read))
             cache = self._slice_cache
             if cache is None:  # the words of claims met, as many as a few slices' worth
                 ranker = LexicalRanker(max_entries=SLICE_WORDS)

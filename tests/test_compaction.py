@@ -353,3 +353,59 @@ def test_redacting_a_compacted_claim_cuts_its_residue_from_the_store(tmp_path):
     with Replica.open(path, space=SPACE, load="verify") as again:
         ctx = again.context("value", lens=Lens(session="s1"), budget=2000)
         assert gone[0] not in {g for ids in ctx.scrubbed.values() for g in ids}
+
+
+def _budget_memory(path: Path) -> Replica:
+    """Keys updated twice (the old values retracted, replaced by the newest) and a turn
+    quoting old values: a context read on the derived state reads those keys, so it scrubs."""
+    r = Replica.open(path, space=SPACE, create=True)
+    with r.batch():
+        for i in range(20):
+            old = r.add_claim(f"plan/p{i}/budget", f"budget of {i}0k dollars")
+            mid = r.add_claim(f"plan/p{i}/budget", f"budget of {i}5k dollars")
+            new = r.add_claim(f"plan/p{i}/budget", f"budget of {i}9k dollars")
+            r.retract(old, superseded_by=new)
+            r.retract(mid, superseded_by=new)
+        r.add_turn("user", "so the budget of 30k dollars, no, Budget of 35K dollars", session="s1")
+    return r
+
+
+def test_a_context_read_on_the_derived_state_scrubs_the_same_after_compaction(tmp_path):
+    path, archive = tmp_path / "s.sqlite", tmp_path / "s.archive"
+    _budget_memory(path).close()
+    lens = [Lens(session="s1")]
+    with Replica.open(path, space=SPACE) as lazy:
+        assert not lazy.loaded
+        before = lazy.context("budget", lens=lens[0], budget=2000)
+    assert before.scrubbed and "[corrected: now" in before.text
+    with Replica.open(path, space=SPACE) as r:
+        assert r.compact(archive=archive).ops == 40
+    with Replica.open(path, space=SPACE) as lazy:
+        after = lazy.context("budget", lens=lens[0], budget=2000)
+        assert not lazy.loaded
+    assert (after.to_json(), after.scrubbed) == (before.to_json(), before.scrubbed)
+
+
+def test_statefuse_context_scrubs_the_same_values_after_statefuse_compact(tmp_path):
+    """The command line, as real processes: the context of a store of text values is the same
+    before and after `statefuse compact` moved its retracted claims."""
+    path, archive = tmp_path / "s.sqlite", tmp_path / "s.archive"
+    _budget_memory(path).close()
+    gone = range(40)
+
+    def cli(*args: str) -> str:
+        run = subprocess.run(
+            [sys.executable, "-m", "statefuse", "--store", str(path), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    context = ("--json", "context", "--query", "budget", "--session", "s1")
+    before = json.loads(cli(*context))
+    assert before["scrubbed"] and "[corrected" in before["text"]
+    moved = cli("compact", "--archive", str(archive))
+    assert moved.startswith(f"Moved {len(gone)} op bodies (")
+    assert json.loads(cli(*context)) == before

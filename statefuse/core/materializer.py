@@ -194,11 +194,15 @@ class Materializer:
         return len(ix.claims) + len(ix.retractions) + len(ix.evidence) + len(ix.decisions)
 
 
-def with_residue(state: State, residue: Residues) -> State:
-    """``state`` whose scrub also reads ``residue`` (`Materializer.set_residue`): for a State
-    made of part of a store (`StoreIndex.state_of`), with the residue of the loci it read."""
+def with_residue(
+    state: State, residue: Residues, retractions: Iterable[ClaimRetracted] = ()
+) -> State:
+    """``state`` whose scrub also reads ``residue`` (`Materializer.set_residue`), with
+    ``retractions`` (those retracting the residue's claims) applied: for a State made of part
+    of a store (`StoreIndex.state_of`), with the residue of the loci it read."""
     if not residue and not state._ix.residue:
         return state
     m = Materializer.from_state(state)
     m.set_residue(residue)
+    m.apply_all(retractions)
     return m.state()

@@ -904,6 +904,29 @@ class StoreIndex:
         reads = sorted({r for spec in registry.detectors for r in spec.reads}, key=str)
         return sorted({r[0] for r in self._detector_rows(reads, "locus")})
 
+    def retractions_of(
+        self,
+        ids: Iterable[bytes],
+        ref_prefixes: Iterable[bytes] = (),
+        *,
+        memo: OpMemo | None = None,
+    ) -> list[ClaimRetracted]:
+        """The retractions naming one of ``ids`` (claim ids), or a claim ref that starts with
+        one of ``ref_prefixes``: what retracts the claims a State holds only a scrub residue
+        of (`statefuse.core.residue`, whose claim ref is a prefix), as `state_of` reads the
+        retractions of the claims it holds."""
+        self._check_present()
+        memo = OpMemo(max_ops=0) if memo is None else memo
+        rows = self._rows("ix_retraction", "op_id, data", "target_id", sorted(set(ids)))
+        for prefix in sorted(set(ref_prefixes)):
+            pad = 32 - len(prefix)
+            rows += self._db.execute(
+                "SELECT op_id, data FROM ix_retraction WHERE target_ref BETWEEN ? AND ?",
+                (prefix + b"\x00" * pad, prefix + b"\xff" * pad),
+            ).fetchall()
+        unique = list({oid: (oid, data) for oid, data in rows}.values())
+        return [r for r in memo.decode(unique) if isinstance(r, ClaimRetracted)]
+
     def _rows(
         self, table: str, columns: str, key: str, values: Sequence[bytes], extra: str = ""
     ) -> list[tuple[Any, ...]]:
