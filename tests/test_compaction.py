@@ -409,3 +409,29 @@ def test_statefuse_context_scrubs_the_same_values_after_statefuse_compact(tmp_pa
     moved = cli("compact", "--archive", str(archive))
     assert moved.startswith(f"Moved {len(gone)} op bodies (")
     assert json.loads(cli(*context)) == before
+
+
+@settings(max_examples=25, deadline=None)
+@given(_CLAIMS, _QUOTES, st.lists(_LENSES, min_size=1, max_size=3))
+def test_every_context_read_on_the_derived_state_is_the_same_after_compaction(
+    tmp_path_factory, claims, quotes, lenses
+):
+    """The same property on a real store, read on its derived state (`Replica.loaded` False):
+    such a read lays out a slice of the keys, with the retracted claims there (`state_of`)."""
+    home = tmp_path_factory.mktemp("lazy")
+    path, archive = home / "s.sqlite", home / "s.archive"
+    r = Replica.open(path, space=SPACE, create=True)
+    memory = _memory(claims, 0, False, quotes)
+    r.merge(memory)
+    r.close()
+
+    def lazy_contexts() -> list[tuple[str, object]]:
+        with Replica.open(path, space=SPACE) as lazy:
+            out = _contexts(lazy, lenses)
+            assert not lazy.loaded
+        return out
+
+    before = lazy_contexts()
+    with Replica.open(path, space=SPACE) as w:
+        w.compact(archive=archive)
+    assert lazy_contexts() == before
