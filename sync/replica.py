@@ -77,6 +77,7 @@ from statefuse.interpret import TurnInterpreter, check_interpretation
 from statefuse.keytext import key_parts, parse_key
 from statefuse.lens import Lens
 from statefuse.lifecycle import ConflictEvent
+from statefuse.redactedclaim import Placed, RedactedClaim, decode_placed, encode_placed
 from statefuse.materializer import Materializer, materialize
 from statefuse.op import (
     MAX_LAMPORT,
@@ -279,6 +280,9 @@ def _writes(
 #: this fraction (1/N) of those it covers: replaying a few changes at the next open is cheaper
 #: than rewriting a large snapshot on every close.
 CLOSE_SNAPSHOT_SHARE = 64
+#: The store note holding where the claims whose bodies this replica cut were (the audit of
+#: redactions: `statefuse.redactedclaim`).
+REDACTED_NOTE = "redacted-claims"
 
 
 class _Unset:
@@ -2409,6 +2413,7 @@ class Replica:
         state = self.log.redactions(creator=self.creator)
         before = self._redaction.ids
         self._redaction = state
+        self._placing = self._placed_before_cut(state.ids - before)
         self._lost = self.log.strip(state.ids)
         if state.ids == before and not self._lost:
             return False
@@ -2425,6 +2430,7 @@ class Replica:
         lost = self._lost
         if self._may_write() and not self._lazy:
             with self.store.write_transaction():
+                self._keep_placed(self._placing)
                 self.store.write(StoreWrite(rewritten=tuple((c.change_id, c.data) for c in lost)))
                 ix = self.store.index()
                 if ix is not None:
@@ -2449,6 +2455,51 @@ class Replica:
         if path is not None:
             write_archive(os.fsdecode(path), self.key, self.space, fixed, creator=self.creator)
         self.__dict__["_archive_changes"] = fixed
+
+    def _placed_before_cut(self, ids: frozenset[bytes]) -> list[Placed]:
+        """Where the claims among ``ids`` whose bodies this replica holds were (for the audit:
+        digests of key and locus, never the value), read before the bodies are cut."""
+        if not ids:
+            return []
+        out: list[Placed] = []
+        for c in self.log.changes():
+            if ids.isdisjoint(c.op_ids):
+                continue
+            for op in c.ops:
+                if op.op_id in ids and isinstance(op, ClaimAdded):
+                    key = (op.namespace, op.subject, op.predicate)
+                    out.append(Placed.of(op.op_id, op.author, op.lamport, key, op.scope))
+        return out
+
+    def _keep_placed(self, placed: list[Placed]) -> None:
+        """Add ``placed`` to the store's audit records (in the transaction that cuts the
+        bodies: a record is kept exactly when its body is cut)."""
+        note = getattr(self.store, "note", None)
+        if not placed or note is None:
+            return
+        held = decode_placed(note(REDACTED_NOTE))
+        held.update((p.claim_id, p) for p in placed)
+        self.store.set_note(REDACTED_NOTE, encode_placed(held.values()))  # type: ignore[attr-defined]
+
+    @_locked
+    def redacted_claims(self) -> list[RedactedClaim]:
+        """Every redacted op id with the redaction that counts for it (by whom, when, why) and,
+        where this replica held the body before it cut it, where the claim was (digests of its
+        key and locus: `statefuse.redactedclaim`); never what it said. Ordered by the
+        redaction's lamport, then the redacted id. What `history` and `conflict_history` show
+        of redactions."""
+        state = self.redactions()
+        note = getattr(self.store, "note", None)
+        placed = decode_placed(note(REDACTED_NOTE)) if note is not None else {}
+        return sorted(
+            (
+                RedactedClaim(
+                    r.op_id, r.by, r.lamport, r.wall_ms, r.reason, r.redaction, placed.get(r.op_id)
+                )
+                for r in state.redacted.values()
+            ),
+            key=lambda r: (r.lamport, r.redaction, r.op_id),
+        )
 
     @_locked
     def redactions(self) -> RedactionState:
@@ -2889,7 +2940,9 @@ class Replica:
         """Every assertion, retraction and decision of a key's claims, in lamport order (see
         `key_history`). ``of`` is the key (one ``"namespace/subject/predicate"`` string, or
         three parts) or a claim (the claim, its id, hex or a unique hex prefix: a string
-        without ``/``), whose key's history it is; ``scope`` keeps one scope. Raises
+        without ``/``), whose key's history it is; ``scope`` keeps one scope. Claims redacted
+        here after this replica held them are listed too, without their values
+        (`redacted_claims`). Raises
         KeyTextError for a key it cannot read, UnknownClaimError for an id it does not know.
         ``at``: the history as the memory at that version had it (`state`; reads the whole
         history; a claim named by id is looked up in the memory at that version)."""
@@ -2905,10 +2958,11 @@ class Replica:
         else:
             c = self._claim(of, "of")
             key = (c.namespace, c.subject, c.predicate)
+        gone = self.redacted_claims()
         if at is not None:
-            return key_history(self.state(at=at), key, scope)
+            return key_history(self.state(at=at), key, scope, redacted=gone)
         # the key's rows alone on a store opened on its derived state (`state_for`)
-        return key_history(self.state_for(key, scope=scope), key, scope)
+        return key_history(self.state_for(key, scope=scope), key, scope, redacted=gone)
 
     @_locked
     def timeline(
@@ -2940,7 +2994,8 @@ class Replica:
         at: Version | str | None = None,
     ) -> list[ConflictEvent]:
         """The lifecycle of one conflict (`statefuse.lifecycle.conflict_history`): opened,
-        decided (with its outcome), deferred, reopened and why, closed. ``of`` is its locus
+        decided (with its outcome), deferred, reopened and why, closed, and ``redacted`` for
+        each claim of the locus redacted after this replica held it. ``of`` is its locus
         (32 bytes) or its key (one ``"namespace/subject/predicate"`` string or three parts)
         with ``scope``. ``at``: as the memory at that version had it. Reads the whole
         history (the lifecycle replays the locus' ops). Raises KeyTextError for a key it
@@ -2953,7 +3008,7 @@ class Replica:
         else:
             locus = locus_of(*key_of(of), scope)
         state = self.state() if at is None else self.state(at=at)
-        return state.conflict_history(locus)
+        return state.conflict_history(locus, redacted=self.redacted_claims())
 
     def _claim_id(self, ref: bytes | str | ClaimAdded, field: str) -> bytes:
         """The id ``ref`` names: a claim's own, a 32-byte id as it is, a hex form resolved
