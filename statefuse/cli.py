@@ -55,6 +55,7 @@ from statefuse.argument import (
 )
 from statefuse.authorname import AuthorNames
 from statefuse.clitable import (
+    REDACTED_CELL,
     byte_size,
     claim_notes,
     fields,
@@ -891,7 +892,9 @@ def _conflict_history(s: Session) -> int:
             "" if e.outcome is None else e.outcome.value,
             names.label(e.author),
             str(e.values),
-            e.reason + (f" (did not apply: {e.stale.value})" if e.stale else ""),
+            e.reason
+            + (f" (did not apply: {e.stale.value})" if e.stale else "")
+            + ("" if e.claim_id is None else f" (claim {short_id(e.claim_id)})"),
         ]
         for e in events
     ]
@@ -945,9 +948,10 @@ def _event_json(e: HistoryEvent, names: AuthorNames) -> dict[str, Any]:
         "op_id": e.op_id.hex(),
         "event": e.event,
         **_authored(e.author, names),
-        "claim_id": e.claim.claim_id.hex(),
-        "scope": e.claim.scope,
-        "value": json_value(e.claim.value),
+        "claim_id": e.claim_id.hex(),
+        "scope": e.scope,
+        "value": None if e.claim is None else json_value(e.claim.value),
+        "redacted": e.redacted is not None,
         "why": e.why,
         "superseded_by": _hex(e.superseded_by),
     }
@@ -967,7 +971,8 @@ def _key_read(s: Session) -> tuple[Key, State, AuthorNames]:
 def _cmd_history(s: Session) -> int:
     a = s.args
     key, state, names = _key_read(s)
-    every = key_history(state, key, a.scope)
+    gone = s.replica(readonly=True).redacted_claims(held=True)
+    every = key_history(state, key, a.scope, redacted=gone)
     limit = _list_limit(a)
     left_out = 0 if limit is None else max(0, len(every) - limit)
     events = every[left_out:]  # the latest: what happened last matters most
@@ -975,9 +980,9 @@ def _cmd_history(s: Session) -> int:
         [
             str(e.lamport),
             e.event,
-            short_id(e.claim.claim_id),
-            e.claim.scope,
-            _claim_value_cell(e.claim),
+            short_id(e.claim_id),
+            "?" if e.scope is None else e.scope,
+            REDACTED_CELL if e.claim is None else _claim_value_cell(e.claim),
             names.label(e.author),
             e.why.strip(),
         ]
@@ -2913,9 +2918,12 @@ def _cmd_redact(s: Session) -> int:
                 "by": r.by.hex(),
                 "by_name": rep.author_label(r.by),
                 "at": _ms_text(r.wall_ms),
+                "lamport": r.lamport,
+                "redaction": r.redaction.hex(),
                 "reason": r.reason,
+                "held": r.held,
             }
-            for r in sorted(state.redacted.values(), key=lambda r: (r.wall_ms, r.op_id))
+            for r in sorted(rep.redacted_claims(), key=lambda r: (r.wall_ms, r.op_id))
         ]
         refused = [
             {"op_id": f.op_id.hex(), "by": f.author.hex(), "why": f.why.value, "message": f.message}
@@ -2923,6 +2931,7 @@ def _cmd_redact(s: Session) -> int:
         ]
         lines = [
             f"{r['op_id'][:16]}… redacted by {r['by_name']} at {r['at']}: {r['reason']}"
+            + ("" if r["held"] else " (its body was never held here: where it was is not known)")
             for r in rows
         ] + [f"Warning: refused redaction of {f['op_id'][:16]}…: {f['message']}" for f in refused]
         s.emit({"redacted": rows, "refused": refused}, "\n".join(lines) or "Nothing redacted")

@@ -158,9 +158,7 @@ def redaction_state(
             allowed = anyone or (trust.mode is TrustMode.OPEN and owner == r.author)
             if allowed:
                 if op_id not in out:
-                    out[op_id] = Redacted(
-                        op_id, r.author, r.wall_ms, r.reason, r.op_id, r.lamport
-                    )
+                    out[op_id] = Redacted(op_id, r.author, r.wall_ms, r.reason, r.op_id, r.lamport)
                 continue
             if trust.mode is TrustMode.CLOSED:
                 why, msg = (

@@ -77,7 +77,6 @@ from statefuse.interpret import TurnInterpreter, check_interpretation
 from statefuse.keytext import key_parts, parse_key
 from statefuse.lens import Lens
 from statefuse.lifecycle import ConflictEvent
-from statefuse.redactedclaim import Placed, RedactedClaim, decode_placed, encode_placed
 from statefuse.materializer import Materializer, materialize
 from statefuse.op import (
     MAX_LAMPORT,
@@ -94,6 +93,7 @@ from statefuse.op import (
 from statefuse.opset import OpSet
 from statefuse.projection import project
 from statefuse.ranker import LexicalRanker, Ranker
+from statefuse.redactedclaim import Placed, RedactedClaim, decode_placed, encode_placed
 from statefuse.registry import DEFAULT_REGISTRY, EXACT_CONTRACT, EXACT_REGISTRY, Registry
 from statefuse.registry.error import InputError, StateFuseError
 from statefuse.registry.normalizer import Normalizer
@@ -2482,24 +2482,28 @@ class Replica:
         self.store.set_note(REDACTED_NOTE, encode_placed(held.values()))  # type: ignore[attr-defined]
 
     @_locked
-    def redacted_claims(self) -> list[RedactedClaim]:
+    def redacted_claims(self, *, held: bool = False) -> list[RedactedClaim]:
         """Every redacted op id with the redaction that counts for it (by whom, when, why) and,
         where this replica held the body before it cut it, where the claim was (digests of its
         key and locus: `statefuse.redactedclaim`); never what it said. Ordered by the
-        redaction's lamport, then the redacted id. What `history` and `conflict_history` show
-        of redactions."""
-        state = self.redactions()
+        redaction's lamport, then the redacted id. ``held``: only those this replica held
+        (what `history` and `conflict_history` can place; a store with none answers without
+        reading its whole history)."""
         note = getattr(self.store, "note", None)
-        placed = decode_placed(note(REDACTED_NOTE)) if note is not None else {}
-        return sorted(
+        raw = note(REDACTED_NOTE) if note is not None else None
+        if held and not raw:
+            return []
+        placed = decode_placed(raw)
+        out = sorted(
             (
                 RedactedClaim(
                     r.op_id, r.by, r.lamport, r.wall_ms, r.reason, r.redaction, placed.get(r.op_id)
                 )
-                for r in state.redacted.values()
+                for r in self.redactions().redacted.values()
             ),
             key=lambda r: (r.lamport, r.redaction, r.op_id),
         )
+        return [r for r in out if r.held] if held else out
 
     @_locked
     def redactions(self) -> RedactionState:
@@ -2958,7 +2962,7 @@ class Replica:
         else:
             c = self._claim(of, "of")
             key = (c.namespace, c.subject, c.predicate)
-        gone = self.redacted_claims()
+        gone = self.redacted_claims(held=True)
         if at is not None:
             return key_history(self.state(at=at), key, scope, redacted=gone)
         # the key's rows alone on a store opened on its derived state (`state_for`)
@@ -3008,7 +3012,7 @@ class Replica:
         else:
             locus = locus_of(*key_of(of), scope)
         state = self.state() if at is None else self.state(at=at)
-        return state.conflict_history(locus, redacted=self.redacted_claims())
+        return state.conflict_history(locus, redacted=self.redacted_claims(held=True))
 
     def _claim_id(self, ref: bytes | str | ClaimAdded, field: str) -> bytes:
         """The id ``ref`` names: a claim's own, a 32-byte id as it is, a hex form resolved
