@@ -1494,7 +1494,10 @@ class Replica:
             self._in_write = False
         signed, self._signed = self._signed, []
         if signed and self._lazy:  # nothing in memory to take them into: the store has them
-            self._notify(tuple(_state_ops(signed)), Origin.LOCAL)
+            ops = tuple(_state_ops(signed))
+            self._notify(ops, Origin.LOCAL)
+            if not ops:
+                self._wake_followers()
         elif signed:
             self._apply_own(signed)
             self._index_settle()
@@ -1506,7 +1509,18 @@ class Replica:
         admitted: list[VerifiedChange] = []
         for c in changes:
             admitted.extend(self.log.receive_verified(c, seen_ms=now).admitted)
-        self._notify(self._admitted(admitted, own=True), Origin.LOCAL)
+        ops = self._admitted(admitted, own=True)
+        self._notify(ops, Origin.LOCAL)
+        if not ops:
+            self._wake_followers()
+
+    def _wake_followers(self) -> None:
+        """A change of this replica's own that no observer hears of (only space ops: a
+        redaction, a trust op, a name) is published now by its followers too, not at their
+        next round: a redaction must travel as fast as a claim."""
+        for f in self._followers:
+            if f.running:
+                f.written()
 
     def _observe(self, changes: Iterable[VerifiedChange]) -> None:
         """Advance both writers' lamport clocks past every op of ``changes`` and let the writer
