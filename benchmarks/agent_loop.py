@@ -69,8 +69,8 @@ from benchmarks.materialize import Target
 from benchmarks.measure import GcTimer, sectioned
 from benchmarks.report import ROOT, load_average, machine_info, seconds, utc_stamp, write_document
 from statefuse import ClaimAdded, Context, ContextCache, Lens, context_for
-from statefuse.op import Layer
-from statefuse.ranker import Corpus, LexicalRanker
+from statefuse.core.op import Layer
+from statefuse.reading.ranker import Corpus, LexicalRanker
 from statefuse.registry import Value
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import Replica

@@ -1,4 +1,5 @@
-"""Context assembly (`statefuse.context.assemble_context`): latency at 1k / 10k / 100k facts.
+"""Context assembly (`statefuse.reading.context.assemble_context`): latency at 1k / 10k / 100k
+facts.
 
 ``python -m benchmarks.context`` (``--quick``: 1k and 10k only). A View with n visible facts
 (plus a few constraints, identity claims, turns, signals, conflicts, stale claims and open
@@ -30,9 +31,9 @@ from pathlib import Path
 from benchmarks.materialize import Row, Target, Unit
 from benchmarks.report import format_table, load_average, machine_info, utc_stamp, write_document
 from statefuse import Lens, Op, View, Writer, materialize, project
-from statefuse.context import ContextCache, SectionName, assemble_context
-from statefuse.ranker import LexicalRanker
-from statefuse.tokenizer import BpeTokenizer, CachedTokenizer
+from statefuse.reading.context import ContextCache, SectionName, assemble_context
+from statefuse.reading.ranker import LexicalRanker
+from statefuse.reading.tokenizer import BpeTokenizer, CachedTokenizer
 
 SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (1_000, 10_000)

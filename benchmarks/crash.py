@@ -7,7 +7,8 @@ call, printing each claim id only after the call returned, i.e. after its commit
 with SIGKILL at a random moment, then the others. After every trial the store is opened and
 checked: no damage, every acknowledged claim present, no fork of the store's own feed, the
 state equal to a fresh `materialize` of its ops, and the store's derived state (kept by each
-write in its own transaction, `statefuse.storeindex`) answering as that state on every key. The
+write in its own transaction, `statefuse.storage.storeindex`) answering as that state on every key.
+The
 check's verified open marks the store clean, so the next trial's writers open on the derived
 state and write lean; the kill leaves it unclean, so the check verifies everything again. Any
 failure stops the run with the trial named. This is a proof run, not a timing: it prints what
@@ -27,8 +28,8 @@ from pathlib import Path
 
 from benchmarks.report import machine_info, utc_stamp, write_document
 from statefuse import materialize
+from statefuse.storage.testing import assert_index_agrees
 from statefuse.sync.replica import Replica
-from statefuse.testing import assert_index_agrees
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -1,4 +1,4 @@
-"""The LangGraph store (`statefuse.langgraph.StateFuseStore`): put, get and search latency.
+"""The LangGraph store (`statefuse.entry.langgraph.StateFuseStore`): put, get and search latency.
 
 ``python -m benchmarks.langgraph_store [--items N] [--steps N] [--seed S] [--json PATH]``
 
@@ -52,7 +52,7 @@ from langgraph.store.memory import InMemoryStore
 
 from benchmarks.measure import sectioned
 from benchmarks.report import load_average, machine_info, utc_stamp, write_document
-from statefuse.langgraph import StateFuseStore
+from statefuse.entry.langgraph import StateFuseStore
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import Replica
 

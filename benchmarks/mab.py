@@ -66,15 +66,21 @@ from typing import Any
 
 import statefuse
 from benchmarks.report import ROOT, load_average, machine_info, utc_stamp, write_document
-from statefuse.context import DEFAULT_BUDGET, Context, SectionName, default_resolver, render_key
-from statefuse.lens import Lens
-from statefuse.projection import project
-from statefuse.resolver import LatestWins, Resolver
-from statefuse.state import State
+from statefuse.core.state import State
+from statefuse.reading.context import (
+    DEFAULT_BUDGET,
+    Context,
+    SectionName,
+    default_resolver,
+    render_key,
+)
+from statefuse.reading.lens import Lens
+from statefuse.reading.projection import project
+from statefuse.reading.resolver import LatestWins, Resolver
+from statefuse.reading.view import View
+from statefuse.storage.testing import full_key_lines
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import Replica
-from statefuse.testing import full_key_lines
-from statefuse.view import View
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: Where the data is looked for: ``shared/`` beside the checkout, or beside its parent (a

@@ -48,9 +48,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from benchmarks.agent_loop import Plan, build_store, key_of, value_of
 from benchmarks.measure import sectioned
 from benchmarks.report import ROOT, load_average, machine_info, seconds, utc_stamp, write_document
-from statefuse.cli import format_key
-from statefuse.lens import Lens
-from statefuse.resolver import Conservative
+from statefuse.entry.cli import format_key
+from statefuse.reading.lens import Lens
+from statefuse.reading.resolver import Conservative
 from statefuse.sync.replica import Replica
 
 SPACE = "agent-loop"

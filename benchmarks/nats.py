@@ -58,7 +58,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from benchmarks.report import load_average, machine_info, seconds, utc_stamp, write_document
-from statefuse.op import ClaimAdded
+from statefuse.core.op import ClaimAdded
 from statefuse.sync.http import serve, sync_with
 from statefuse.sync.jetstream import JetStreamLink
 from statefuse.sync.replica import Observed, Replica

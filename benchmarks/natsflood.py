@@ -41,7 +41,7 @@ from pathlib import Path
 
 from benchmarks.nats import percentile
 from benchmarks.report import load_average, machine_info, seconds, utc_stamp, write_document
-from statefuse.op import ClaimAdded
+from statefuse.core.op import ClaimAdded
 from statefuse.sync.jetstream import CHANGE_HEADER, CHUNK_HEADER, JetStreamLink, subject_of
 from statefuse.sync.replica import Observed, Replica
 

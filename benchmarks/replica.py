@@ -18,7 +18,7 @@ Rows:
   every stored change is verified again (signature, canonical bytes, op ids) and materialized.
 - ``derived state apply alone, 100-op changes``: `StoreIndex.apply` of the ops of pre-signed
   100-op changes, one write transaction each (and per CPU second): what keeping the store's
-  derived state adds to every durable write (`statefuse.storeindex`), the floor under
+  derived state adds to every durable write (`statefuse.storage.storeindex`), the floor under
   ``append``.
 - ``floor: K hash-keyed index(es) alone, 100 rows a commit``: rows of K random 32-byte keys,
   each key indexed, 100 rows a transaction, in a SQLite file with the store's settings (WAL,
@@ -46,8 +46,8 @@ import time
 from pathlib import Path
 
 from benchmarks.report import load_average, machine_info, utc_stamp
-from statefuse.sqlitestore import WAL_AUTOCHECKPOINT, SQLiteStore
-from statefuse.store import StoreInfo, StoreWrite
+from statefuse.storage.sqlitestore import WAL_AUTOCHECKPOINT, SQLiteStore
+from statefuse.storage.store import StoreInfo, StoreWrite
 from statefuse.sync.declaration import SPACE_OP_TYPES
 from statefuse.sync.replica import Replica
 

@@ -27,9 +27,9 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from statefuse.fusion import HybridRanker, ranking
-from statefuse.op import ClaimAdded
-from statefuse.ranker import STOPWORDS, LexicalRanker
+from statefuse.core.op import ClaimAdded
+from statefuse.reading.ranker import STOPWORDS, LexicalRanker
+from statefuse.retrieval.fusion import HybridRanker, ranking
 from statefuse.sync.replica import Replica
 
 #: Words of one meaning, each list one concept (named by its first word).

@@ -210,8 +210,8 @@ _STEPS = textwrap.dedent(
     peak = rss("VmHWM:")  # this program's own peak (see _OPEN)
     now = rss()
     # the floor: the same steps again, each part timed apart, as `Replica.context` runs them
-    from statefuse.context import ContextCache, context_for
-    from statefuse.lens import Lens
+    from statefuse.reading.context import ContextCache, context_for
+    from statefuse.reading.lens import Lens
     from statefuse.sync import replica as module
     from statefuse.sync.replica import _totals
     cache, memo = ContextCache(), getattr(rep, "_op_memo", None)
@@ -252,8 +252,8 @@ _READS = textwrap.dedent(
     """
     import asyncio, json, sys, time
     from mcp import Client
-    from statefuse.langgraph import StateFuseStore
-    from statefuse.mcp import build_server
+    from statefuse.entry.langgraph import StateFuseStore
+    from statefuse.entry.mcp import build_server
     from statefuse.sync.replica import Replica
     path, query, tag = sys.argv[1], sys.argv[2], sys.argv[3]
     out = {}

@@ -15,7 +15,7 @@ percentile of ``--steps`` calls, default 30, after 3 warm-up calls):
   same key in one transaction (`Replica.merge`: the same op-set, without U fsyncs of setup); the
   timed puts are ordinary durable writes (one fsync each). The note gives the ratio to U = 0.
 - **remember + recall after U updates** (``--mcp-updates``, default 0, 2,000 and 8,000): the MCP
-  server's tools in process (`statefuse.mcp`, on a `Replica.memory`; what JSON-RPC adds is in
+  server's tools in process (`statefuse.entry.mcp`, on a `Replica.memory`; what JSON-RPC adds is in
   `benchmarks.mcp`) after 200 other keys and U ``remember`` calls of one key; the step is a
   ``remember`` of that key and a ``recall`` (2,000 tokens) whose query names it.
 - **LangGraph's large concurrent workload**: the calls of LangGraph's own store test
@@ -52,8 +52,8 @@ from langgraph.store.memory import InMemoryStore
 
 from benchmarks.measure import sectioned
 from benchmarks.report import load_average, machine_info, utc_stamp, write_document
-from statefuse.langgraph import StateFuseStore
-from statefuse.mcp import _Tools
+from statefuse.entry.langgraph import StateFuseStore
+from statefuse.entry.mcp import _Tools
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import Replica
 

@@ -17,7 +17,7 @@ order depends on the hash seed, is refused too), or names a claim it was not giv
 and never a silent gap.
 
 This module is pure and sits in the bottom layer: it knows claims only through `DetectorClaim`
-(``statefuse.op`` is a layer above).
+(``statefuse.core.op`` is a layer above).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ Read = tuple[str | None, str]
 
 class ClaimView(Protocol):
     """What a detector reads of a claim: every field read-only. The claims a replica hands a
-    detector are its own immutable claim ops (`statefuse.op.ClaimAdded`), not copies: a
+    detector are its own immutable claim ops (`statefuse.core.op.ClaimAdded`), not copies: a
     detector reading a common predicate is handed every active claim of it, and copying each
     claim's fields costs a random walk over memory at a million claims (several microseconds
     a claim). `DetectorClaim` is the same shape built by hand (checks, tests)."""

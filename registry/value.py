@@ -462,7 +462,7 @@ def decode_value(data: bytes, field: str = "value") -> Value:
 def unpack_strict(data: bytes, field: str = "value") -> Any:
     """The msgpack half of `decode_value`: one bounded msgpack object, no extension types, no
     trailing bytes. It does NOT check the value model or canonical form: a caller that uses it
-    must re-encode what it built and compare (as `statefuse.op.decode_op` does through the id).
+    must re-encode what it built and compare (as `statefuse.core.op.decode_op` does through the id).
 
     Raises EncodingError (rules ``max-encoded-bytes``, ``truncated``, ``no-ext-types``,
     ``trailing-bytes``, ``msgpack``) and ValueTypeError for input that is not bytes.

@@ -1,5 +1,5 @@
 import sys
 
-from statefuse.cli import main
+from statefuse.entry.cli import main
 
 sys.exit(main())

@@ -11,7 +11,8 @@ every lens, is the same before and after):
 - evidence no claim cites (active or not);
 - retracted claims that nothing else reads: no claim cites, depends on or reasserts them (by id
   or by ref), no decision was ever made at their key, and their value is too short for the
-  scrub (`statefuse.scrub`) to look for in free text. The scrub reads the values of retracted
+  scrub (`statefuse.reading.scrub`) to look for in free text. The scrub reads the values of
+  retracted
   claims to keep them out of contexts, so a retracted claim whose value it may look for
   stays: moving it would change what a context scrubs.
 
@@ -28,8 +29,8 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from statefuse.scrub import findable, folded, value_text
-from statefuse.state import State, locus_of
+from statefuse.core.state import State, locus_of
+from statefuse.reading.scrub import findable, folded, value_text
 from statefuse.sync.bundle import open_bundle, write_bundle
 from statefuse.sync.change import UnverifiedChange, without_bodies
 from statefuse.sync.key import SigningKey

@@ -14,7 +14,7 @@ and kept with the history. The rule:
   (`author_names`), so replicas holding the same changes show the same names, whatever order
   the changes arrived in.
 - A name is a label, not an identity: two authors may declare the same one (surfaces then add
-  each key's first hex digits, see `statefuse.authorname.AuthorNames`), and the key id stays
+  each key's first hex digits, see `statefuse.core.authorname.AuthorNames`), and the key id stays
   what trust, revocation and signatures speak of.
 
 A name is validated when the op is built, by a writer or by the decoder (`check_author_name`):
@@ -33,8 +33,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from statefuse.error import OpRuleError
-from statefuse.op import _author, _lamport, _ms, _OpBase, _utf8, register_op_type
+from statefuse.core.error import OpRuleError
+from statefuse.core.op import _author, _lamport, _ms, _OpBase, _utf8, register_op_type
 
 #: Longest author name, in characters.
 MAX_AUTHOR_NAME_CHARS = 64

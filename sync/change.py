@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import blake3
 
-from statefuse.op import Op
+from statefuse.core.op import Op
 from statefuse.registry.error import InputError
 from statefuse.registry.value import (
     MAX_STRING_BYTES,

@@ -37,11 +37,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
-from statefuse.materializer import materialize
-from statefuse.opset import OpSet
+from statefuse.core.materializer import materialize
+from statefuse.core.opset import OpSet
+from statefuse.core.state import State
 from statefuse.registry import DEFAULT_REGISTRY, Registry
 from statefuse.registry.error import InputError
-from statefuse.state import State
 from statefuse.sync.author import author_names, names_among
 from statefuse.sync.change import (
     CHANGE_FORMAT_VERSION,

@@ -25,7 +25,7 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from statefuse.op import MAX_LAMPORT
+from statefuse.core.op import MAX_LAMPORT
 from statefuse.sync.change import VerifiedChange
 
 #: How far above the next lower counted lamport an op's lamport may be before the op is reported

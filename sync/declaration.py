@@ -31,8 +31,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from statefuse.error import OpRuleError
-from statefuse.op import _author, _lamport, _ms, _OpBase, _value, register_op_type
+from statefuse.core.error import OpRuleError
+from statefuse.core.op import _author, _lamport, _ms, _OpBase, _value, register_op_type
 from statefuse.registry import Registry
 from statefuse.registry.document import parse
 from statefuse.registry.error import ContractError

@@ -57,7 +57,7 @@ from types import TracebackType
 from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
-from statefuse.error import StateFuseError
+from statefuse.core.error import StateFuseError
 from statefuse.registry.error import InputError
 from statefuse.sync.client import DEFAULT_TIMEOUT, check_url, sync_with
 from statefuse.sync.protocol import SyncError, check_seconds, masked_url

@@ -59,7 +59,7 @@ import blake3
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from statefuse.error import InputError
+from statefuse.core.error import InputError
 
 #: Length of a public key, which is also the author id.
 PUBLIC_KEY_BYTES = 32

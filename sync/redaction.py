@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
-from statefuse.error import OpRuleError
-from statefuse.op import _author, _ids, _lamport, _ms, _OpBase, _text, register_op_type
+from statefuse.core.error import OpRuleError
+from statefuse.core.op import _author, _ids, _lamport, _ms, _OpBase, _text, register_op_type
 from statefuse.sync.change import VerifiedChange
 from statefuse.sync.trust import TrustMode, TrustState
 

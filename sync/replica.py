@@ -60,25 +60,14 @@ from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
-from statefuse.authorname import AuthorNames
-from statefuse.clitable import plural
-from statefuse.context import (
-    DEFAULT_BUDGET,
-    Context,
-    ContextCache,
-    ContextTotals,
-    context_for,
-)
-from statefuse.current import KeyConflict, KeyValue, current_of
-from statefuse.error import ClaimLookupError
-from statefuse.fusion import HybridRanker
-from statefuse.history import HistoryEvent, key_history
-from statefuse.interpret import TurnInterpreter, check_interpretation
-from statefuse.keytext import key_parts, parse_key
-from statefuse.lens import Lens
-from statefuse.lifecycle import ConflictEvent
-from statefuse.materializer import Materializer, materialize
-from statefuse.op import (
+from statefuse.core.authorname import AuthorNames
+from statefuse.core.current import KeyConflict, KeyValue, current_of
+from statefuse.core.error import ClaimLookupError
+from statefuse.core.interpret import TurnInterpreter, check_interpretation
+from statefuse.core.keytext import key_parts, parse_key
+from statefuse.core.lifecycle import ConflictEvent
+from statefuse.core.materializer import Materializer, materialize
+from statefuse.core.op import (
     MAX_LAMPORT,
     ClaimAdded,
     ClaimRetracted,
@@ -90,19 +79,35 @@ from statefuse.op import (
     decode_op,
     sealed_encoding,
 )
-from statefuse.opset import OpSet
-from statefuse.projection import project
-from statefuse.ranker import LexicalRanker, Ranker
-from statefuse.redactedclaim import Placed, RedactedClaim, decode_placed, encode_placed
+from statefuse.core.opset import OpSet
+from statefuse.core.redactedclaim import Placed, RedactedClaim, decode_placed, encode_placed
+from statefuse.core.state import ConflictSet, State, key_of, locus_of
+from statefuse.core.typo import nearest, typo_of
+from statefuse.core.validity import replaces
+from statefuse.core.wording import plural
+from statefuse.reading.context import (
+    DEFAULT_BUDGET,
+    Context,
+    ContextCache,
+    ContextTotals,
+    context_for,
+)
+from statefuse.reading.history import HistoryEvent, key_history
+from statefuse.reading.lens import Lens
+from statefuse.reading.projection import project
+from statefuse.reading.ranker import LexicalRanker, Ranker
+from statefuse.reading.resolver import Resolver
+from statefuse.reading.statediff import StateDiff, state_diff
+from statefuse.reading.timeline import TimelineEntry, timeline
+from statefuse.reading.view import SurfacedConflict, SurfacedFinding
 from statefuse.registry import DEFAULT_REGISTRY, EXACT_CONTRACT, EXACT_REGISTRY, Registry
 from statefuse.registry.error import InputError, StateFuseError
 from statefuse.registry.normalizer import Normalizer
 from statefuse.registry.value import Value, plain_value
-from statefuse.resolver import Resolver
-from statefuse.search import SearchHit, search_view
-from statefuse.state import ConflictSet, State, key_of, locus_of
-from statefuse.statediff import StateDiff, state_diff
-from statefuse.store import (
+from statefuse.retrieval.fusion import HybridRanker
+from statefuse.retrieval.search import SearchHit, search_view
+from statefuse.retrieval.vectorstore import MemoryVectors, VectorStore
+from statefuse.storage.store import (
     DEFAULT_WAIT,
     EvictedRow,
     MemoryStore,
@@ -114,7 +119,8 @@ from statefuse.store import (
     StoreInfo,
     StoreWrite,
 )
-from statefuse.storeindex import OpMemo
+from statefuse.storage.storeindex import OpMemo
+from statefuse.storage.writer import Writer
 from statefuse.sync.archive import (
     ARCHIVE_NOTE,
     compactable,
@@ -193,15 +199,9 @@ from statefuse.sync.version import (
     received_by,
     version_of,
 )
-from statefuse.timeline import TimelineEntry, timeline
-from statefuse.typo import nearest, typo_of
-from statefuse.validity import replaces
-from statefuse.vectorstore import MemoryVectors, VectorStore
-from statefuse.view import SurfacedConflict, SurfacedFinding
-from statefuse.writer import Writer
 
 if TYPE_CHECKING:
-    from statefuse.storeindex import StoreIndex
+    from statefuse.storage.storeindex import StoreIndex
     from statefuse.sync.follower import Follower
 
 
@@ -281,7 +281,7 @@ def _writes(
 #: than rewriting a large snapshot on every close.
 CLOSE_SNAPSHOT_SHARE = 64
 #: The store note holding where the claims whose bodies this replica cut were (the audit of
-#: redactions: `statefuse.redactedclaim`).
+#: redactions: `statefuse.core.redactedclaim`).
 REDACTED_NOTE = "redacted-claims"
 
 
@@ -1118,9 +1118,9 @@ class Replica:
         pinned already raises `TwoSpacesError`). ``bounds``: how much the pending area and the
         quarantine keep (default `DEFAULT_BOUNDS`; see `sync.pending`). ``progress(done,
         total)`` is called while a writable open builds the store's derived state (once, for a
-        store of an earlier release: `statefuse.storeindex`).
+        store of an earlier release: `statefuse.storage.storeindex`).
         """
-        from statefuse.sqlitestore import SQLiteStore
+        from statefuse.storage.sqlitestore import SQLiteStore
 
         if name is not None:
             check_author_name("name", name)
@@ -1647,7 +1647,7 @@ class Replica:
         marks += others
         self.writer.observe(marks)
 
-    # --- the store's derived state (`statefuse.storeindex`) --------------------------------------
+    # --- the store's derived state (`statefuse.storage.storeindex`) -------------------------------
 
     def _store_index(self) -> StoreIndex | None:
         """The store's derived state, when the store keeps one and this replica may write it."""
@@ -2049,7 +2049,7 @@ class Replica:
     def diff(self, before: Version | str, after: Version | str | None = None) -> StateDiff:
         """What changed from the memory at ``before`` to the memory at ``after`` (default:
         now): claims added and retracted (and by what), decisions made, conflicts opened and
-        closed (`statefuse.statediff`). Sensible for any two versions: going back shows what
+        closed (`statefuse.reading.statediff`). Sensible for any two versions: going back shows what
         was removed. Raises as `state` does."""
         self._check_open()
         earlier = self._state_of(self._covered(before, "before"))
@@ -2095,7 +2095,7 @@ class Replica:
         such as what their ``depends_on`` reaches).
 
         On a store whose derived state is current this reads only those keys' rows, however
-        large the memory (`statefuse.storeindex`); otherwise, and for the whole memory (no
+        large the memory (`statefuse.storage.storeindex`); otherwise, and for the whole memory (no
         prefix, no scope), it is `state`."""
         self._check_open()
         parts = _prefix_parts(prefix)
@@ -2143,7 +2143,7 @@ class Replica:
     def nearest_prefix(self, prefix: str | Sequence[str]) -> tuple[str, ...] | None:
         """For a key prefix with no active claim under it, the nearest one that has some: the
         first part that names nothing replaced by the existing name nearest to it (at most
-        `statefuse.typo.SUGGEST_DISTANCE` edits away), the parts after it kept. None when
+        `statefuse.core.typo.SUGGEST_DISTANCE` edits away), the parts after it kept. None when
         ``prefix`` has claims or nothing is near. What "did you mean" shows for a typo."""
         parts = _prefix_parts(prefix)
         for i, part in enumerate(parts):
@@ -2482,7 +2482,8 @@ class Replica:
             for op in c.ops:
                 if op.op_id in ids and isinstance(op, ClaimAdded):
                     key = (op.namespace, op.subject, op.predicate)
-                    out.append(Placed.of(op.op_id, op.author, op.lamport, key, op.scope))
+                    locus = locus_of(*key, op.scope)
+                    out.append(Placed.of(op.op_id, op.author, op.lamport, key, locus))
         return out
 
     def _keep_placed(self, placed: list[Placed]) -> None:
@@ -2499,7 +2500,7 @@ class Replica:
     def redacted_claims(self, *, held: bool = False) -> list[RedactedClaim]:
         """Every redacted op id with the redaction that counts for it (by whom, when, why) and,
         where this replica held the body before it cut it, where the claim was (digests of its
-        key and locus: `statefuse.redactedclaim`); never what it said. Ordered by the
+        key and locus: `statefuse.core.redactedclaim`); never what it said. Ordered by the
         redaction's lamport, then the redacted id. ``held``: only those this replica held
         (what `history` and `conflict_history` can place; a store with none answers without
         reading its whole history)."""
@@ -2850,7 +2851,7 @@ class Replica:
 
         A value with an interval or a context (SEMANTICS §9, §5) replaces only those of your
         claims it would conflict with: whose interval overlaps its own and whose context
-        agrees (`statefuse.validity.replaces`), so "15 from March" written after "12 until
+        agrees (`statefuse.core.validity.replaces`), so "15 from March" written after "12 until
         March" leaves the earlier value standing.
 
         Use `update` when your own value changed (a status, a counter, a date that moved); use
@@ -2993,7 +2994,7 @@ class Replica:
         retracted: bool = False,
         at: Version | str | None = None,
     ) -> list[TimelineEntry]:
-        """A key's values by the interval they hold in (`statefuse.timeline.timeline`): open
+        """A key's values by the interval they hold in (`statefuse.reading.timeline.timeline`): open
         starts first, open ends last; retracted values only with ``retracted`` (marked).
         ``key`` is ``"namespace/subject/predicate"`` or its three parts; ``at`` reads the
         memory at that version. Raises KeyTextError for a key it cannot read."""
@@ -3011,7 +3012,7 @@ class Replica:
         scope: str = "global",
         at: Version | str | None = None,
     ) -> list[ConflictEvent]:
-        """The lifecycle of one conflict (`statefuse.lifecycle.conflict_history`): opened,
+        """The lifecycle of one conflict (`statefuse.core.lifecycle.conflict_history`): opened,
         decided (with its outcome), deferred, reopened and why, closed, and ``redacted`` for
         each claim of the locus redacted after this replica held it. ``of`` is its locus
         (32 bytes) or its key (one ``"namespace/subject/predicate"`` string or three parts)
@@ -3501,7 +3502,8 @@ class Replica:
         they are exact).
 
         ``embedder`` (an `Embedder`, or a callable `as_embedder` takes): rank by meaning as
-        well as by words (`statefuse.fusion.HybridRanker`), with the claims' vectors kept in
+        well as by words (`statefuse.retrieval.fusion.HybridRanker`), with the claims' vectors kept
+        in
         the store (`vectors`), so only claims never embedded by it are embedded. Reads the
         whole memory (a store opened on its derived state loads it). Raises EmbedderError
         when the embedder breaks its interface, and what the embedder raises.
@@ -3575,9 +3577,9 @@ class Replica:
         """The claims that answer ``query`` best among those ``lens`` sees (default: a viewer
         with no roles, at the replica clock's now), at most ``limit``, best first: each key's
         selected claim (by ``resolver``, default none) and the candidates of its unresolved
-        conflict, which a hit carries (`statefuse.search.search_view`). Ranked by words
+        conflict, which a hit carries (`statefuse.retrieval.search.search_view`). Ranked by words
         (`LexicalRanker`), or with ``embedder`` by words and meaning fused
-        (`statefuse.fusion.HybridRanker`, vectors kept as for `context`). Raises
+        (`statefuse.retrieval.fusion.HybridRanker`, vectors kept as for `context`). Raises
         ReplicaError for a ``limit`` that is not an int >= 1, EmbedderError as `context`."""
         self._check_open()
         if type(limit) is not int or limit < 1:
@@ -3597,7 +3599,7 @@ class Replica:
 
     def vectors(self) -> VectorStore:
         """Where this replica keeps claim vectors: a table of its SQLite file (made on first
-        use when writable; `statefuse.vectorstore`), or memory for a replica in memory."""
+        use when writable; `statefuse.retrieval.vectorstore`), or memory for a replica in memory."""
         with self._lock:
             if self._vectors is None:
                 made = getattr(self.store, "vectors", None)
@@ -4222,7 +4224,7 @@ def new_author_key(path: str | os.PathLike[str], *, wait: float = DEFAULT_WAIT) 
     Raises StoreError: ``no-such-store`` for a missing store, ``key-exists`` when the key file
     is there (a store keeps its key; nothing is written), and what opening for writing
     raises (``busy``, ``not-a-store``)."""
-    from statefuse.sqlitestore import SQLiteStore
+    from statefuse.storage.sqlitestore import SQLiteStore
 
     path = Path(path)
     if not path.exists():

@@ -50,7 +50,7 @@ from typing import Any
 
 import blake3
 
-from statefuse.op import (
+from statefuse.core.op import (
     ClaimAdded,
     ClaimRetracted,
     DecisionAdded,
@@ -107,7 +107,7 @@ class Load(Enum):
     """How a replica builds its memory when it opens a store."""
 
     #: Open on the store's derived state, loading no history, when it covers every stored
-    #: change (`statefuse.storeindex`); else, and whenever a call needs the history later,
+    #: change (`statefuse.storage.storeindex`); else, and whenever a call needs the history later,
     #: as `SNAPSHOT` (the default).
     INDEX = "index"
     #: Load the history now: restore from a valid snapshot and verify only the changes stored

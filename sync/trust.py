@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
-from statefuse.error import OpRuleError
-from statefuse.op import (
+from statefuse.core.error import OpRuleError
+from statefuse.core.op import (
     MAX_LAMPORT,
     _author,
     _id,

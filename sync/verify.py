@@ -25,7 +25,7 @@ from operator import attrgetter
 
 import msgpack
 
-from statefuse.op import ID_BYTES, Op, decode_op, decode_ops_fast
+from statefuse.core.op import ID_BYTES, Op, decode_op, decode_ops_fast
 from statefuse.registry.error import InputError, StateFuseError
 from statefuse.registry.value import INT_MAX, INT_MIN, decode_value
 from statefuse.sync.change import (

@@ -8,7 +8,7 @@ What a page may hold, and what the tests do with it (README.md and every page un
 - A ```` ```text ```` block right after the line ``<!-- output -->`` is what the python block
   before it prints: its standard output must equal the block.
 - A ```` ```console ```` block right after the line ``<!-- run -->`` is a shell session: each
-  ``$ statefuse ...`` line runs (through ``statefuse.cli.main``, in the page's directory) and
+  ``$ statefuse ...`` line runs (through ``statefuse.entry.cli.main``, in the page's directory) and
   what it prints, standard output then standard error, must equal the lines up to the next
   ``$``. It must exit 0, unless what it prints is an ``Error:`` line.
 - Outputs are compared with every run of 8 or more hex digits masked: author keys and claim ids
@@ -84,7 +84,7 @@ def run_page(path: Path) -> None:
 
 
 def run_session(session: str, where: str) -> None:
-    from statefuse.cli import main
+    from statefuse.entry.cli import main
 
     steps = re.split(r"^\$ ", session, flags=re.M)
     assert steps[0] == "", f"{where}: a session starts with a '$ ' line"

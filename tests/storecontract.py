@@ -1,7 +1,8 @@
 """The factory hook of the store contract (tests/test_store_contract.py), and the real signed
 changes the contract writes.
 
-Every `Store` (statefuse/store.py) must show the behaviours the contract tests list. They are
+Every `Store` (statefuse/storage/store.py) must show the behaviours the contract tests list. They
+are
 written once, against the ``store_factory`` fixture, which runs them on each factory of
 `FACTORIES`. A new backend (PostgreSQL, say) adds one `StoreFactory` subclass to that list and
 nothing else: the contract never names a backend.
@@ -20,8 +21,8 @@ from pathlib import Path
 
 import blake3
 
-from statefuse.sqlitestore import SQLiteStore
-from statefuse.store import MemoryStore, PendingRow, QuarantineRecord, Store, StoreInfo
+from statefuse.storage.sqlitestore import SQLiteStore
+from statefuse.storage.store import MemoryStore, PendingRow, QuarantineRecord, Store, StoreInfo
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import Replica
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statefuse.registry import DEFAULT_REGISTRY
-from statefuse.store import MemoryStore, StoreInfo, StoreWrite
+from statefuse.storage.store import MemoryStore, StoreInfo, StoreWrite
 from statefuse.sync.change import ChangeInputError
 from statefuse.sync.changelog import AreaFullError, Bounds
 from statefuse.sync.key import SigningKey

@@ -13,9 +13,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from statefuse import Replica
-from statefuse.error import OpRuleError
+from statefuse.core.error import OpRuleError
 from statefuse.registry import DEFAULT_REGISTRY
 from statefuse.registry.value import encode_value
+from statefuse.storage.writer import Writer
 from statefuse.sync.author import (
     MAX_AUTHOR_NAME_CHARS,
     AuthorNamed,
@@ -34,7 +35,6 @@ from statefuse.sync.http import serve, sync_with
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import ReadOnlyError
 from statefuse.sync.verify import QuarantineReason
-from statefuse.writer import Writer
 
 SPACE = "team"
 FP = DEFAULT_REGISTRY.fingerprint

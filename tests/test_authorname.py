@@ -1,4 +1,4 @@
-"""Author labels (`statefuse.authorname`): a name where one is declared, the key's first hex
+"""Author labels (`statefuse.core.authorname`): a name where one is declared, the key's first hex
 digits where none is, and both wherever a name alone could pass for another author."""
 
 from __future__ import annotations

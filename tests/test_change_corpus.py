@@ -34,7 +34,7 @@ import pytest
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-import statefuse.op
+import statefuse.core.op
 from statefuse import Op, OpSet, Writer, materialize
 from statefuse.registry import DEFAULT_REGISTRY
 from statefuse.registry.value import MAX_DEPTH, decode_value
@@ -957,11 +957,11 @@ def test_every_case_gets_the_same_verdict_and_message_from_the_fast_and_referenc
     else:
         assert reference[0] is reason
     # Threshold 1: even the one- and two-op changes of the corpus take the batch path.
-    saved, statefuse.op._MIN_BATCH = statefuse.op._MIN_BATCH, 1
+    saved, statefuse.core.op._MIN_BATCH = statefuse.core.op._MIN_BATCH, 1
     try:
         assert _verdict(verify_change, bad) == reference
     finally:
-        statefuse.op._MIN_BATCH = saved
+        statefuse.core.op._MIN_BATCH = saved
 
 
 def test_the_corpus_reaches_every_quarantine_reason_and_holds_at_least_50_cases():

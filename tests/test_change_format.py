@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statefuse.registry.value import decode_value
+from statefuse.storage.writer import Writer
 from statefuse.sync.change import (
     CHANGE_FORMAT_VERSION,
     LEGACY_CHANGE_FORMAT,
@@ -38,7 +39,6 @@ from statefuse.sync.verify import (
     verify_change,
     verify_change_reference,
 )
-from statefuse.writer import Writer
 
 SPACE = "format"
 FP = bytes(32)

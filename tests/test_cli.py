@@ -27,7 +27,7 @@ import blake3
 import pytest
 
 from statefuse import DEFAULT_REGISTRY, Lens, Writer, context_for
-from statefuse.cli import COMMANDS, main, parser
+from statefuse.entry.cli import COMMANDS, main, parser
 from statefuse.registry import same_value
 from statefuse.sync.bundle import write_bundle
 from statefuse.sync.change import sign_change
@@ -855,7 +855,7 @@ def test_an_interrupt_exits_130_without_a_traceback(store, cli, monkeypatch):
     def interrupted(self, **options):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("statefuse.cli.Session.replica", interrupted)
+    monkeypatch.setattr("statefuse.entry.cli.Session.replica", interrupted)
     assert cli("show") == Run(130, "", "Interrupted\n")
 
 

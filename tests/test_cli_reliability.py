@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import pytest
 
-from statefuse.cli import main
+from statefuse.entry.cli import main
 from statefuse.sync.replica import key_path
 from tests.serving import served
 

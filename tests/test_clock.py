@@ -22,8 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statefuse import DEFAULT_REGISTRY, MAX_LAMPORT, Writer
-from statefuse.op import MAX_LAMPORT as OP_MAX_LAMPORT
-from statefuse.op import Op
+from statefuse.core.op import MAX_LAMPORT as OP_MAX_LAMPORT
+from statefuse.core.op import Op
 from statefuse.sync.author import AuthorNamed
 from statefuse.sync.bundle import write_bundle
 from statefuse.sync.change import VerifiedChange, sign_change

@@ -2,7 +2,7 @@
 
 Performance is measured (see the issue notes), not asserted here. What is asserted:
 
-- importing ``statefuse.cli`` (or making a tokenizer) loads no BPE code, and a command that
+- importing ``statefuse.entry.cli`` (or making a tokenizer) loads no BPE code, and a command that
   counts no tokens (``show``) never loads it;
 - the first count loads ``bpe-openai``'s native extension only, never its Python wrapper;
 - every count equals the wrapper's (kept here as the oracle: it was the count before);
@@ -26,11 +26,11 @@ from hypothesis import strategies as st
 from test_value import values
 
 from statefuse import tokenizer as tokenizer_module
-from statefuse.cli import format_key
-from statefuse.clitable import clip, display_width, table, value_json
+from statefuse.entry.cli import format_key
+from statefuse.entry.clitable import clip, display_width, table, value_json
+from statefuse.reading.tokenizer import BpeTokenizer
+from statefuse.reading.view import json_value
 from statefuse.sync.replica import Replica
-from statefuse.tokenizer import BpeTokenizer
-from statefuse.view import json_value
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Any code point, lone surrogates included (``st.characters()`` leaves them out by default).
@@ -52,9 +52,9 @@ def _loaded_after(code: str) -> list[str]:
 
 def test_importing_the_cli_and_making_tokenizers_loads_no_bpe_code():
     code = (
-        "import statefuse.cli\n"
+        "import statefuse.entry.cli\n"
         "from statefuse import ContextCache\n"
-        "from statefuse.tokenizer import BpeTokenizer, default_tokenizer\n"
+        "from statefuse.reading.tokenizer import BpeTokenizer, default_tokenizer\n"
         "default_tokenizer(); BpeTokenizer('cl100k_base'); ContextCache()"
     )
     assert _loaded_after(code) == []
@@ -62,7 +62,8 @@ def test_importing_the_cli_and_making_tokenizers_loads_no_bpe_code():
 
 def test_the_first_count_loads_the_native_extension_and_not_the_python_wrapper():
     code = (
-        "from statefuse.tokenizer import default_tokenizer\nassert default_tokenizer().count('hi')"
+        "from statefuse.reading.tokenizer import default_tokenizer\n"
+        "assert default_tokenizer().count('hi')"
     )
     assert _loaded_after(code) == ["bpe_openai._bindings"]
 
@@ -71,7 +72,7 @@ def test_show_never_loads_the_tokenizer_and_context_does(tmp_path):
     store = tmp_path / "m.db"
     with Replica.open(store, create=True, space="s") as rep:
         rep.add_claim("deploy", "api", "owner", "dana")
-    run = "from statefuse.cli import main\nassert main(['--store', {store!r}, {args}]) == 0"
+    run = "from statefuse.entry.cli import main\nassert main(['--store', {store!r}, {args}]) == 0"
     assert _loaded_after(run.format(store=str(store), args="'show'")) == []
     context = run.format(store=str(store), args="'context', '--query', 'owner'")
     assert _loaded_after(context) == ["bpe_openai._bindings"]

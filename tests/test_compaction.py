@@ -16,9 +16,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statefuse.lens import Include, Lens
-from statefuse.projection import project
-from statefuse.scrub import findable
+from statefuse.reading.lens import Include, Lens
+from statefuse.reading.projection import project
+from statefuse.reading.scrub import findable
 from statefuse.sync.http import serve, sync_with
 from statefuse.sync.replica import ArchiveWarning, Replica
 

@@ -15,13 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statefuse import Lens, Writer, materialize, project
-from statefuse.context import SectionName, assemble_context
-from statefuse.lens import scope_rank
+from statefuse.reading.context import SectionName, assemble_context
+from statefuse.reading.lens import scope_rank
+from statefuse.reading.resolver import LatestWins
+from statefuse.reading.tokenizer import BpeTokenizer, CachedTokenizer
+from statefuse.reading.view import How
 from statefuse.registry.contract import Policy, PredicateContract
 from statefuse.registry.registry import Registry
-from statefuse.resolver import LatestWins
-from statefuse.tokenizer import BpeTokenizer, CachedTokenizer
-from statefuse.view import How
 from tests.test_projection import deterministic_resolvers, rich_lenses, rich_states
 
 KEY = ("p", "launch", "deadline")

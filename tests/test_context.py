@@ -21,7 +21,7 @@ from statefuse import (
     materialize,
     project,
 )
-from statefuse.context import (
+from statefuse.reading.context import (
     SYSTEM_PROMPT,
     TITLES,
     ContextCache,
@@ -34,9 +34,9 @@ from statefuse.context import (
     context_for,
     render_value,
 )
-from statefuse.lens import Include
-from statefuse.testing import full_key_lines
-from statefuse.tokenizer import BpeTokenizer, CachedTokenizer
+from statefuse.reading.lens import Include
+from statefuse.reading.tokenizer import BpeTokenizer, CachedTokenizer
+from statefuse.storage.testing import full_key_lines
 
 TOK = CachedTokenizer(BpeTokenizer())
 NOW = 1_000_000

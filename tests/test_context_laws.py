@@ -20,7 +20,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from statefuse import ClaimAdded, Lens, Op, Writer, materialize, project
-from statefuse.context import (
+from statefuse.reading.context import (
     ContextPolicy,
     PreviousValues,
     SectionName,
@@ -28,9 +28,9 @@ from statefuse.context import (
     render_key,
     render_value,
 )
-from statefuse.ranker import LexicalRanker
-from statefuse.testing import TEST_REGISTRY, full_key_lines, programs, run_program
-from statefuse.tokenizer import BpeTokenizer, ByteEstimate, CachedTokenizer
+from statefuse.reading.ranker import LexicalRanker
+from statefuse.reading.tokenizer import BpeTokenizer, ByteEstimate, CachedTokenizer
+from statefuse.storage.testing import TEST_REGISTRY, full_key_lines, programs, run_program
 
 NOW = 1_000_000
 LENS_ARGS = {"roles": {"ops"}, "task": "t1", "session": "s1", "now": NOW}

@@ -14,18 +14,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statefuse import Lens, Writer, materialize, project
-from statefuse.context import (
+from statefuse.reading.context import (
     ContextCache,
     ContextPolicy,
     SectionName,
     assemble_context,
     context_for,
 )
-from statefuse.ranker import LexicalRanker
-from statefuse.resolver import Conservative
+from statefuse.reading.ranker import LexicalRanker
+from statefuse.reading.resolver import Conservative
+from statefuse.reading.tokenizer import BpeTokenizer, CachedTokenizer
+from statefuse.storage.testing import full_key_lines
 from statefuse.sync.replica import Replica
-from statefuse.testing import full_key_lines
-from statefuse.tokenizer import BpeTokenizer, CachedTokenizer
 
 TOK = CachedTokenizer(BpeTokenizer())
 NOW = 1_000_000

@@ -1,4 +1,5 @@
-"""Token counting (`statefuse.tokenizer`) and relevance ranking (`statefuse.ranker`)."""
+"""Token counting (`statefuse.reading.tokenizer`) and relevance ranking
+(`statefuse.reading.ranker`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from hypothesis import strategies as st
 
 from statefuse import Lens, Writer, materialize
 from statefuse import tokenizer as tokenizer_module
-from statefuse.context import context_for
-from statefuse.ranker import LexicalRanker, Ranker, query_identifiers, words
-from statefuse.tokenizer import (
+from statefuse.reading.context import context_for
+from statefuse.reading.ranker import LexicalRanker, Ranker, query_identifiers, words
+from statefuse.reading.tokenizer import (
     BpeTokenizer,
     ByteEstimate,
     CachedTokenizer,

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statefuse.cli import main
+from statefuse.entry.cli import main
 from statefuse.sync.replica import Replica, key_path
 
 SPACE = "team"

@@ -17,8 +17,8 @@ import time
 import pytest
 
 from statefuse import materialize
+from statefuse.storage.testing import assert_index_agrees
 from statefuse.sync.replica import Replica
-from statefuse.testing import assert_index_agrees
 
 TRIALS = 50
 TRIALS_PER_STORE = 10

@@ -15,8 +15,8 @@ import textwrap
 
 import pytest
 
-from statefuse.error import InputError
-from statefuse.store import StoreError
+from statefuse.core.error import InputError
+from statefuse.storage.store import StoreError
 from statefuse.sync.replica import ReadOnlyError, Replica, StoreDamagedError, key_path
 
 SPACE = "team"

@@ -20,13 +20,13 @@ from statefuse import (
     decode_op,
     materialize,
 )
-from statefuse.context import assemble_context, context_for
-from statefuse.lens import Lens
-from statefuse.op import decode_ops
-from statefuse.projection import project
-from statefuse.state import group_id_of
+from statefuse.core.op import decode_ops
+from statefuse.core.state import group_id_of
+from statefuse.reading.context import assemble_context, context_for
+from statefuse.reading.lens import Lens
+from statefuse.reading.projection import project
+from statefuse.reading.view import How
 from statefuse.sync.replica import Replica
-from statefuse.view import How
 
 REG = Registry([PredicateContract("price", normalizer="number")])
 KEY = ("p", "launch", "deadline")

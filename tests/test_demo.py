@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from statefuse.demo import run
+from statefuse.entry.demo import run
 
 
 def test_the_demo_ends_with_one_explicit_deadline_conflict_and_agreeing_prices():

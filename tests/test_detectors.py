@@ -19,7 +19,7 @@ from statefuse.registry import (
 )
 from statefuse.registry.catalog import find_detector
 from statefuse.registry.detectors import bookings, budget
-from statefuse.testing import assert_same_state
+from statefuse.storage.testing import assert_same_state
 
 BUDGET_TOML = """
 [[detectors]]
@@ -435,8 +435,8 @@ def test_the_context_keeps_a_finding_s_numbers_back_from_a_lens_that_misses_a_cl
 
 @pytest.fixture(scope="module")
 def sqlite_store(tmp_path_factory):
-    from statefuse.sqlitestore import SQLiteStore
-    from statefuse.store import StoreInfo
+    from statefuse.storage.sqlitestore import SQLiteStore
+    from statefuse.storage.store import StoreInfo
 
     s = SQLiteStore(tmp_path_factory.mktemp("ix") / "s.db")
     s.initialize(StoreInfo(space="team", mode="open", root=b"", registry=b"\x01" * 32))
@@ -557,7 +557,7 @@ def test_check_registry_refuses_a_detector_that_breaks_the_contract(fn, rule, ac
 
 def test_a_finding_from_a_view_can_be_decided_and_one_missing_a_claim_needs_its_state():
     from statefuse import Lens, project
-    from statefuse.error import OpRuleError
+    from statefuse.core.error import OpRuleError
 
     ops = _purchases(2)
     secret = _writer("cfo").claim(

@@ -151,7 +151,7 @@ def test_three_agents_exceed_a_budget_and_the_cli_shows_the_finding(tmp_path):
 
 
 def test_three_agents_exceed_a_budget_and_mcp_lists_and_decides_the_finding(tmp_path):
-    from statefuse.mcp import build_server
+    from statefuse.entry.mcp import build_server
     from tests.test_mcp import connected  # the SDK's client, as the MCP tests connect
 
     store = _space(tmp_path / "ops.db", 3)
@@ -219,7 +219,7 @@ register_detector("tests.items-budget", 1, _items_over_budget)
 
 def test_the_langgraph_store_lists_the_findings_over_its_items():
     try:
-        from statefuse.langgraph import StateFuseStore
+        from statefuse.entry.langgraph import StateFuseStore
     except ImportError:
         if os.environ.get("CI"):
             raise

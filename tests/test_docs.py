@@ -97,8 +97,8 @@ PUBLIC_MODULES = (
     "statefuse",
     "statefuse.sync",
     "statefuse.registry",
-    "statefuse.mcp",
-    "statefuse.langgraph",
+    "statefuse.entry.mcp",
+    "statefuse.entry.langgraph",
 )
 
 

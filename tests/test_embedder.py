@@ -1,4 +1,5 @@
-"""The embedding interface (`statefuse.embedder`): plain callables (sync or async) and LangChain
+"""The embedding interface (`statefuse.retrieval.embedder`): plain callables (sync or async) and
+LangChain
 embeddings become `Embedder`s, and what any embedder returns is checked before it is used or
 stored: a typed error naming the field and the rule."""
 
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from statefuse.embedder import (
+from statefuse.retrieval.embedder import (
     CallableEmbedder,
     EmbedderError,
     EmbeddingRejectedError,

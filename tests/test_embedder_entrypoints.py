@@ -125,7 +125,7 @@ needs_mcp = pytest.mark.skipif(
 
 @needs_mcp
 def test_mcp_recall_and_search_rank_by_meaning_with_an_embedder(tmp_path: Path) -> None:
-    from statefuse.mcp import build_server
+    from statefuse.entry.mcp import build_server
     from tests.test_mcp import connected
 
     path = _store(tmp_path)

@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from statefuse.embedder import (
+from statefuse.retrieval.embedder import (
     EmbedderError,
     EmbeddingRejectedError,
     EmbeddingResponseError,
     EmbeddingTimeoutError,
     EmbeddingUnavailableError,
 )
-from statefuse.embeddingservice import OpenAIEmbedder
-from statefuse.sentencetransformer import SentenceTransformerEmbedder
+from statefuse.retrieval.embeddingservice import OpenAIEmbedder
+from statefuse.retrieval.sentencetransformer import SentenceTransformerEmbedder
 from statefuse.sync.replica import Replica
 
 
@@ -206,7 +206,7 @@ def test_a_replica_ranks_with_the_service_and_stores_its_vectors(
 
 def test_importing_and_making_the_adapter_loads_nothing() -> None:
     code = (
-        "import sys, statefuse.sentencetransformer as m\n"
+        "import sys, statefuse.retrieval.sentencetransformer as m\n"
         "e = m.SentenceTransformerEmbedder('all-MiniLM-L6-v2')\n"
         "assert e.name == 'all-MiniLM-L6-v2'\n"
         "assert 'sentence_transformers' not in sys.modules and 'torch' not in sys.modules\n"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from statefuse.core.typo import edit_distance, nearest, typo_of
 from statefuse.sync.replica import Replica
-from statefuse.typo import edit_distance, nearest, typo_of
 
 
 def _statefuse(store: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -188,7 +188,7 @@ sys.meta_path.insert(0, Missing())
 for name in [m for m in sys.modules if m.split(".")[0] in ("langgraph", "langchain_core")]:
     del sys.modules[name]
 try:
-    import statefuse.langgraph
+    import statefuse.entry.langgraph
 except ModuleNotFoundError as exc:
     print(exc.name)
     print(exc)
@@ -207,7 +207,7 @@ def test_importing_the_langgraph_store_without_the_extra_names_the_install_comma
     name, message = done.stdout.splitlines()
     assert name == "langchain_core"
     assert message == (
-        "statefuse.langgraph needs the langgraph extra (no module 'langchain_core'):"
+        "statefuse.entry.langgraph needs the langgraph extra (no module 'langchain_core'):"
         " pip install 'statefuse[langgraph]'"
     )
 

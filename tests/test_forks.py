@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from statefuse import Writer
 from statefuse.registry import DEFAULT_REGISTRY
-from statefuse.store import StoreError
+from statefuse.storage.store import StoreError
 from statefuse.sync.change import sign_change
 from statefuse.sync.changelog import ChangeLog, Ignored
 from statefuse.sync.key import SigningKey
@@ -267,7 +267,7 @@ def test_a_refused_create_leaves_no_store_behind(tmp_path):
     assert err.value.rule == "key-bound-elsewhere"
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "a.db",
-        "a.db.clean",  # a.db's clean mark (statefuse.filemark): nothing of c.db
+        "a.db.clean",  # a.db's clean mark (statefuse.storage.filemark): nothing of c.db
         "a.db.key",
         "a.db.lock",
     ]

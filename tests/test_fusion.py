@@ -1,4 +1,4 @@
-"""Hybrid ranking (`statefuse.fusion`): the laws of reciprocal rank fusion, and search by
+"""Hybrid ranking (`statefuse.retrieval.fusion`): the laws of reciprocal rank fusion, and search by
 meaning through a replica (`Replica.search`, `Replica.context` with an embedder): 20 questions
 reworded so they share no word with the memory they ask about (but two names), over 200
 memories."""
@@ -17,9 +17,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.search import TARGETS, ConceptEmbedder, load  # noqa: E402
-from statefuse.embedder import EmbedderError  # noqa: E402
-from statefuse.fusion import HybridRanker, ranking, rrf  # noqa: E402
-from statefuse.ranker import LexicalRanker  # noqa: E402
+from statefuse.reading.ranker import LexicalRanker  # noqa: E402
+from statefuse.retrieval.embedder import EmbedderError  # noqa: E402
+from statefuse.retrieval.fusion import HybridRanker, ranking, rrf  # noqa: E402
 from statefuse.sync.replica import Replica  # noqa: E402
 
 ids = st.binary(min_size=1, max_size=2)
@@ -104,7 +104,7 @@ def test_the_context_shows_the_memory_a_reworded_question_means() -> None:
 
 
 def test_a_search_sees_only_what_the_lens_sees() -> None:
-    from statefuse.lens import Lens
+    from statefuse.reading.lens import Lens
 
     e = ConceptEmbedder()
     with Replica.memory(space="team") as replica:
@@ -133,7 +133,7 @@ def test_a_search_limit_must_be_a_positive_int() -> None:
 
 
 def test_hybrid_ranker_is_a_ranker_that_scores_only_claims_it_was_given() -> None:
-    from statefuse.ranker import Ranker
+    from statefuse.reading.ranker import Ranker
 
     with Replica.memory(space="team") as replica:
         claims = tuple(load(replica).values())

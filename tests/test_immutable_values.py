@@ -33,7 +33,9 @@ from statefuse import (
     materialize,
     project,
 )
-from statefuse.op import ClaimAdded, EvidenceAdded, decode_op, decode_ops
+from statefuse.core.op import ClaimAdded, EvidenceAdded, decode_op, decode_ops
+from statefuse.reading.resolver import Abstain, ResolverInput, Select
+from statefuse.reading.view import json_value
 from statefuse.registry import (
     FrozenList,
     FrozenMap,
@@ -44,9 +46,7 @@ from statefuse.registry import (
     plain_value,
 )
 from statefuse.registry.value import frozen_value
-from statefuse.resolver import Abstain, ResolverInput, Select
 from statefuse.sync.replica import Replica
-from statefuse.view import json_value
 from tests.test_value import values
 
 HOSTILE = (TypeError, AttributeError)

@@ -1,6 +1,6 @@
 """The ingest fast paths give exactly the reference verdicts.
 
-`statefuse.op.decode_ops` (batch, column by column) must return what ``[decode_op(d) for d in
+`statefuse.core.op.decode_ops` (batch, column by column) must return what ``[decode_op(d) for d in
 batch]`` returns, or raise the same error with the same message; `sync.verify.verify_change`
 (batch envelope and ops) must do what `verify_change_reference` does, down to the quarantine
 reason and message. The inputs are valid encodings damaged the ways a broken or hostile peer
@@ -31,9 +31,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_op import ops as op_strategy
 
-import statefuse.op
+import statefuse.core.op
 from statefuse import ClaimAdded, ClaimRetracted, EvidenceAdded, Layer, OpSet, Writer, decode_op
-from statefuse.op import OP_TYPES, decode_ops, decode_ops_fast
+from statefuse.core.op import OP_TYPES, decode_ops, decode_ops_fast
 from statefuse.registry import DEFAULT_REGISTRY, EncodingError, StateFuseError
 from statefuse.sync import verify as verify_module
 from statefuse.sync.change import UnverifiedChange, change_id_of, signed_message
@@ -56,16 +56,16 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 
 @contextmanager
 def batch_threshold(n: int) -> Iterator[None]:
-    """Run with `statefuse.op._MIN_BATCH` at ``n`` (1: every group takes the column path)."""
-    saved = statefuse.op._MIN_BATCH
-    statefuse.op._MIN_BATCH = n
+    """Run with `statefuse.core.op._MIN_BATCH` at ``n`` (1: every group takes the column path)."""
+    saved = statefuse.core.op._MIN_BATCH
+    statefuse.core.op._MIN_BATCH = n
     try:
         yield
     finally:
-        statefuse.op._MIN_BATCH = saved
+        statefuse.core.op._MIN_BATCH = saved
 
 
-THRESHOLDS = (1, statefuse.op._MIN_BATCH)
+THRESHOLDS = (1, statefuse.core.op._MIN_BATCH)
 
 
 # --- what is compared ---------------------------------------------------------------------------
@@ -414,7 +414,7 @@ def test_the_batch_path_vouches_for_well_formed_batches_of_every_core_op_type(mo
     def refuse(data: bytes) -> None:
         raise AssertionError("a well-formed batch of core ops must not need decode_op")
 
-    monkeypatch.setattr(statefuse.op, "decode_op", refuse)
+    monkeypatch.setattr(statefuse.core.op, "decode_op", refuse)
     fast = decode_ops_fast(batch)
     assert fast is not None
     assert [op.op_id for op in fast] == [op.op_id for op in ops]
@@ -582,7 +582,7 @@ def test_verify_changes_settles_a_bundle_of_many_small_changes_in_shared_batches
     changes.insert(2, _signed_items(bad))
     expected = [verdict(verify_change_reference, d) for d in changes]
     calls = []
-    real = statefuse.op.decode_ops_fast
+    real = statefuse.core.op.decode_ops_fast
 
     def spy(datas: Any) -> Any:
         calls.append(len(datas))

@@ -1,4 +1,4 @@
-"""The turn interpretation hook (`statefuse.interpret`, `Replica.add_turn(..., interpret=)`).
+"""The turn interpretation hook (`statefuse.core.interpret`, `Replica.add_turn(..., interpret=)`).
 
 The interpreters here are deterministic fakes written for the tests: they read a structured
 test convention (``set <key> = <value>``), never natural wording. What is checked is the

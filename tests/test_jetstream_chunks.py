@@ -354,7 +354,7 @@ def test_a_follower_restarted_after_dropping_a_change_finds_it_in_the_stream(sma
 def test_statefuse_sync_through_a_broker_says_how_many_chunk_assemblies_it_dropped(
     small, links, tmp_path, capsys
 ):
-    from statefuse.cli import main
+    from statefuse.entry.cli import main
 
     make_stream(small.url, links)
     publish(small.url, bogus(subject_of("team", stranger()), 64))

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from natsserver import IN_CI, NatsServer, free_port, running
 
-from statefuse.cli import main
+from statefuse.entry.cli import main
 from statefuse.sync.replica import Replica
 
 if not IN_CI:

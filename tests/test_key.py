@@ -22,7 +22,7 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 import statefuse.sync.key as key_module
-from statefuse.error import InputError, StateFuseError
+from statefuse.core.error import InputError, StateFuseError
 from statefuse.sync.key import (
     KEY_FILE_MAGIC,
     KEY_FILE_VERSION,

@@ -1,4 +1,4 @@
-"""`statefuse.langgraph.StateFuseStore`: LangGraph's BaseStore contract, the claim mapping,
+"""`statefuse.entry.langgraph.StateFuseStore`: LangGraph's BaseStore contract, the claim mapping,
 conflicts through get and search, filters, embeddings, and LangGraph graphs on two replicas.
 
 `StoreContract` is the BaseStore contract as LangGraph's own stores keep it: it runs against
@@ -42,7 +42,7 @@ from langgraph.store.base import (
 from langgraph.store.memory import InMemoryStore
 
 from statefuse import Lens, LexicalRanker, ValueTypeError
-from statefuse.langgraph import (
+from statefuse.entry.langgraph import (
     CONFLICT_FIELD,
     LangGraphStoreError,
     NamespaceError,

@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover
 from langchain_core.embeddings import Embeddings
 from langgraph.store.memory import InMemoryStore
 
-from statefuse.langgraph import LangGraphStoreError, StateFuseStore, embedder_name
+from statefuse.entry.langgraph import LangGraphStoreError, StateFuseStore, embedder_name
 from statefuse.sync.replica import Replica
 
 WORDS = ("coffee", "tea", "kettle", "budget", "venue", "hotel")

@@ -19,12 +19,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statefuse.context import context_for
-from statefuse.lens import Lens
-from statefuse.state import State
+from statefuse.core.state import State
+from statefuse.reading.context import context_for
+from statefuse.reading.lens import Lens
+from statefuse.storage.testing import assert_index_agrees, state_summary
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import Replica, StoreDamagedError, _totals
-from statefuse.testing import assert_index_agrees, state_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -368,7 +368,7 @@ def test_a_revocation_takes_what_stopped_counting_out_of_the_derived_state(
 def test_a_langgraph_get_reads_the_derived_state_alone(tmp_path: Path) -> None:
     """`StateFuseStore.get` on a replica opened on its derived state reads the items' keys
     only, and answers as over a replica that loaded the history: values, a conflict, a miss."""
-    from statefuse.langgraph import StateFuseStore
+    from statefuse.entry.langgraph import StateFuseStore
 
     path = tmp_path / "m.db"
     with Replica.open(path, create=True, space="team", clock=_clock) as a:
@@ -414,7 +414,7 @@ def test_a_key_history_reads_that_key_alone(tmp_path: Path) -> None:
 def test_a_text_no_claim_can_hold_finds_nothing_and_raises_nothing(tmp_path: Path) -> None:
     """A lone surrogate (what a hostile command line or tool call can pass) names nothing
     stored: a read from the derived state answers as a loaded replica does, with nothing."""
-    from statefuse.langgraph import StateFuseStore
+    from statefuse.entry.langgraph import StateFuseStore
 
     path = tmp_path / "m.db"
     _written(path)

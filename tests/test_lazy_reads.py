@@ -31,11 +31,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from statefuse.context import Context, ContextError, ContextTotals, SectionName
-from statefuse.langgraph import StateFuseStore, claim_namespace
-from statefuse.lens import Lens
-from statefuse.mcp import build_server
-from statefuse.storeindex import StoreIndex
+from statefuse.entry.langgraph import StateFuseStore, claim_namespace
+from statefuse.entry.mcp import build_server
+from statefuse.reading.context import Context, ContextError, ContextTotals, SectionName
+from statefuse.reading.lens import Lens
+from statefuse.storage.storeindex import StoreIndex
 from statefuse.sync.replica import Replica
 
 SPACE = "team"

@@ -15,14 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statefuse import Writer, materialize
-from statefuse.lens import Lens
-from statefuse.lifecycle import LifecycleEvent
-from statefuse.materializer import Materializer
-from statefuse.op import Outcome
-from statefuse.projection import project
-from statefuse.state import locus_of
+from statefuse.core.lifecycle import LifecycleEvent
+from statefuse.core.materializer import Materializer
+from statefuse.core.op import Outcome
+from statefuse.core.state import locus_of
+from statefuse.reading.lens import Lens
+from statefuse.reading.projection import project
+from statefuse.reading.view import How
 from statefuse.sync.replica import Replica
-from statefuse.view import How
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = ("shop", "acme", "hours")
@@ -205,7 +205,7 @@ def test_a_preserve_decision_made_on_one_store_is_seen_by_another_after_sync(tmp
 def test_a_preserve_decision_through_mcp_is_seen_by_a_second_replica(tmp_path):
     from test_mcp import connected
 
-    from statefuse.mcp import build_server
+    from statefuse.entry.mcp import build_server
 
     first = Replica.open(tmp_path / "first.db", space=SPACE, create=True)
     second = Replica.open(tmp_path / "second.db", space=SPACE, create=True)
@@ -258,7 +258,7 @@ def test_show_notes_a_preserved_and_a_deferred_conflict(tmp_path):
 def test_recall_marks_a_merged_value_with_its_outcome(tmp_path):
     from test_mcp import connected
 
-    from statefuse.mcp import build_server
+    from statefuse.entry.mcp import build_server
 
     r = Replica.open(tmp_path / "r.db", space=SPACE, create=True)
     other = Replica.memory(space=SPACE)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from model import model
 
 from statefuse import ClaimAdded, Materializer, OpSet, Writer, materialize
-from statefuse.testing import TEST_REGISTRY, assert_same_state, op_lists, run_program
+from statefuse.storage.testing import TEST_REGISTRY, assert_same_state, op_lists, run_program
 
 
 def _mat(ops):
@@ -190,7 +190,7 @@ def test_a_knowing_reassertion_is_active_and_an_unknowing_one_is_not(order):
 _DIGEST_SCRIPT = """
 import sys
 from statefuse import decode_op, materialize
-from statefuse.testing import TEST_REGISTRY
+from statefuse.storage.testing import TEST_REGISTRY
 ops = [decode_op(bytes.fromhex(h)) for h in sys.stdin.read().split()]
 print(materialize(ops, registry=TEST_REGISTRY).digest().hex())
 """

@@ -1,4 +1,4 @@
-"""The MCP server (`statefuse.mcp`), driven by the real MCP SDK client: in process through the
+"""The MCP server (`statefuse.entry.mcp`), driven by the real MCP SDK client: in process through the
 SDK's in-memory transport (JSON-RPC messages, initialize handshake), then as ``statefuse mcp``
 processes over stdio and streamable HTTP, and two servers that sync through an HTTP peer.
 
@@ -32,11 +32,11 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import CallToolResult
 
-from statefuse.mcp import CONTEXT_URI, build_server
+from statefuse.entry.mcp import CONTEXT_URI, build_server
+from statefuse.storage.testing import full_key_lines
 from statefuse.sync.http import serve
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import Replica
-from statefuse.testing import full_key_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = "team"
@@ -616,10 +616,10 @@ def test_statefuse_mcp_over_streamable_http_on_a_free_port_stops_cleanly(tmp_pat
 def test_the_sdk_is_needed_only_by_the_mcp_command_which_says_how_to_install_it(tmp_path):
     script = (
         "import sys\n"
-        "import statefuse, statefuse.cli\n"
+        "import statefuse, statefuse.entry.cli\n"
         "assert 'mcp' not in sys.modules, 'import statefuse imported the MCP SDK'\n"
         "sys.modules['mcp'] = None  # as if the extra were not installed\n"
-        "sys.exit(statefuse.cli.main(sys.argv[1:]))\n"
+        "sys.exit(statefuse.entry.cli.main(sys.argv[1:]))\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", script, "mcp", "--store", str(tmp_path / "none.db")],

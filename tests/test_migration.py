@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from mounts import ReadOnly, namespaces, need, on_tmpfs, remove, shared_dir
 
-from statefuse.store import SCHEMA_VERSION, StoreError
+from statefuse.storage.store import SCHEMA_VERSION, StoreError
 from statefuse.sync.replica import Replica
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -291,7 +291,7 @@ def _one_clear_error(done: subprocess.CompletedProcess[str]) -> str:
 _OPEN_WRITABLE = """
 import sys
 import time
-from statefuse.store import StoreError
+from statefuse.storage.store import StoreError
 from statefuse.sync.replica import Replica
 try:
     Replica.open(sys.argv[1]).close()

@@ -27,7 +27,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statefuse.materializer import materialize
+from statefuse.core.materializer import materialize
 from statefuse.sync.replica import Replica
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,7 +27,7 @@ if not IN_CI:
 import nats
 import nkeys
 
-from statefuse.cli import main
+from statefuse.entry.cli import main
 from statefuse.sync.follower import FollowError
 from statefuse.sync.jetstream import (
     CREDS_ENV,

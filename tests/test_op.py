@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_value import INT64_MAX, documented_limits, reference_encode, values
 
-import statefuse.op
+import statefuse.core.op
 from statefuse import (
     ClaimAdded,
     ClaimRetracted,
@@ -30,7 +30,7 @@ from statefuse import (
     confidence_rank,
     decode_op,
 )
-from statefuse.op import decode_ops
+from statefuse.core.op import decode_ops
 from statefuse.registry import (
     BUILTIN_NORMALIZERS,
     DEFAULT_REGISTRY,
@@ -63,7 +63,7 @@ def test_op_limits_are_the_documented_ones():
         ("MAX_LIST_ITEMS", MAX_LIST_ITEMS),
         ("MAX_LAMPORT", 2**63 - 1),
     ]:
-        assert getattr(statefuse.op, name) == value == documented.get(name), name
+        assert getattr(statefuse.core.op, name) == value == documented.get(name), name
 
 
 def expected_claim_ref(namespace, subject, predicate, scope, ref_value) -> bytes:
@@ -934,8 +934,8 @@ def test_the_encoding_handed_over_after_sealing_is_the_ops_own():
     writer = Writer("w", clock=lambda: 0)
     first = writer.claim("ns", "s", "p", 1)
     second = writer.claim("ns", "s", "p", 2)
-    assert statefuse.op.sealed_encoding(second) == second.encode()
-    assert statefuse.op.sealed_encoding(first) == first.encode() != second.encode()
+    assert statefuse.core.op.sealed_encoding(second) == second.encode()
+    assert statefuse.core.op.sealed_encoding(first) == first.encode() != second.encode()
 
 
 def test_the_pre_checked_build_refuses_a_value_list_of_the_wrong_length():
@@ -949,7 +949,7 @@ def test_the_pre_checked_build_refuses_a_value_list_of_the_wrong_length():
 
 @given(_claims())
 def test_the_writers_compiled_claim_builder_builds_what_the_pre_checked_build_does(claim):
-    from statefuse.writer import _CLAIM_CHECKED, _build_claim
+    from statefuse.storage.writer import _CLAIM_CHECKED, _build_claim
 
     values = [getattr(claim, name) for name, _ in ClaimAdded._SCHEMA]
     compiled = _build_claim(values)

@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statefuse import EncodingError, OpRuleError, Writer, decode_op, materialize
-from statefuse.context import context_for
-from statefuse.lens import Lens
-from statefuse.op import DecisionAdded, Outcome, decode_ops
-from statefuse.projection import project
-from statefuse.state import StaleReason
+from statefuse.core.op import DecisionAdded, Outcome, decode_ops
+from statefuse.core.state import StaleReason
+from statefuse.reading.context import context_for
+from statefuse.reading.lens import Lens
+from statefuse.reading.projection import project
+from statefuse.reading.view import How
 from statefuse.sync.replica import Replica
-from statefuse.view import How
 
 KEY = ("shop", "acme", "hours")
 L, C, S = bytes(range(32)), bytes(range(1, 33)), bytes(range(2, 34))
@@ -302,7 +302,7 @@ def test_a_peer_of_the_previous_release_quarantines_a_new_decision_with_the_reas
     earlier = [cid for cid in a.change_ids()]
     datas = a.change_bytes(earlier)
     # The previous release knows op versions 1 and 2 only, and has no batch layout for 3.
-    import statefuse.op as op_module
+    import statefuse.core.op as op_module
 
     monkeypatch.setattr(op_module, "_KNOWN_VERSIONS", frozenset({1, 2}))
     monkeypatch.setattr(

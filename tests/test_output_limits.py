@@ -82,7 +82,7 @@ def test_the_mcp_conflicts_and_history_tools_take_a_limit_and_say_what_they_left
     store: Path,
 ) -> None:
     pytest.importorskip("mcp")
-    from statefuse.mcp import build_server
+    from statefuse.entry.mcp import build_server
     from tests.test_mcp import connected
 
     rep = Replica.open(store)

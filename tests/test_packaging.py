@@ -90,7 +90,7 @@ def test_a_users_own_sync_and_registry_modules_do_not_shadow_statefuse(
             f"raise SystemExit('the user\\'s {name}.py was imported')\n"
         )
     script = (
-        "import statefuse, statefuse.cli\n"
+        "import statefuse, statefuse.entry.cli\n"
         "r = statefuse.Replica.memory(space='team')\n"
         "r.add_claim('user/ada/city', 'Paris')\n"
         "print(statefuse.__file__)\n"

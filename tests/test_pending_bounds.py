@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from benchmarks.flood import flood_changes, push, served
 from statefuse.registry import DEFAULT_REGISTRY
-from statefuse.store import MemoryStore, StoreWrite
+from statefuse.storage.store import MemoryStore, StoreWrite
+from statefuse.storage.writer import Writer
 from statefuse.sync import (
     DEFAULT_BOUNDS,
     Bounds,
@@ -32,7 +33,6 @@ from statefuse.sync import (
 from statefuse.sync.bundle import write_bundle
 from statefuse.sync.changelog import ChangeLog
 from statefuse.sync.replica import Replica
-from statefuse.writer import Writer
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = "team"

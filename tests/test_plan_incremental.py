@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statefuse import Lens, materialize, project
-from statefuse.materializer import Materializer
-from statefuse.projection import _plan, _plan_full
+from statefuse.core.materializer import Materializer
+from statefuse.reading.projection import _plan, _plan_full
+from statefuse.reading.resolver import Conservative
+from statefuse.reading.view import Layered, _in_order
 from statefuse.registry import Cardinality, PredicateContract, Registry
-from statefuse.resolver import Conservative
-from statefuse.view import Layered, _in_order
-from statefuse.writer import Writer
+from statefuse.storage.writer import Writer
 
 REG = Registry([PredicateContract("tags", cardinality=Cardinality.MANY)])
 SUBJECTS = ["a", "b", "c"]

@@ -34,10 +34,10 @@ from statefuse import (
     materialize,
     run_resolver,
 )
-from statefuse.lens import Include, Lens, LensError, scope_rank
-from statefuse.projection import ProjectionError, project
-from statefuse.testing import TEST_REGISTRY, op_lists
-from statefuse.view import Contest, How
+from statefuse.reading.lens import Include, Lens, LensError, scope_rank
+from statefuse.reading.projection import ProjectionError, project
+from statefuse.reading.view import Contest, How
+from statefuse.storage.testing import TEST_REGISTRY, op_lists
 
 REG = Registry(
     [

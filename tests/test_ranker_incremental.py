@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statefuse.ranker import LexicalRanker
-from statefuse.writer import Writer
+from statefuse.reading.ranker import LexicalRanker
+from statefuse.storage.writer import Writer
 
 WORDS = ["acme", "price", "deadline", "launch", "vendor", "blue", "red", "usd", "2026", "plan"]
 

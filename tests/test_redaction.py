@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statefuse.materializer import materialize
-from statefuse.opset import OpSet
+from statefuse.core.materializer import materialize
+from statefuse.core.opset import OpSet
 from statefuse.sync.declaration import SPACE_OP_TYPES
 from statefuse.sync.key import SigningKey
 from statefuse.sync.redaction import REDACTOR_ROLE, OpsRedacted, RefusedWhy
@@ -304,7 +304,7 @@ def test_statefuse_redact_deletes_the_secret_lists_the_audit_and_refuses_bad_inp
 
 def test_the_mcp_redact_tool_is_offered_only_when_the_server_allows_it(tmp_path):
     pytest.importorskip("mcp")
-    from statefuse.mcp import build_server
+    from statefuse.entry.mcp import build_server
     from tests.test_mcp import connected
 
     path = tmp_path / "mcp.sqlite"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from statefuse.lifecycle import LifecycleEvent
+from statefuse.core.lifecycle import LifecycleEvent
 from statefuse.sync.replica import Replica
 
 SPACE = "audit"

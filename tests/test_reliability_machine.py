@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from statefuse import materialize
-from statefuse.store import StoreError
+from statefuse.storage.store import StoreError
 from statefuse.sync.changelog import Ignored
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import OwnFeedWarning, Replica, StoreDamagedError, key_path

@@ -22,7 +22,7 @@ from statefuse import (
     materialize,
 )
 from statefuse.registry import PredicateContract, Registry
-from statefuse.store import StoreError
+from statefuse.storage.store import StoreError
 from statefuse.sync.bundle import BundleError, parse_bundle
 from statefuse.sync.change import UnverifiedChange
 from statefuse.sync.key import SigningKey

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from statefuse import ClaimAdded, Materializer, OpSet, Writer, materialize
-from statefuse.testing import KEYS, SCOPES, TEST_REGISTRY, VALUES, assert_same_state
+from statefuse.storage.testing import KEYS, SCOPES, TEST_REGISTRY, VALUES, assert_same_state
 
 REPLICAS = 3
 

@@ -21,8 +21,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from statefuse import ClaimAdded, PredicateContract, Registry, Writer, materialize
-from statefuse.judge import JUDGE_INPUT_FORMAT, CallableResolver, judge_payload
-from statefuse.resolver import (
+from statefuse.core.state import ConflictSet
+from statefuse.reading.judge import JUDGE_INPUT_FORMAT, CallableResolver, judge_payload
+from statefuse.reading.resolver import (
     Abstain,
     AbstainAll,
     AuthorityRank,
@@ -36,7 +37,6 @@ from statefuse.resolver import (
     ShownConflict,
     run_resolver,
 )
-from statefuse.state import ConflictSet
 
 REG = Registry([PredicateContract("price", normalizer="number")])
 KEY = ("p", "x", "price")
@@ -762,7 +762,7 @@ def test_callable_resolver_rejects_a_bad_judge_or_time_limit(kwargs, field):
 
 @given(scenarios())
 def test_the_input_the_projection_builds_unchecked_equals_the_checked_one(s):
-    from statefuse.projection import _visible_groups
+    from statefuse.reading.projection import _visible_groups
 
     groups = _visible_groups(s.conflict, s.inp.candidates)
     shown = ShownConflict.of(s.conflict, len(s.inp.candidates))

@@ -1,4 +1,5 @@
-"""Scrubbing retracted values out of the working set (`statefuse.scrub`, `Transcript.CLEAN`).
+"""Scrubbing retracted values out of the working set (`statefuse.reading.scrub`,
+`Transcript.CLEAN`).
 
 Examples pin the rule (whole words, the minimum length, held values, the markers, the verbatim
 switch); properties check it over random memories whose turns embed old and current values:
@@ -15,16 +16,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statefuse import Lens, Writer, materialize, project
-from statefuse.context import (
+from statefuse.core.op import ClaimAdded, Layer
+from statefuse.reading.context import (
     REPEATED,
     ContextPolicy,
     Transcript,
     assemble_context,
     render_key,
 )
-from statefuse.op import ClaimAdded, Layer
-from statefuse.scrub import find, findable, fold, folded, retracted_index, value_text
-from statefuse.tokenizer import BpeTokenizer, CachedTokenizer
+from statefuse.reading.scrub import find, findable, fold, folded, retracted_index, value_text
+from statefuse.reading.tokenizer import BpeTokenizer, CachedTokenizer
 
 TOK = CachedTokenizer(BpeTokenizer())
 LENS = Lens(roles=("ops",), session="s1", now=1_000)
@@ -320,7 +321,7 @@ def _build_more(program: list[tuple]) -> list:
 @given(st.lists(more, max_size=30), READS)
 def test_the_retracted_index_kept_by_the_index_equals_one_built_from_scratch(program, reads):
     from statefuse import Materializer
-    from statefuse.scrub import RetractedIndex
+    from statefuse.reading.scrub import RetractedIndex
 
     ops = _build_more(program)
     m = Materializer()

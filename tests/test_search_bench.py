@@ -23,7 +23,7 @@ def test_the_benchmark_prints_lexical_and_hybrid_hits(capsys: pytest.CaptureFixt
 
 
 def test_no_question_shares_a_word_with_the_memory_it_asks_about() -> None:
-    from statefuse.ranker import words
+    from statefuse.reading.ranker import words
 
     for key, value, question in bench.TARGETS:
         shared = set(words(question)) & set(words(f"{key} {value}"))

@@ -16,9 +16,9 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from statefuse import ClaimAdded
-from statefuse.cli import main
-from statefuse.sqlitestore import SQLiteStore
-from statefuse.store import MemoryStore, StoreInfo, StoreWrite
+from statefuse.entry.cli import main
+from statefuse.storage.sqlitestore import SQLiteStore
+from statefuse.storage.store import MemoryStore, StoreInfo, StoreWrite
 from statefuse.sync.key import SigningKey, SigningKeyError
 from statefuse.sync.replica import CLOSE_SNAPSHOT_SHARE, Replica, ReplicaError
 from statefuse.sync.snapshot import (

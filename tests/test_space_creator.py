@@ -34,15 +34,15 @@ from statefuse.registry import (
     PredicateContract,
     Registry,
 )
-from statefuse.sqlitestore import SQLiteStore
-from statefuse.store import StoreInfo, StoreWrite
+from statefuse.storage.sqlitestore import SQLiteStore
+from statefuse.storage.store import StoreInfo, StoreWrite
+from statefuse.storage.writer import Writer
 from statefuse.sync.bundle import open_bundle, write_bundle
 from statefuse.sync.change import VerifiedChange, sign_change
 from statefuse.sync.declaration import RegistryDeclared
 from statefuse.sync.key import SigningKey
 from statefuse.sync.protocol import CONTENT_TYPE, encode_frames
 from statefuse.sync.replica import Replica, ReplicaError, TwoSpacesError, key_path
-from statefuse.writer import Writer
 from tests.serving import served
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statefuse import Lens, StoreError, project
-from statefuse.cli import main
+from statefuse.entry.cli import main
+from statefuse.reading.resolver import Conservative
 from statefuse.registry import (
     DEFAULT_REGISTRY,
     EXACT_REGISTRY,
@@ -27,14 +28,13 @@ from statefuse.registry import (
     Registry,
     RegistryError,
 )
-from statefuse.resolver import Conservative
-from statefuse.sqlitestore import SQLiteStore
-from statefuse.store import StoreInfo, StoreWrite
+from statefuse.storage.sqlitestore import SQLiteStore
+from statefuse.storage.store import StoreInfo, StoreWrite
+from statefuse.storage.writer import Writer
 from statefuse.sync.change import sign_change
 from statefuse.sync.declaration import RegistryDeclared
 from statefuse.sync.key import SigningKey
 from statefuse.sync.replica import Replica, ReplicaError, key_path
-from statefuse.writer import Writer
 
 SPACE = "deals"
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statefuse.sqlitestore import SQLiteStore
-from statefuse.store import MemoryStore, QuarantineRecord, StoreError, StoreInfo, StoreWrite
+from statefuse.storage.sqlitestore import SQLiteStore
+from statefuse.storage.store import MemoryStore, QuarantineRecord, StoreError, StoreInfo, StoreWrite
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -386,7 +386,7 @@ def _damaged_rec(key: int, data: bytes, seen: int = 50) -> QuarantineRecord:
 
 
 def test_apply_repair_moves_rows_where_the_plan_says_and_drops_the_snapshot(factory):
-    from statefuse.store import RepairPlan
+    from statefuse.storage.store import RepairPlan
 
     store, reopen = _filled(factory)
     positions = {cid: pos for pos, cid in store.accepted_ids()}
@@ -426,7 +426,7 @@ def test_apply_repair_moves_rows_where_the_plan_says_and_drops_the_snapshot(fact
     ],
 )
 def test_a_repair_plan_that_does_not_match_the_store_writes_nothing(factory, bad):
-    from statefuse.store import RepairPlan
+    from statefuse.storage.store import RepairPlan
 
     store, reopen = _filled(factory)
     before = _everything(store)
@@ -462,7 +462,7 @@ def _content(store):
 
 
 def _plan_for(store, quarantine_ids, park_ids, drop_pending_ids):
-    from statefuse.store import RepairPlan
+    from statefuse.storage.store import RepairPlan
 
     pos = {cid: p for p, cid in store.accepted_ids()}
     data = dict(store.accepted())

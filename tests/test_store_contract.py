@@ -27,7 +27,7 @@ from storecontract import (
     refused,
 )
 
-from statefuse.store import (
+from statefuse.storage.store import (
     EvictedRow,
     EvictionTally,
     PendingRow,

@@ -1,5 +1,5 @@
 """The SQLite store's file: what it refuses, how it is read beside a writer, how SQLite's errors
-surface, and how a damaged file is rebuilt (`statefuse.sqlitestore`).
+surface, and how a damaged file is rebuilt (`statefuse.storage.sqlitestore`).
 
 The store contract itself (what every store keeps) is in ``test_store.py``; these tests are about
 bytes on disk: foreign files left untouched, schema 1 stores migrated (or read as they are),
@@ -24,8 +24,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from statefuse.sqlitestore import APPLICATION_ID, SQLiteStore
-from statefuse.store import (
+from statefuse.storage.sqlitestore import APPLICATION_ID, SQLiteStore
+from statefuse.storage.store import (
     SCHEMA_VERSION,
     QuarantineRecord,
     RepairPlan,
@@ -316,7 +316,7 @@ def test_a_schema_1_store_opens_and_is_migrated_to_the_current_schema_with_a_sto
 def _v3_store(path: Path) -> None:
     """A store as schema 3 left it (before the publish marks): the first release's file,
     migrated by the steps of that time."""
-    from statefuse.sqlitestore import _MIGRATIONS
+    from statefuse.storage.sqlitestore import _MIGRATIONS
 
     _v1_store(path)
     db = sqlite3.connect(path, isolation_level=None)
@@ -467,8 +467,8 @@ def test_a_read_only_open_works_when_the_wal_and_shm_files_are_absent(tmp_path):
 _READ_IN_READ_ONLY_DIRECTORY = textwrap.dedent(
     """
     import sys
-    from statefuse.sqlitestore import SQLiteStore
-    from statefuse.store import StoreError
+    from statefuse.storage.sqlitestore import SQLiteStore
+    from statefuse.storage.store import StoreError
     path = sys.argv[1]
     reader = SQLiteStore(path, readonly=True)
     print([d.decode() for _, d in reader.accepted()], reader.pending(), reader.info().space)
@@ -488,7 +488,7 @@ def test_a_read_only_open_works_in_a_read_only_directory(tmp_path):
     path = home / "s.db"
     _small_store(path)
     Path(f"{path}.lock").unlink()
-    before = sorted(os.listdir(home))  # the store and its clean mark (statefuse.filemark)
+    before = sorted(os.listdir(home))  # the store and its clean mark (statefuse.storage.filemark)
     os.chmod(home, 0o555)
     try:
         if not os.access(home, os.W_OK):
@@ -533,8 +533,8 @@ def test_a_read_only_open_works_in_a_read_only_directory(tmp_path):
 _WRITER = textwrap.dedent(
     """
     import os, sys, time
-    from statefuse.sqlitestore import SQLiteStore
-    from statefuse.store import StoreWrite
+    from statefuse.storage.sqlitestore import SQLiteStore
+    from statefuse.storage.store import StoreWrite
     store = SQLiteStore(sys.argv[1])
     print("ready", flush=True)
     for b in range(int(sys.argv[2])):  # until told to stop (the file sys.argv[3] exists)
@@ -850,7 +850,7 @@ def test_rebuild_keeps_every_readable_row_and_the_damaged_original_beside_it(big
     assert list(store.accepted())[-1] == (ACCEPTED + 1, b"new")  # no position handed out twice
     store.close()
     names = sorted(os.listdir(tmp_path))
-    # the write after the rebuild marked the new file clean (statefuse.filemark)
+    # the write after the rebuild marked the new file clean (statefuse.storage.filemark)
     assert names == sorted(["s.db", "s.db.clean", "s.db.lock", aside.name])
     reopened = SQLiteStore(path)
     assert reopened.count() == len(readable_accepted) + 1
@@ -860,7 +860,7 @@ def test_rebuild_keeps_every_readable_row_and_the_damaged_original_beside_it(big
 def test_rebuild_of_a_store_whose_table_root_is_damaged_keeps_the_other_tables(
     big, tmp_path, monkeypatch
 ):
-    import statefuse.sqlitestore as sqlitestore
+    import statefuse.storage.sqlitestore as sqlitestore
 
     budgets: list[sqlitestore._Budget] = []
 

@@ -1,6 +1,6 @@
 """Two paths to one store are one store: the write lock, the author key and a rebuild follow
 the file itself (the path resolved: symlinks, ``..``, relative parts), not the path as typed
-(`statefuse.sqlitestore.lock_path`, `statefuse.sync.replica.key_path`).
+(`statefuse.storage.sqlitestore.lock_path`, `statefuse.sync.replica.key_path`).
 
 Driven with real processes: a `statefuse serve` serves the store at its real path while CLI
 writers write through other paths beside it; an API writer holds the write lock through one
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from statefuse.sqlitestore import SQLiteStore, lock_path
+from statefuse.storage.sqlitestore import SQLiteStore, lock_path
 from statefuse.sync.replica import Replica, key_path
 from tests.serving import served_process
 

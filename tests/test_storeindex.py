@@ -1,4 +1,5 @@
-"""The derived state kept in the store (`statefuse.storeindex`) is `materialize` of the counted
+"""The derived state kept in the store (`statefuse.storage.storeindex`) is `materialize` of the
+counted
 ops: built in one go, or applied in any batches, orders and with duplicates, on a real SQLite
 store file, across close and reopen."""
 
@@ -12,14 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from statefuse import StoreIndex, Writer, materialize
-from statefuse.op import ClaimAdded, EvidenceAdded, Layer
-from statefuse.ranker import value_text, words
+from statefuse.core.op import ClaimAdded, EvidenceAdded, Layer
+from statefuse.core.state import locus_of
+from statefuse.reading.ranker import value_text, words
 from statefuse.registry import DEFAULT_REGISTRY
-from statefuse.sqlitestore import _MIGRATIONS, SQLiteStore
-from statefuse.state import locus_of
-from statefuse.store import StoreError, StoreInfo
-from statefuse.storeindex import OpMemo, _match_expression
-from statefuse.testing import SCOPES, TEST_REGISTRY, op_lists, state_summary
+from statefuse.storage.sqlitestore import _MIGRATIONS, SQLiteStore
+from statefuse.storage.store import StoreError, StoreInfo
+from statefuse.storage.storeindex import OpMemo, _match_expression
+from statefuse.storage.testing import SCOPES, TEST_REGISTRY, op_lists, state_summary
 
 REG = TEST_REGISTRY
 INFO = StoreInfo(space="team", mode="open", root=b"", registry=b"\x01" * 32)

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from statefuse.cli import main
+from statefuse.entry.cli import main
 from statefuse.sync.client import CAFILE_ENV
 from statefuse.sync.guard import ServerLimits
 from statefuse.sync.http import (

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from statefuse.cli import main
+from statefuse.entry.cli import main
 from statefuse.sync.replica import Replica
 
 

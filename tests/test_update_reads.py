@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from statefuse import Writer, materialize
 from statefuse import index as index_module
-from statefuse.lens import Lens
+from statefuse.reading.lens import Lens
 from statefuse.sync.replica import Replica
 
 if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
@@ -30,7 +30,7 @@ if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
 else:
     pytest.importorskip("langgraph")
 
-from statefuse.langgraph import StateFuseStore
+from statefuse.entry.langgraph import StateFuseStore
 
 FEW, MANY = 150, 600
 LENS = Lens(roles=("ops",), session="s1", now=1_000)

@@ -10,21 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statefuse import Materializer, Writer, materialize, project
-from statefuse.error import EncodingError, OpRuleError
-from statefuse.lens import Lens, LensError
-from statefuse.op import ClaimAdded, decode_op, decode_ops
-from statefuse.registry import DEFAULT_REGISTRY
-from statefuse.sqlitestore import SQLiteStore
-from statefuse.store import StoreInfo
-from statefuse.testing import (
-    TEST_REGISTRY,
-    assert_index_agrees,
-    assert_same_state,
-    op_lists,
-    state_summary,
-)
-from statefuse.timeline import timeline
-from statefuse.validity import (
+from statefuse.core.error import EncodingError, OpRuleError
+from statefuse.core.op import ClaimAdded, decode_op, decode_ops
+from statefuse.core.validity import (
     conflicting,
     contexts_agree,
     format_interval,
@@ -32,7 +20,19 @@ from statefuse.validity import (
     instant_ms,
     overlaps,
 )
-from statefuse.view import How
+from statefuse.reading.lens import Lens, LensError
+from statefuse.reading.timeline import timeline
+from statefuse.reading.view import How
+from statefuse.registry import DEFAULT_REGISTRY
+from statefuse.storage.sqlitestore import SQLiteStore
+from statefuse.storage.store import StoreInfo
+from statefuse.storage.testing import (
+    TEST_REGISTRY,
+    assert_index_agrees,
+    assert_same_state,
+    op_lists,
+    state_summary,
+)
 
 REG = TEST_REGISTRY
 INFO = StoreInfo(space="team", mode="open", root=b"", registry=b"\x01" * 32)
@@ -120,7 +120,7 @@ def test_a_reader_of_the_current_release_refuses_the_new_encoding_with_the_op_ve
 ):
     """What a peer on the release before sees: it knows ClaimAdded versions 1 and 2 and op
     versions {1, 2} only (emulated by taking the new versions out of the decoder)."""
-    from statefuse import op as op_module
+    from statefuse.core import op as op_module
 
     data = _claim(valid_from=JAN).encode()
     assert b"\xa1v\x04" in data
@@ -568,7 +568,7 @@ def test_a_peer_of_the_release_before_quarantines_a_situated_claim_with_the_op_v
     """What `statefuse import` of this release's bundle does on the release before (seen with
     that release: ``bad-op ... unsupported op format version 4 [rule: op-version]``), with the
     new versions taken out of the decoder; the plain change beside it is accepted."""
-    from statefuse import op as op_module
+    from statefuse.core import op as op_module
     from statefuse.sync.replica import Replica
 
     writer = Replica.memory(space="team")

@@ -12,10 +12,10 @@ if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
 else:
     pytest.importorskip("langgraph")
 
-from statefuse.langgraph import StateFuseStore
-from statefuse.lens import Lens
+from statefuse.core.validity import instant_ms
+from statefuse.entry.langgraph import StateFuseStore
+from statefuse.reading.lens import Lens
 from statefuse.sync.replica import Replica
-from statefuse.validity import instant_ms
 
 
 def test_a_store_lens_at_an_instant_and_in_a_context_reads_the_value_that_holds_there():

@@ -16,7 +16,7 @@ else:
 
 from test_mcp import Session, connected
 
-from statefuse.mcp import build_server
+from statefuse.entry.mcp import build_server
 from statefuse.sync.replica import Replica
 
 MAR = 1_772_323_200_000

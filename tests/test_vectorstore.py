@@ -1,4 +1,5 @@
-"""Stored vectors (`statefuse.vectorstore`): kept in the store file by claim id, embedder name
+"""Stored vectors (`statefuse.retrieval.vectorstore`): kept in the store file by claim id, embedder
+name
 and dimension; two embedders never mix; reopening a store never embeds a claim again."""
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.search import ConceptEmbedder, load  # noqa: E402
-from statefuse.embedder import EmbedderError, float32  # noqa: E402
-from statefuse.fusion import HybridRanker, claim_text  # noqa: E402
-from statefuse.sqlitestore import SQLiteStore  # noqa: E402
+from statefuse.retrieval.embedder import EmbedderError, float32  # noqa: E402
+from statefuse.retrieval.fusion import HybridRanker, claim_text  # noqa: E402
+from statefuse.retrieval.vectorstore import MemoryVectors, nearest, pack, unpack  # noqa: E402
+from statefuse.storage.sqlitestore import SQLiteStore  # noqa: E402
 from statefuse.sync.replica import Replica  # noqa: E402
-from statefuse.vectorstore import MemoryVectors, nearest, pack, unpack  # noqa: E402
 
 
 @dataclass
@@ -205,7 +206,7 @@ def test_vectors_survive_a_rebuilt_file_by_being_made_again(tmp_path: Path) -> N
 def test_a_hybrid_ranker_awaits_an_async_embedder(kind: str) -> None:
     import asyncio
 
-    from statefuse.embedder import as_embedder
+    from statefuse.retrieval.embedder import as_embedder
 
     base = ConceptEmbedder()
 

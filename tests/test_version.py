@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statefuse import materialize
-from statefuse.op import Op
+from statefuse.core.op import Op
+from statefuse.reading.statediff import state_diff
 from statefuse.registry import EXACT_REGISTRY, PredicateContract, Registry
-from statefuse.statediff import state_diff
 from statefuse.sync.change import VerifiedChange
 from statefuse.sync.changelog import ChangeLog
 from statefuse.sync.declaration import SPACE_OP_TYPES

@@ -30,7 +30,7 @@ import pytest
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
-from statefuse.langgraph import StateFuseStore
+from statefuse.entry.langgraph import StateFuseStore
 from statefuse.sync.replica import Replica
 
 BACKEND = os.environ.get("STATEFUSE_UPSTREAM_BACKEND", "memory")
