@@ -2483,7 +2483,7 @@ class Replica:
                 if op.op_id in ids and isinstance(op, ClaimAdded):
                     key = (op.namespace, op.subject, op.predicate)
                     locus = locus_of(*key, op.scope)
-                    out.append(Placed.of(op.op_id, op.author, op.lamport, key, locus))
+                    out.append(Placed.of(op.op_id, c.author, op.lamport, key, locus))
         return out
 
     def _keep_placed(self, placed: list[Placed]) -> None:

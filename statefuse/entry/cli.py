@@ -2916,7 +2916,7 @@ def _cmd_redact(s: Session) -> int:
     rep = s.replica()
     if a.list:
         state = rep.redactions()
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "op_id": r.op_id.hex(),
                 "by": r.by.hex(),
