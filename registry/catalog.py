@@ -22,18 +22,14 @@ registering is idempotent for the same function and refused for another one.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 from statefuse.registry.detector import Detector
 from statefuse.registry.error import ContractError, RegistryError
-from statefuse.registry.normalizer import BUILTIN_NORMALIZERS, Normalizer
+from statefuse.registry.normalizer import BUILTIN_NORMALIZERS, NAME_PATTERN, Normalizer
 
-#: What a normalizer name may look like: letters, digits, ``.``, ``_`` and ``-``, starting with a
-#: letter. ``@`` separates a name from its version in a declaration (``"acme.sku@2"``).
-NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,127}")
 #: The highest normalizer version a declaration may name.
 MAX_VERSION = 1_000_000
 

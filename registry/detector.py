@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
 from statefuse.registry.error import ContractError, InputError
+from statefuse.registry.normalizer import NAME_PATTERN
 from statefuse.registry.value import FrozenMap, Value, encode_frozen, frozen_value
 
 #: The finding type a failed detector run yields.
@@ -279,8 +280,6 @@ def _error_text(text: str) -> str:
 
 def check_detector_name(name: object, field: str = "name") -> str:
     """``name`` if it is a valid detector name (as a normalizer name); raises ContractError."""
-    from statefuse.registry.catalog import NAME_PATTERN
-
     if type(name) is not str or not NAME_PATTERN.fullmatch(name):
         raise ContractError(
             field,

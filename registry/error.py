@@ -1,8 +1,7 @@
 """The root of StateFuse's error tree, and the errors of the bottom layer.
 
-These classes live in ``registry`` because it is the bottom of the import graph
-(``registry <- statefuse <- sync``); ``statefuse.core.error`` re-exports them and draws the whole
-tree.
+These classes live in ``registry`` because it is the floor below all others;
+``statefuse.core.error`` re-exports them and draws the whole tree.
 Input errors carry the offending ``field`` and the ``rule`` it broke, and also subclass the
 builtin (``ValueError``/``TypeError``) a caller would expect.
 """

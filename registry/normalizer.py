@@ -49,6 +49,10 @@ from types import MappingProxyType
 from statefuse.registry.error import NormalizationError
 from statefuse.registry.value import INT_MAX, INT_MIN, FrozenMap, Value
 
+#: What a normalizer name may look like: letters, digits, ``.``, ``_`` and ``-``, starting with a
+#: letter. ``@`` separates a name from its version in a declaration (``"acme.sku@2"``).
+NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,127}")
+
 Normalizer = Callable[[Value], Value]
 
 #: Every digit of a ``number`` (and of a ``money`` amount) must lie between 10**-400 and

@@ -435,11 +435,25 @@ class _MovedFinder:
         return ModuleSpec(name, _MovedLoader(f"statefuse.{floor}.{tail}"))  # type: ignore[arg-type]
 
 
+class _Surface(_ModuleType):
+    """The package ``statefuse``: loading an old module path sets it as an attribute here, as
+    Python does for every submodule, but never over a name this package exports
+    (``statefuse.timeline`` stays the function, as it was in the flat layout)."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        held = self.__dict__.get(name)
+        exported = held is not None and not isinstance(held, _ModuleType)
+        if name in _MOVED and isinstance(value, _ModuleType) and exported:
+            return
+        super().__setattr__(name, value)
+
+
 def _install_moved_finder() -> None:
     import sys
 
     if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
         sys.meta_path.append(_MovedFinder())
+    sys.modules[__name__].__class__ = _Surface
 
 
 _install_moved_finder()

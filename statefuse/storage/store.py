@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
-from statefuse.registry.error import InputError
+from statefuse.storage.storeerror import StoreError as StoreError
 
 if TYPE_CHECKING:
     from statefuse.storage.storeindex import StoreIndex
@@ -50,14 +50,6 @@ DEFAULT_WAIT = 30.0
 
 #: Length of a new store's random ``store_id``.
 STORE_ID_BYTES = 16
-
-
-class StoreError(InputError, RuntimeError):
-    """A store that cannot be used as asked. ``rule`` says why: ``no-such-store``,
-    ``not-a-store`` (a foreign file, left untouched), ``store-unreadable`` (SQLite cannot read
-    it), ``schema-version`` (a newer release), ``busy`` (other writers held the write lock past
-    the wait), ``store-replaced`` (another process rebuilt the file since this open), ``readonly``
-    (a write on a read-only open), ``repair-plan``, ``sqlite-error``, …"""
 
 
 class StoreWarning(UserWarning):

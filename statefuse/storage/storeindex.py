@@ -42,7 +42,7 @@ from statefuse.core.state import State, _locus_of_key, group_id_of
 from statefuse.core.validity import has_conflict
 from statefuse.reading.ranker import _doc_words, words
 from statefuse.registry import Registry
-from statefuse.storage.store import StoreError
+from statefuse.storage.storeerror import StoreError
 
 #: Bytes every encoded claim with an interval or a context holds (the key of a field only
 #: ClaimAdded versions 3 and 4 carry): a claim without them may hold them too, inside a value,
