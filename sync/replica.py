@@ -80,7 +80,7 @@ from statefuse.core.op import (
     sealed_encoding,
 )
 from statefuse.core.opset import OpSet
-from statefuse.core.redactedclaim import Placed, RedactedClaim, decode_placed, encode_placed
+from statefuse.core.redactedclaim import Placed, RedactedClaim, decode_held, encode_held
 from statefuse.core.state import ConflictSet, State, key_of, locus_of
 from statefuse.core.typo import nearest, typo_of
 from statefuse.core.validity import replaces
@@ -2470,12 +2470,13 @@ class Replica:
             write_archive(os.fsdecode(path), self.key, self.space, fixed, creator=self.creator)
         self.__dict__["_archive_changes"] = fixed
 
-    def _placed_before_cut(self, ids: frozenset[bytes]) -> list[Placed]:
-        """Where the claims among ``ids`` whose bodies this replica holds were (for the audit:
-        digests of key and locus, never the value), read before the bodies are cut."""
+    def _placed_before_cut(self, ids: frozenset[bytes]) -> list[RedactedClaim]:
+        """The audit records of the claims among ``ids`` whose bodies this replica holds: where
+        each was (digests of key and locus, never the value) and the redaction that counts for
+        it, read before the bodies are cut."""
         if not ids:
             return []
-        out: list[Placed] = []
+        out: list[RedactedClaim] = []
         for c in self.log.changes():
             if ids.isdisjoint(c.op_ids):
                 continue
@@ -2483,42 +2484,51 @@ class Replica:
                 if op.op_id in ids and isinstance(op, ClaimAdded):
                     key = (op.namespace, op.subject, op.predicate)
                     locus = locus_of(*key, op.scope)
-                    out.append(Placed.of(op.op_id, c.author, op.lamport, key, locus))
+                    r = self._redaction.redacted[op.op_id]
+                    placed = Placed.of(op.op_id, c.author, op.lamport, key, locus)
+                    out.append(
+                        RedactedClaim(
+                            r.op_id, r.by, r.lamport, r.wall_ms, r.reason, r.redaction, placed
+                        )
+                    )
         return out
 
-    def _keep_placed(self, placed: list[Placed]) -> None:
-        """Add ``placed`` to the store's audit records (in the transaction that cuts the
+    def _keep_placed(self, records: list[RedactedClaim]) -> None:
+        """Add ``records`` to the store's audit records (in the transaction that cuts the
         bodies: a record is kept exactly when its body is cut)."""
         note = getattr(self.store, "note", None)
-        if not placed or note is None:
+        if not records or note is None:
             return
-        held = decode_placed(note(REDACTED_NOTE))
-        held.update((p.claim_id, p) for p in placed)
-        self.store.set_note(REDACTED_NOTE, encode_placed(held.values()))  # type: ignore[attr-defined]
+        held = decode_held(note(REDACTED_NOTE))
+        held.update((r.op_id, r) for r in records)
+        self.store.set_note(REDACTED_NOTE, encode_held(held.values()))  # type: ignore[attr-defined]
 
     @_locked
     def redacted_claims(self, *, held: bool = False) -> list[RedactedClaim]:
         """Every redacted op id with the redaction that counts for it (by whom, when, why) and,
         where this replica held the body before it cut it, where the claim was (digests of its
         key and locus: `statefuse.core.redactedclaim`); never what it said. Ordered by the
-        redaction's lamport, then the redacted id. ``held``: only those this replica held
-        (what `history` and `conflict_history` can place; a store with none answers without
-        reading its whole history)."""
+        redaction's lamport, then the redacted id. ``held``: only those this replica held,
+        as recorded when it cut them (what `history` and `conflict_history` place), read from
+        the store's records alone: a lazily opened store stays lazy."""
         note = getattr(self.store, "note", None)
-        raw = note(REDACTED_NOTE) if note is not None else None
-        if held and not raw:
-            return []
-        placed = decode_placed(raw)
-        out = sorted(
-            (
+        records = decode_held(note(REDACTED_NOTE) if note is not None else None)
+        if held:
+            out = list(records.values())
+        else:
+            out = [
                 RedactedClaim(
-                    r.op_id, r.by, r.lamport, r.wall_ms, r.reason, r.redaction, placed.get(r.op_id)
+                    r.op_id,
+                    r.by,
+                    r.lamport,
+                    r.wall_ms,
+                    r.reason,
+                    r.redaction,
+                    records[r.op_id].placed if r.op_id in records else None,
                 )
                 for r in self.redactions().redacted.values()
-            ),
-            key=lambda r: (r.lamport, r.redaction, r.op_id),
-        )
-        return [r for r in out if r.held] if held else out
+            ]
+        return sorted(out, key=lambda r: (r.lamport, r.redaction, r.op_id))
 
     @_locked
     def redactions(self) -> RedactionState:
@@ -2980,6 +2990,9 @@ class Replica:
         gone = self.redacted_claims(held=True)
         if at is not None:
             return key_history(self.state(at=at), key, scope, redacted=gone)
+        if any(r.at_key(key) for r in gone):
+            # a retraction of a redacted claim is at no key's rows: read the whole memory
+            return key_history(self.state(), key, scope, redacted=gone)
         # the key's rows alone on a store opened on its derived state (`state_for`)
         return key_history(self.state_for(key, scope=scope), key, scope, redacted=gone)
 

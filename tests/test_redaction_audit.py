@@ -114,13 +114,20 @@ def test_a_redacted_claim_in_another_scope_is_placed_in_that_scope():
     assert red.claim_id == leaked.op_id
 
 
-def test_a_retraction_before_the_redaction_stays_in_the_history():
-    r = Replica.memory(space=SPACE)
-    leaked = r.add_claim(KEY, SECRET)
-    r.retract(leaked, reason="wrong key")
-    r.redact(claim=leaked.op_id, reason=REASON)
-    events = [(e.event, e.why) for e in r.history(KEY)]
-    assert events == [("claim", ""), ("retract", "wrong key"), ("redact", REASON)]
+def test_a_retraction_before_the_redaction_stays_in_the_history_on_every_open(tmp_path):
+    path = tmp_path / "r.sqlite"
+    want = [("claim", ""), ("retract", "wrong key"), ("redact", REASON)]
+    with Replica.open(path, space=SPACE, create=True) as r:
+        leaked = r.add_claim(KEY, SECRET)
+        r.add_claim("svc/billing/owner", "ann")
+        r.retract(leaked, reason="wrong key")
+        r.redact(claim=leaked.op_id, reason=REASON)
+        assert [(e.event, e.why) for e in r.history(KEY)] == want
+    with Replica.open(path) as r:  # opened on its derived state
+        assert not r.loaded
+        assert [e.event for e in r.history("svc/billing/owner")] == ["claim"]
+        assert not r.loaded  # the audit records are read alone: other keys stay cheap
+        assert [(e.event, e.why) for e in r.history(KEY)] == want
 
 
 # --- the command line, through real processes --------------------------------------------------

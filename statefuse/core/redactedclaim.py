@@ -83,24 +83,53 @@ class RedactedClaim:
         return self.placed is not None and self.placed.locus == locus
 
 
-#: One record in the store note: claim id, author, lamport (8 bytes, big-endian), key digest,
-#: locus (fixed width: a note of 10k records is 1.4 MB).
-_ROW = struct.Struct(">32s32sQ32s32s")
+#: The fixed part of one record in the store note: the claim's id, author, lamport (8 bytes,
+#: big-endian), key digest and locus; the redaction's id, author, lamport and clock; the length
+#: of its reason (UTF-8), which follows. A record is whole: history reads the note alone, never
+#: the store's history (a lazily opened store stays lazy).
+_ROW = struct.Struct(">32s32sQ32s32s32s32sQQI")
 
 
-def encode_placed(records: Iterable[Placed]) -> bytes:
-    """The store note holding the records (fixed-width rows, sorted by claim id)."""
-    rows = sorted({r.claim_id: r for r in records}.values(), key=lambda r: r.claim_id)
-    return b"".join(_ROW.pack(r.claim_id, r.author, r.lamport, r.key, r.locus) for r in rows)
+def encode_held(records: Iterable[RedactedClaim]) -> bytes:
+    """The store note holding the records of placed redacted claims (sorted by claim id)."""
+    out: list[bytes] = []
+    for r in sorted({r.op_id: r for r in records if r.placed}.values(), key=lambda r: r.op_id):
+        p = r.placed
+        assert p is not None
+        why = r.reason.encode()
+        out.append(
+            _ROW.pack(
+                p.claim_id,
+                p.author,
+                p.lamport,
+                p.key,
+                p.locus,
+                r.redaction,
+                r.by,
+                r.lamport,
+                r.wall_ms,
+                len(why),
+            )
+            + why
+        )
+    return b"".join(out)
 
 
-def decode_placed(data: bytes | None) -> dict[bytes, Placed]:
+def decode_held(data: bytes | None) -> dict[bytes, RedactedClaim]:
     """The records of a store note (empty for None; a torn tail is ignored: the audit then
     lists those redactions as not held, it never fails an open)."""
-    if not data:
-        return {}
-    whole = len(data) - len(data) % _ROW.size
-    return {row[0]: Placed(*row) for row in _ROW.iter_unpack(data[:whole])}
+    out: dict[bytes, RedactedClaim] = {}
+    at = 0
+    while data and at + _ROW.size <= len(data):
+        cid, author, lamport, key, locus, red, by, r_lamport, wall, n = _ROW.unpack_from(data, at)
+        at += _ROW.size
+        if at + n > len(data):
+            break
+        why = data[at : at + n].decode(errors="replace")
+        at += n
+        placed = Placed(cid, author, lamport, key, locus)
+        out[cid] = RedactedClaim(cid, by, r_lamport, wall, why, red, placed)
+    return out
 
 
-__all__ = ["KEY_DOMAIN", "Placed", "RedactedClaim", "decode_placed", "encode_placed", "key_digest"]
+__all__ = ["KEY_DOMAIN", "Placed", "RedactedClaim", "decode_held", "encode_held", "key_digest"]

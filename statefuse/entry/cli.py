@@ -71,7 +71,7 @@ from statefuse.entry.clitable import (
     utc_time,
     value_cell,
 )
-from statefuse.reading.history import HistoryEvent, key_history
+from statefuse.reading.history import HistoryEvent
 from statefuse.reading.view import json_value
 from statefuse.registry import PredicateContract, Registry
 from statefuse.registry.value import Value
@@ -972,9 +972,9 @@ def _key_read(s: Session) -> tuple[Key, State, AuthorNames]:
 
 def _cmd_history(s: Session) -> int:
     a = s.args
-    key, state, names = _key_read(s)
-    gone = s.replica(readonly=True).redacted_claims(held=True)
-    every = key_history(state, key, a.scope, redacted=gone)
+    key = parse_key(a.key)
+    rep = s.replica(readonly=True)
+    every, names = rep.history(key, scope=a.scope, at=_at(a, rep)), rep.author_names()
     limit = _list_limit(a)
     left_out = 0 if limit is None else max(0, len(every) - limit)
     events = every[left_out:]  # the latest: what happened last matters most

@@ -76,7 +76,6 @@ from statefuse.entry.argument import (
 )
 from statefuse.entry.clitable import REDACTED_CELL, claim_notes, short_id, value_cell
 from statefuse.reading.context import SYSTEM_PROMPT
-from statefuse.reading.history import key_history
 from statefuse.reading.lens import Lens
 from statefuse.reading.ranker import LexicalRanker, Ranker, words
 from statefuse.reading.resolver import Conservative
@@ -1269,9 +1268,7 @@ class _Tools:
         with _argument("key"):
             parsed = parse_key(key)
         with self.lock:
-            gone = self.replica.redacted_claims(held=True)
-            state = self.replica.state_for(parsed, scope=scope)
-            every = key_history(state, parsed, scope, redacted=gone)
+            every = self.replica.history(parsed, scope=scope)
             names = self.replica.author_names()
         left_out = max(0, len(every) - limit)
         events = every[left_out:]
