@@ -25,6 +25,16 @@ loopback port, its store in a temporary folder.
   change bytes alone (`Replica.receive` on an empty in-memory replica, one call).
 - HTTP: the same propagation with the writer served by `sync.http.serve` and the followers
   following its URL, and the catch-up of a fresh replica by one `sync_with`.
+- Redaction (``--redactions N`` rounds, SEMANTICS §10): ``--replicas`` follower processes
+  (``_follow_redact``) follow the broker as above; each round the writer writes one claim (a
+  stand-in secret), waits until every follower holds it, redacts it (`Replica.redact`) and
+  waits until every follower has cut its body and no longer counts it. Both are timed the same
+  way: from the write (``add_claim`` / ``redact``) returning to the end of the follower's
+  ``Replica.receive`` that made it true (the claim in its state; the claim redacted, out of its
+  state and its body in none of its changes). Reported: the median over (follower, round)
+  pairs, and the median over rounds of the slowest follower ("all followers").
+
+``--phases`` picks the phases (default: all of ``propagation,throughput,catchup,redaction``).
 
 Invariant: every figure counts only what arrived (a claim that never reached a follower is
 reported as missing, never as fast), and the catch-up replicas are checked to hold every change.
@@ -176,6 +186,158 @@ class Followers:
             self.cpu_s.append(float(said["cpu_s"]))
             proc.wait(10)
         return results  # type: ignore[return-value]
+
+
+# --- the redaction follower process --------------------------------------------------------------
+
+#: The predicate of the claims the redaction phase writes and redacts.
+SECRET = "secret"
+
+
+def redact_worker(space: str, url: str, interval: float) -> int:
+    """A follower process for the redaction phase: follow ``url``, say ``ready``, then print
+    ``claim <id> <ns>`` when a `SECRET` claim entered its state and ``redacted <id> <ns>`` when
+    such a claim is redacted, out of its state and its body cut, both stamped at the end of the
+    ``receive`` that made it so; stop on ``stop`` on stdin."""
+    replica = Replica.memory(space=space)
+    held: set[bytes] = set()
+    receive = replica.receive
+
+    def timed_receive(*args: object, **kwargs: object) -> object:
+        report = receive(*args, **kwargs)  # type: ignore[arg-type]
+        now = time.time_ns()
+        state = replica.state()
+        for cid, c in state.claims.items():
+            if c.predicate == SECRET and cid not in held:
+                held.add(cid)
+                print(f"claim {cid.hex()} {now}", flush=True)
+        gone = replica.redactions().redacted
+        bodies = {op.op_id for c in replica.log.changes() for op in c.ops}
+        for cid in sorted(held):
+            if cid in gone and cid not in state.claims and cid not in bodies:
+                held.discard(cid)
+                print(f"redacted {cid.hex()} {now}", flush=True)
+        return report
+
+    replica.receive = timed_receive  # type: ignore[method-assign]
+    follower = replica.follow([url], interval=interval)
+    follower.sync_now(timeout=30)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    follower.stop()
+    return 0
+
+
+class RedactFollowers:
+    """``n`` redaction follower processes; their lines read by one thread each."""
+
+    def __init__(self, n: int, space: str, url: str, interval: float) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "benchmarks.nats",
+            "_follow_redact",
+            space,
+            url,
+            str(interval),
+        ]
+        self.procs = [
+            subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            for _ in range(n)
+        ]
+        self.seen: dict[tuple[str, str], list[int]] = {}
+        self.changed = threading.Condition()
+        for proc in self.procs:
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != "ready":
+                raise SystemExit("a follower process did not start")
+        for proc in self.procs:
+            threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            what, cid, ns = line.split()
+            with self.changed:
+                self.seen.setdefault((what, cid), []).append(int(ns))
+                self.changed.notify_all()
+
+    def wait(self, what: str, cid: bytes) -> list[int]:
+        """The arrival clocks of ``what`` for ``cid`` at every follower (waits for all, up to
+        `DRAIN_SECONDS`: a hang guard; fewer means some never saw it)."""
+        deadline = time.monotonic() + DRAIN_SECONDS
+        key = (what, cid.hex())
+        with self.changed:
+            while len(self.seen.get(key, ())) < len(self.procs):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.changed.wait(left)
+            return list(self.seen.get(key, ()))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            assert proc.stdin is not None
+            proc.stdin.write("stop\n")
+            proc.stdin.flush()
+        for proc in self.procs:
+            proc.wait(30)
+
+
+def redaction(
+    url: str, *, replicas: int, rounds: int, interval: float, progress: Progress
+) -> dict[str, object]:
+    """Each round: a claim written, then redacted; the time each took to reach (and be true
+    at) every follower, measured the same way (see the module notes)."""
+    space = f"bench-nats-redact-{int(time.time())}"
+    writer = Replica.memory(space=space)
+    own = writer.follow([url], interval=interval)
+    own.sync_now(timeout=30)
+    followers = RedactFollowers(replicas, space, url, interval)
+    progress(f"redaction: {replicas} followers ready, {rounds} rounds")
+    claim_s: list[float] = []
+    redact_s: list[float] = []
+    claim_all: list[float] = []
+    redact_all: list[float] = []
+    missing = 0
+    try:
+        for k in range(rounds):
+            op = writer.add_claim("bench", f"s{k}", SECRET, f"sk-bench-{k:06d}")
+            t0 = time.time_ns()
+            got = followers.wait("claim", op.op_id)
+            missing += replicas - len(got)
+            claim_s += [(t - t0) / 1e9 for t in got]
+            claim_all.append((max(got) - t0) / 1e9 if got else float("inf"))
+            writer.redact(claim=op.op_id, reason="benchmark: a leaked key")
+            t0 = time.time_ns()
+            got = followers.wait("redacted", op.op_id)
+            missing += replicas - len(got)
+            redact_s += [(t - t0) / 1e9 for t in got]
+            redact_all.append((max(got) - t0) / 1e9 if got else float("inf"))
+    finally:
+        followers.stop()
+        own.stop()
+    progress(
+        f"redaction: claim p50 {statistics.median(claim_s) * 1e3:.1f} ms, redaction p50"
+        f" {statistics.median(redact_s) * 1e3:.1f} ms ({missing} missing)"
+    )
+    return {
+        "replicas": replicas,
+        "rounds": rounds,
+        "interval_s": interval,
+        "expected": 2 * rounds * replicas,
+        "arrived": len(claim_s) + len(redact_s),
+        "claim_p50_s": statistics.median(claim_s),
+        "claim_p99_s": percentile(claim_s, 99),
+        "claim_all_p50_s": statistics.median(claim_all),
+        "redact_p50_s": statistics.median(redact_s),
+        "redact_p99_s": percentile(redact_s, 99),
+        "redact_all_p50_s": statistics.median(redact_all),
+        "claim_latencies_s": claim_s,
+        "redact_latencies_s": redact_s,
+        "claim_all_s": claim_all,
+        "redact_all_s": redact_all,
+    }
 
 
 # --- the phases ---------------------------------------------------------------------------------
@@ -365,7 +527,17 @@ def catch_up(url: str, n: int, progress: Progress) -> dict[str, object]:
 # --- the table ----------------------------------------------------------------------------------
 
 
-def table(props: list[dict[str, object]], rate: dict[str, object], catch: dict[str, object]) -> str:
+PHASES = ("propagation", "throughput", "catchup", "redaction")
+
+
+def table(
+    props: list[dict[str, object]],
+    rate: dict[str, object] | None,
+    catch: dict[str, object] | None,
+    redact: dict[str, object] | None = None,
+) -> str:
+    """The result table of the phases that ran (None or empty: not run)."""
+
     def f(x: object) -> float:
         assert isinstance(x, (int, float))
         return float(x)
@@ -398,6 +570,37 @@ def table(props: list[dict[str, object]], rate: dict[str, object], catch: dict[s
         row("CPU per claim: writer process", seconds(f(p["writer_cpu_per_claim_s"])))
         follower_cpu = seconds(f(p["follower_cpu_per_claim_s"]))
         row("CPU per claim: each follower process, median", follower_cpu)
+    if rate is not None:
+        _rate_rows(lines, row, rate, f)
+    if catch is not None:
+        _catch_rows(lines, row, catch, f)
+    if redact is not None:
+        lines.append(
+            f"nats: a claim, then its redaction, to {redact['replicas']} followers,"
+            f" {redact['rounds']} rounds, medians"
+        )
+        arrived = f"{redact['arrived']}/{redact['expected']}"
+        row(
+            "arrived (follower, event) pairs",
+            arrived,
+            "all",
+            redact["arrived"] == redact["expected"],
+        )
+        # the budget of a claim's propagation (above) holds for a redaction too
+        for what, name in (("claim", "claim: add_claim -> in"), ("redact", "redaction: redact ->")):
+            p50, p99 = f(redact[f"{what}_p50_s"]), f(redact[f"{what}_p99_s"])
+            row(f"{name} a follower, p50", seconds(p50), "<= 20 ms", p50 <= 0.02)
+            row(f"{name} every follower, p50 of rounds", seconds(f(redact[f"{what}_all_p50_s"])))
+            row(f"{name} a follower, p99", seconds(p99), "<= 100 ms", p99 <= 0.1)
+    return "\n".join(lines)
+
+
+def _rate_rows(
+    lines: list[str],
+    row: Callable[..., None],
+    rate: dict[str, object],
+    f: Callable[[object], float],
+) -> None:
     lines.append(f"nats: throughput, one writer, {rate['replicas']} followers")
     row("published (changes/s)", f"{f(rate['publish_rate']):,.0f}/s")
     row(
@@ -405,6 +608,14 @@ def table(props: list[dict[str, object]], rate: dict[str, object], catch: dict[s
     )
     row("deliveries, all followers (changes/s)", f"{f(rate['deliveries_per_s']):,.0f}/s")
     row("arrived", f"{rate['arrived']}/{rate['expected']}")
+
+
+def _catch_rows(
+    lines: list[str],
+    row: Callable[..., None],
+    catch: dict[str, object],
+    f: Callable[[object], float],
+) -> None:
     n = f"{catch['changes']:,}"
     lines.append(
         f"catch-up of a fresh replica, {n} 1-op changes ({f(catch['bytes_per_change']):.0f} B each)"
@@ -416,7 +627,6 @@ def table(props: list[dict[str, object]], rate: dict[str, object], catch: dict[s
     row("over HTTP (one sync_with)", seconds(f(catch["http_s"])))
     row("  ratio to verify alone", f"{f(catch['http_ratio']):.2f}x")
     row("publish into the stream (changes/s)", f"{f(catch['publish_rate']):,.0f}/s")
-    return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -436,9 +646,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=5.0,
         help="NATS followers' full-round interval, s (5; between rounds they long-poll)",
     )
+    parser.add_argument(
+        "--redactions", type=int, default=20, help="rounds of the redaction phase (20)"
+    )
+    parser.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help=f"comma-separated phases to run (default: all of {','.join(PHASES)})",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the JSON result here")
     args = parser.parse_args(argv)
-    for name in ("replicas", "rate", "seconds", "catchup", "interval", "nats_interval"):
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = sorted(set(phases) - set(PHASES))
+    if unknown or not phases:
+        parser.error(f"--phases takes some of {','.join(PHASES)}, not {args.phases!r}")
+    args.phases = phases
+    for name in (
+        "replicas",
+        "rate",
+        "seconds",
+        "catchup",
+        "interval",
+        "nats_interval",
+        "redactions",
+    ):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive")
     return args
@@ -448,6 +679,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_follow"]:
         return follow_worker(argv[1], argv[2], float(argv[3]))
+    if argv[:1] == ["_follow_redact"]:
+        return redact_worker(argv[1], argv[2], float(argv[3]))
     args = parse_args(argv)
     machine = machine_info()
     start = time.perf_counter()
@@ -469,14 +702,31 @@ def main(argv: list[str] | None = None) -> int:
                     **common,  # type: ignore[arg-type]
                 )
                 for t in ("nats", "http")
+                if "propagation" in args.phases
             ]
-            rate = throughput(
-                broker.url,
-                duration=args.seconds,
-                interval=args.nats_interval,
-                **common,  # type: ignore[arg-type]
+            rate = (
+                throughput(
+                    broker.url,
+                    duration=args.seconds,
+                    interval=args.nats_interval,
+                    **common,  # type: ignore[arg-type]
+                )
+                if "throughput" in args.phases
+                else None
             )
-            catch = catch_up(broker.url, args.catchup, progress)
+            catch = (
+                catch_up(broker.url, args.catchup, progress) if "catchup" in args.phases else None
+            )
+            redact = (
+                redaction(
+                    broker.url,
+                    rounds=args.redactions,
+                    interval=args.nats_interval,
+                    **common,  # type: ignore[arg-type]
+                )
+                if "redaction" in args.phases
+                else None
+            )
         finally:
             broker.stop()
     progress("done")
@@ -485,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {machine['python']}; {machine['platform']}; {machine['cpu_count']} CPUs"
         f" ({machine['cpu_model']})"
     )
-    print(table(props, rate, catch))
+    print(table(props, rate, catch, redact))
     if args.json is not None:
         path: Path = args.json
     else:
@@ -501,9 +751,11 @@ def main(argv: list[str] | None = None) -> int:
         "propagation": props,
         "throughput": rate,
         "catch_up": catch,
+        "redaction": redact,
         "median_latency_s": {
-            str(p["transport"]): statistics.median(p["latencies_s"]) for p in props
-        },  # type: ignore[arg-type]
+            str(p["transport"]): statistics.median(p["latencies_s"])  # type: ignore[arg-type]
+            for p in props
+        },
     }
     return write_document(path, document)
 

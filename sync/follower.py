@@ -568,6 +568,12 @@ class Follower:
         the change is published now rather than at the next round."""
         if observed.origin is not Origin.LOCAL:
             return
+        self.written()
+
+    def written(self) -> None:
+        """The replica wrote a change of its own that no observer is told of (only space ops:
+        a redaction, a trust op, a name): due to be published now too, like any local write
+        (`Replica` calls it)."""
         with self._cond:
             if self._stopping:
                 return

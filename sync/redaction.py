@@ -102,13 +102,14 @@ class Refusal:
 @dataclass(frozen=True, slots=True)
 class Redacted:
     """One redacted op id, for the audit trail: who ordered it, when (the redaction's writer
-    clock) and why. Never the redacted value."""
+    clock ``wall_ms`` and its ``lamport``) and why. Never the redacted value."""
 
     op_id: bytes
     by: bytes
     wall_ms: int
     reason: str
     redaction: bytes
+    lamport: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +158,7 @@ def redaction_state(
             allowed = anyone or (trust.mode is TrustMode.OPEN and owner == r.author)
             if allowed:
                 if op_id not in out:
-                    out[op_id] = Redacted(op_id, r.author, r.wall_ms, r.reason, r.op_id)
+                    out[op_id] = Redacted(op_id, r.author, r.wall_ms, r.reason, r.op_id, r.lamport)
                 continue
             if trust.mode is TrustMode.CLOSED:
                 why, msg = (

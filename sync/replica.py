@@ -80,6 +80,7 @@ from statefuse.core.op import (
     sealed_encoding,
 )
 from statefuse.core.opset import OpSet
+from statefuse.core.redactedclaim import Placed, RedactedClaim, decode_held, encode_held
 from statefuse.core.residue import (
     NO_RESIDUES,
     ResidueFormatError,
@@ -287,6 +288,9 @@ def _writes(
 #: this fraction (1/N) of those it covers: replaying a few changes at the next open is cheaper
 #: than rewriting a large snapshot on every close.
 CLOSE_SNAPSHOT_SHARE = 64
+#: The store note holding where the claims whose bodies this replica cut were (the audit of
+#: redactions: `statefuse.core.redactedclaim`).
+REDACTED_NOTE = "redacted-claims"
 
 
 class _Unset:
@@ -1512,7 +1516,10 @@ class Replica:
             self._in_write = False
         signed, self._signed = self._signed, []
         if signed and self._lazy:  # nothing in memory to take them into: the store has them
-            self._notify(tuple(_state_ops(signed)), Origin.LOCAL)
+            ops = tuple(_state_ops(signed))
+            self._notify(ops, Origin.LOCAL)
+            if not ops:
+                self._wake_followers()
         elif signed:
             self._apply_own(signed)
             self._index_settle()
@@ -1524,7 +1531,18 @@ class Replica:
         admitted: list[VerifiedChange] = []
         for c in changes:
             admitted.extend(self.log.receive_verified(c, seen_ms=now).admitted)
-        self._notify(self._admitted(admitted, own=True), Origin.LOCAL)
+        ops = self._admitted(admitted, own=True)
+        self._notify(ops, Origin.LOCAL)
+        if not ops:
+            self._wake_followers()
+
+    def _wake_followers(self) -> None:
+        """A change of this replica's own that no observer hears of (only space ops: a
+        redaction, a trust op, a name) is published now by its followers too, not at their
+        next round: a redaction must travel as fast as a claim."""
+        for f in self._followers:
+            if f.running:
+                f.written()
 
     def _observe(self, changes: Iterable[VerifiedChange]) -> None:
         """Advance both writers' lamport clocks past every op of ``changes`` and let the writer
@@ -2524,6 +2542,7 @@ class Replica:
         state = self.log.redactions(creator=self.creator)
         before = self._redaction.ids
         self._redaction = state
+        self._placing = self._placed_before_cut(state.ids - before)
         self._lost = self.log.strip(state.ids)
         if state.ids == before and not self._lost:
             return False
@@ -2545,6 +2564,7 @@ class Replica:
         lost = self._lost
         if self._may_write() and not self._lazy:
             with self.store.write_transaction():
+                self._keep_placed(self._placing)
                 self.store.write(StoreWrite(rewritten=tuple((c.change_id, c.data) for c in lost)))
                 if self.__dict__.pop("_residue_cut", False):
                     self._store_residue(self._scrub_residue())
@@ -2571,6 +2591,66 @@ class Replica:
         if path is not None:
             write_archive(os.fsdecode(path), self.key, self.space, fixed, creator=self.creator)
         self.__dict__["_archive_changes"] = fixed
+
+    def _placed_before_cut(self, ids: frozenset[bytes]) -> list[RedactedClaim]:
+        """The audit records of the claims among ``ids`` whose bodies this replica holds: where
+        each was (digests of key and locus, never the value) and the redaction that counts for
+        it, read before the bodies are cut."""
+        if not ids:
+            return []
+        out: list[RedactedClaim] = []
+        for c in self.log.changes():
+            if ids.isdisjoint(c.op_ids):
+                continue
+            for op in c.ops:
+                if op.op_id in ids and isinstance(op, ClaimAdded):
+                    key = (op.namespace, op.subject, op.predicate)
+                    locus = locus_of(*key, op.scope)
+                    r = self._redaction.redacted[op.op_id]
+                    placed = Placed.of(op.op_id, c.author, op.lamport, key, locus)
+                    out.append(
+                        RedactedClaim(
+                            r.op_id, r.by, r.lamport, r.wall_ms, r.reason, r.redaction, placed
+                        )
+                    )
+        return out
+
+    def _keep_placed(self, records: list[RedactedClaim]) -> None:
+        """Add ``records`` to the store's audit records (in the transaction that cuts the
+        bodies: a record is kept exactly when its body is cut)."""
+        note = getattr(self.store, "note", None)
+        if not records or note is None:
+            return
+        held = decode_held(note(REDACTED_NOTE))
+        held.update((r.op_id, r) for r in records)
+        self.store.set_note(REDACTED_NOTE, encode_held(held.values()))  # type: ignore[attr-defined]
+
+    @_locked
+    def redacted_claims(self, *, held: bool = False) -> list[RedactedClaim]:
+        """Every redacted op id with the redaction that counts for it (by whom, when, why) and,
+        where this replica held the body before it cut it, where the claim was (digests of its
+        key and locus: `statefuse.core.redactedclaim`); never what it said. Ordered by the
+        redaction's lamport, then the redacted id. ``held``: only those this replica held,
+        as recorded when it cut them (what `history` and `conflict_history` place), read from
+        the store's records alone: a lazily opened store stays lazy."""
+        note = getattr(self.store, "note", None)
+        records = decode_held(note(REDACTED_NOTE) if note is not None else None)
+        if held:
+            out = list(records.values())
+        else:
+            out = [
+                RedactedClaim(
+                    r.op_id,
+                    r.by,
+                    r.lamport,
+                    r.wall_ms,
+                    r.reason,
+                    r.redaction,
+                    records[r.op_id].placed if r.op_id in records else None,
+                )
+                for r in self.redactions().redacted.values()
+            ]
+        return sorted(out, key=lambda r: (r.lamport, r.redaction, r.op_id))
 
     @_locked
     def redactions(self) -> RedactionState:
@@ -3012,7 +3092,9 @@ class Replica:
         """Every assertion, retraction and decision of a key's claims, in lamport order (see
         `key_history`). ``of`` is the key (one ``"namespace/subject/predicate"`` string, or
         three parts) or a claim (the claim, its id, hex or a unique hex prefix: a string
-        without ``/``), whose key's history it is; ``scope`` keeps one scope. Raises
+        without ``/``), whose key's history it is; ``scope`` keeps one scope. Claims redacted
+        here after this replica held them are listed too, without their values
+        (`redacted_claims`). Raises
         KeyTextError for a key it cannot read, UnknownClaimError for an id it does not know.
         ``at``: the history as the memory at that version had it (`state`; reads the whole
         history; a claim named by id is looked up in the memory at that version)."""
@@ -3028,10 +3110,14 @@ class Replica:
         else:
             c = self._claim(of, "of")
             key = (c.namespace, c.subject, c.predicate)
+        gone = self.redacted_claims(held=True)
         if at is not None:
-            return key_history(self.state(at=at), key, scope)
+            return key_history(self.state(at=at), key, scope, redacted=gone)
+        if any(r.at_key(key) for r in gone):
+            # a retraction of a redacted claim is at no key's rows: read the whole memory
+            return key_history(self.state(), key, scope, redacted=gone)
         # the key's rows alone on a store opened on its derived state (`state_for`)
-        return key_history(self.state_for(key, scope=scope), key, scope)
+        return key_history(self.state_for(key, scope=scope), key, scope, redacted=gone)
 
     @_locked
     def timeline(
@@ -3063,7 +3149,8 @@ class Replica:
         at: Version | str | None = None,
     ) -> list[ConflictEvent]:
         """The lifecycle of one conflict (`statefuse.core.lifecycle.conflict_history`): opened,
-        decided (with its outcome), deferred, reopened and why, closed. ``of`` is its locus
+        decided (with its outcome), deferred, reopened and why, closed, and ``redacted`` for
+        each claim of the locus redacted after this replica held it. ``of`` is its locus
         (32 bytes) or its key (one ``"namespace/subject/predicate"`` string or three parts)
         with ``scope``. ``at``: as the memory at that version had it. Reads the whole
         history (the lifecycle replays the locus' ops). Raises KeyTextError for a key it
@@ -3076,7 +3163,7 @@ class Replica:
         else:
             locus = locus_of(*key_of(of), scope)
         state = self.state() if at is None else self.state(at=at)
-        return state.conflict_history(locus)
+        return state.conflict_history(locus, redacted=self.redacted_claims(held=True))
 
     def _claim_id(self, ref: bytes | str | ClaimAdded, field: str) -> bytes:
         """The id ``ref`` names: a claim's own, a 32-byte id as it is, a hex form resolved

@@ -958,6 +958,7 @@ def test_json_output_has_stable_keys_and_whole_ids(store, tmp_path, cli):
             "event",
             "lamport",
             "op_id",
+            "redacted",
             "scope",
             "superseded_by",
             "value",

@@ -338,3 +338,16 @@ def test_replicas_linked_through_a_broker_converge_whatever_the_writes_disconnec
     finally:
         for each in links:
             each.stop()
+
+
+def test_a_redaction_is_published_at_once_like_a_claim_not_at_the_next_round(server):
+    """A redaction holds no memory op, so no observer hears of it: the follower is woken for it
+    all the same (rounds an hour apart: only that wake can carry it within the hang guard)."""
+    a, b = Replica.memory(space="team"), Replica.memory(space="team")
+    with a.follow(server.url, interval=3600), b.follow(server.url, interval=3600):
+        claim = a.add_claim("svc/billing/api_key", "sk-live-0000")
+        eventually(lambda: claim.claim_id in b.state().claims)
+        a.redact(claim=claim.op_id, reason="leaked")
+        eventually(lambda: claim.op_id in b.redactions().redacted)
+        assert claim.claim_id not in b.state().claims
+        assert all(op.op_id != claim.op_id for c in b.log.changes() for op in c.ops)

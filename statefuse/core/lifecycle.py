@@ -19,17 +19,24 @@ Events, each stamped with the op that caused it:
   value``, ``chosen value lost``, ``kept value lost`` or, for a first-release decision,
   ``candidates changed``);
 - ``closed``: retractions left fewer than two value groups (``reason``: ``candidates
-  retracted``).
+  retracted``);
+- ``redacted``: a claim of the locus was redacted (SEMANTICS §10), stamped with the redaction
+  op (who, lamport, ``reason``: why; ``claim_id``: which claim; never its value). A redacted
+  claim has no body, so it is not replayed: the events are those of the ops that remain, and
+  a redaction is known to be at the locus only on a replica that held the body when it cut it
+  (its audit records, `statefuse.core.redactedclaim`, passed as ``redacted``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
 from statefuse.core.index import LocusKey
 from statefuse.core.materializer import Materializer
 from statefuse.core.op import ClaimAdded, ClaimRetracted, DecisionAdded, Outcome
+from statefuse.core.redactedclaim import RedactedClaim
 from statefuse.core.state import ConflictSet, StaleReason, State, locus_of
 
 
@@ -41,6 +48,7 @@ class LifecycleEvent(Enum):
     DEFERRED = "deferred"
     REOPENED = "reopened"
     CLOSED = "closed"
+    REDACTED = "redacted"
 
 
 #: The reason of a ``closed`` event.
@@ -54,7 +62,8 @@ class ConflictEvent:
     ``deferred``, ``decision_id``, ``outcome`` and ``reason`` are the decision's (``stale``:
     why it did not apply even when it took its place, else None); for ``reopened`` they name
     the decision that stopped applying and ``reason`` says why; for ``closed`` ``reason`` is
-    `CLOSED_BY_RETRACTION`."""
+    `CLOSED_BY_RETRACTION`; for ``redacted`` ``op_id`` is the redaction's, ``claim_id`` the
+    redacted claim's and ``reason`` the redaction's."""
 
     event: LifecycleEvent
     lamport: int
@@ -65,6 +74,7 @@ class ConflictEvent:
     decision_id: bytes | None = None
     outcome: Outcome | None = None
     stale: StaleReason | None = None
+    claim_id: bytes | None = None
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready (ids in hex), as the CLI and MCP print it."""
@@ -78,6 +88,7 @@ class ConflictEvent:
             "decision_id": None if self.decision_id is None else self.decision_id.hex(),
             "outcome": None if self.outcome is None else self.outcome.value,
             "stale": None if self.stale is None else self.stale.value,
+            "claim_id": None if self.claim_id is None else self.claim_id.hex(),
         }
 
 
@@ -116,16 +127,28 @@ def _locus_ops(state: State, lk: LocusKey) -> list[ClaimAdded | ClaimRetracted |
     return ops
 
 
-def conflict_history(state: State, locus: bytes) -> list[ConflictEvent]:
+def conflict_history(
+    state: State, locus: bytes, *, redacted: Iterable[RedactedClaim] = ()
+) -> list[ConflictEvent]:
     """The lifecycle of the conflict at ``locus`` (see the module notes), oldest first; empty
-    when no claim of ``state`` is at that locus. Pure: a function of the op-set alone."""
+    when no claim of ``state`` is at that locus and no claim of ``redacted`` was. Pure: a
+    function of the op-set (and of the redactions given)."""
+    cuts = [r for r in redacted if r.at_locus(locus)]
     lk = locus_key(state, locus)
     if lk is None:
-        return []
+        return [_redacted_event(r, 0) for r in cuts]
     mat = Materializer(registry=state.registry)
     events: list[ConflictEvent] = []
     before: State = mat.state()
-    for op in _locus_ops(state, lk):
+    replay: list[ClaimAdded | ClaimRetracted | DecisionAdded | RedactedClaim] = [
+        *_locus_ops(state, lk),
+        *cuts,
+    ]
+    replay.sort(key=lambda o: (o.lamport, o.redaction if isinstance(o, RedactedClaim) else o.op_id))
+    for op in replay:
+        if isinstance(op, RedactedClaim):
+            events.append(_redacted_event(op, _values(before, lk, before.conflict_of(*lk))))
+            continue
         mat.apply(op)
         after = mat.state()
         was = before.conflict_of(*lk)
@@ -162,3 +185,9 @@ def _values(state: State, lk: LocusKey, conflict: ConflictSet | None) -> int:
     if conflict is not None:
         return len(conflict.groups)
     return 1 if state.active_at(lk[0], lk[1], lk[2], lk[3]) else 0
+
+
+def _redacted_event(r: RedactedClaim, values: int) -> ConflictEvent:
+    return ConflictEvent(
+        LifecycleEvent.REDACTED, r.lamport, r.redaction, r.by, values, r.reason, claim_id=r.op_id
+    )

@@ -37,7 +37,10 @@ from statefuse.registry.detector import (
 from statefuse.registry.value import FrozenMap, encode_canonical, encode_value, frozen_value
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from statefuse.core.lifecycle import ConflictEvent
+    from statefuse.core.redactedclaim import RedactedClaim
 
 LOCUS_DOMAIN = b"statefuse/locus/v1"
 CONFLICT_DOMAIN = b"statefuse/conflict/v1"
@@ -563,12 +566,15 @@ class State:
                 best = d
         return best
 
-    def conflict_history(self, locus: bytes) -> list[ConflictEvent]:
+    def conflict_history(
+        self, locus: bytes, *, redacted: Iterable[RedactedClaim] = ()
+    ) -> list[ConflictEvent]:
         """The lifecycle of the conflict at ``locus``: opened, decided (with its outcome),
-        deferred, reopened and why, closed (`statefuse.core.lifecycle.conflict_history`)."""
+        deferred, reopened and why, closed, redacted
+        (`statefuse.core.lifecycle.conflict_history`)."""
         from statefuse.core.lifecycle import conflict_history  # lifecycle replays States
 
-        return conflict_history(self, locus)
+        return conflict_history(self, locus, redacted=redacted)
 
     @cached_property
     def _decisions_by_locus(self) -> Mapping[bytes, tuple[DecisionAdded, ...]]:

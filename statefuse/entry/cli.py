@@ -62,6 +62,7 @@ from statefuse.entry.argument import (
     resolve_id,
 )
 from statefuse.entry.clitable import (
+    REDACTED_CELL,
     byte_size,
     claim_notes,
     fields,
@@ -70,7 +71,7 @@ from statefuse.entry.clitable import (
     utc_time,
     value_cell,
 )
-from statefuse.reading.history import HistoryEvent, key_history
+from statefuse.reading.history import HistoryEvent
 from statefuse.reading.view import json_value
 from statefuse.registry import PredicateContract, Registry
 from statefuse.registry.value import Value
@@ -893,7 +894,9 @@ def _conflict_history(s: Session) -> int:
             "" if e.outcome is None else e.outcome.value,
             names.label(e.author),
             str(e.values),
-            e.reason + (f" (did not apply: {e.stale.value})" if e.stale else ""),
+            e.reason
+            + (f" (did not apply: {e.stale.value})" if e.stale else "")
+            + ("" if e.claim_id is None else f" (claim {short_id(e.claim_id)})"),
         ]
         for e in events
     ]
@@ -947,9 +950,10 @@ def _event_json(e: HistoryEvent, names: AuthorNames) -> dict[str, Any]:
         "op_id": e.op_id.hex(),
         "event": e.event,
         **_authored(e.author, names),
-        "claim_id": e.claim.claim_id.hex(),
-        "scope": e.claim.scope,
-        "value": json_value(e.claim.value),
+        "claim_id": e.claim_id.hex(),
+        "scope": e.scope,
+        "value": None if e.claim is None else json_value(e.claim.value),
+        "redacted": e.redacted is not None,
         "why": e.why,
         "superseded_by": _hex(e.superseded_by),
     }
@@ -968,8 +972,9 @@ def _key_read(s: Session) -> tuple[Key, State, AuthorNames]:
 
 def _cmd_history(s: Session) -> int:
     a = s.args
-    key, state, names = _key_read(s)
-    every = key_history(state, key, a.scope)
+    key = parse_key(a.key)
+    rep = s.replica(readonly=True)
+    every, names = rep.history(key, scope=a.scope, at=_at(a, rep)), rep.author_names()
     limit = _list_limit(a)
     left_out = 0 if limit is None else max(0, len(every) - limit)
     events = every[left_out:]  # the latest: what happened last matters most
@@ -977,9 +982,9 @@ def _cmd_history(s: Session) -> int:
         [
             str(e.lamport),
             e.event,
-            short_id(e.claim.claim_id),
-            e.claim.scope,
-            _claim_value_cell(e.claim),
+            short_id(e.claim_id),
+            "?" if e.scope is None else e.scope,
+            REDACTED_CELL if e.claim is None else _claim_value_cell(e.claim),
             names.label(e.author),
             e.why.strip(),
         ]
@@ -2911,15 +2916,18 @@ def _cmd_redact(s: Session) -> int:
     rep = s.replica()
     if a.list:
         state = rep.redactions()
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "op_id": r.op_id.hex(),
                 "by": r.by.hex(),
                 "by_name": rep.author_label(r.by),
                 "at": _ms_text(r.wall_ms),
+                "lamport": r.lamport,
+                "redaction": r.redaction.hex(),
                 "reason": r.reason,
+                "held": r.held,
             }
-            for r in sorted(state.redacted.values(), key=lambda r: (r.wall_ms, r.op_id))
+            for r in sorted(rep.redacted_claims(), key=lambda r: (r.wall_ms, r.op_id))
         ]
         refused = [
             {"op_id": f.op_id.hex(), "by": f.author.hex(), "why": f.why.value, "message": f.message}
@@ -2927,6 +2935,7 @@ def _cmd_redact(s: Session) -> int:
         ]
         lines = [
             f"{r['op_id'][:16]}… redacted by {r['by_name']} at {r['at']}: {r['reason']}"
+            + ("" if r["held"] else " (its body was never held here: where it was is not known)")
             for r in rows
         ] + [f"Warning: refused redaction of {f['op_id'][:16]}…: {f['message']}" for f in refused]
         s.emit({"redacted": rows, "refused": refused}, "\n".join(lines) or "Nothing redacted")

@@ -96,6 +96,10 @@ def value_json(v: Value) -> str:
     return _to_json(json_value(v))
 
 
+#: What a listing shows in place of a redacted claim's value (SEMANTICS §10).
+REDACTED_CELL = "(redacted)"
+
+
 def value_cell(v: Value) -> str:
     """`value_json`, clipped to `MAX_VALUE_WIDTH` columns."""
     return clip(value_json(v), MAX_VALUE_WIDTH)

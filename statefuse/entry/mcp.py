@@ -74,9 +74,8 @@ from statefuse.entry.argument import (
     resolve_id,
     value_from_json,
 )
-from statefuse.entry.clitable import claim_notes, short_id, value_cell
+from statefuse.entry.clitable import REDACTED_CELL, claim_notes, short_id, value_cell
 from statefuse.reading.context import SYSTEM_PROMPT
-from statefuse.reading.history import key_history
 from statefuse.reading.lens import Lens
 from statefuse.reading.ranker import LexicalRanker, Ranker, words
 from statefuse.reading.resolver import Conservative
@@ -373,7 +372,9 @@ class Decided(TypedDict):
 class LifecycleInfo(TypedDict):
     """One event of a conflict's lifecycle."""
 
-    event: Annotated[str, Field(description="opened, decided, deferred, reopened or closed")]
+    event: Annotated[
+        str, Field(description="opened, decided, deferred, reopened, closed or redacted")
+    ]
     lamport: int
     op_id: Annotated[str, Field(description="the op that caused it")]
     author: str
@@ -384,7 +385,12 @@ class LifecycleInfo(TypedDict):
     outcome: Annotated[str | None, Field(description="the decision's outcome, if any")]
     decision_id: str | None
     reason: Annotated[
-        str, Field(description="the decision's reason; why it reopened; why it closed")
+        str,
+        Field(description="the decision's reason; why it reopened, closed or was redacted"),
+    ]
+    claim_id: Annotated[
+        str | None,
+        Field(description="redacted: the claim whose body was deleted (never its value)"),
     ]
 
 
@@ -402,12 +408,18 @@ class Event(TypedDict):
     lamport: int
     event: Annotated[
         str,
-        Field(description="claim, retract (exact), retract-ref (semantic) or decide"),
+        Field(
+            description="claim, retract (exact), retract-ref (semantic), decide or redact"
+            " (the claim's body was deleted: by whom, when, why)"
+        ),
     ]
     op_id: str
     claim_id: Annotated[str, Field(description="the claim asserted, retracted or decided for")]
-    scope: str
+    scope: Annotated[str | None, Field(description="null: a redacted claim's, not known here")]
     value: Any
+    redacted: Annotated[
+        bool, Field(description="the claim was redacted: value is null, never shown again")
+    ]
     author: str
     author_name: Annotated[
         str | None, Field(description="the name its author declared for itself (null: none)")
@@ -1226,6 +1238,7 @@ class _Tools:
                 outcome=None if e.outcome is None else e.outcome.value,
                 decision_id=None if e.decision_id is None else e.decision_id.hex(),
                 reason=e.reason,
+                claim_id=None if e.claim_id is None else e.claim_id.hex(),
             )
             for e in events
         ]
@@ -1255,7 +1268,7 @@ class _Tools:
         with _argument("key"):
             parsed = parse_key(key)
         with self.lock:
-            every = key_history(self.replica.state_for(parsed, scope=scope), parsed, scope)
+            every = self.replica.history(parsed, scope=scope)
             names = self.replica.author_names()
         left_out = max(0, len(every) - limit)
         events = every[left_out:]
@@ -1264,9 +1277,10 @@ class _Tools:
                 lamport=e.lamport,
                 event=e.event,
                 op_id=e.op_id.hex(),
-                claim_id=e.claim.claim_id.hex(),
-                scope=e.claim.scope,
-                value=json_value(e.claim.value),
+                claim_id=e.claim_id.hex(),
+                scope=e.scope,
+                value=None if e.claim is None else json_value(e.claim.value),
+                redacted=e.redacted is not None,
                 author=_author(e.author),
                 author_name=_name(e.author, names),
                 why=e.why,
@@ -1277,9 +1291,9 @@ class _Tools:
         if left_out:
             lines[0] += f", the latest {len(infos)} shown ({left_out} earlier left out)"
         lines += [
-            f"{e.lamport} {e.event} {short_id(e.claim.claim_id)} [{e.claim.scope}]"
-            f" {value_cell(e.claim.value)} by {names.label(e.author)}"
-            + (f": {_one_line(e.why)}" if e.why.strip() else "")
+            f"{e.lamport} {e.event} {short_id(e.claim_id)} [{e.scope or '?'}]"
+            f" {REDACTED_CELL if e.claim is None else value_cell(e.claim.value)}"
+            f" by {names.label(e.author)}" + (f": {_one_line(e.why)}" if e.why.strip() else "")
             for e in events
         ]
         result = History(key=format_key(parsed), events=infos, left_out=left_out)
