@@ -1346,13 +1346,46 @@ def _follow_until_stopped(s: Session, rep: Replica, urls: list[str], http: str |
             if p.attempts != before.attempts:
                 _tell_round(s, before, p)
 
+    with _stop_signals() as stop:
+        try:
+            while follower.running and not stop.requested:
+                time.sleep(min(interval, 0.5))
+                look()
+        finally:
+            follower.stop()
+            look()  # what the last rounds moved, told before "Stopped."
+
+
+@dataclass(slots=True)
+class _Stop:
+    """Whether Ctrl-C or SIGTERM asked the following to stop."""
+
+    requested: bool = False
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[_Stop]:
+    """Ctrl-C and SIGTERM set a flag while following, instead of raising KeyboardInterrupt
+    wherever the main thread is: raised inside ``with lock:`` (reading the follower's status),
+    it left the lock held, and the stop waited for the follower's thread forever. The handler
+    only sets a flag (a lock taken there could be the one the interrupted code holds). A
+    second Ctrl-C interrupts as usual. Outside the main thread nothing sets it (the caller
+    stops the follower another way)."""
+    stop = _Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handle(signum: int, frame: object) -> None:
+        stop.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = {n: signal.signal(n, handle) for n in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while follower.running:
-            time.sleep(min(interval, 0.5))
-            look()
+        yield stop
     finally:
-        follower.stop()
-        look()  # what the last rounds moved, told before "Stopped."
+        for n, handler in previous.items():
+            signal.signal(n, handler)
 
 
 def _chunk_text(dropped: int, given_up: int) -> str:
