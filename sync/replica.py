@@ -2101,8 +2101,9 @@ class Replica:
 
     def _state_of(self, changes: dict[bytes, VerifiedChange]) -> State:
         """`materialize` of the counted ops among ``changes`` (a covered set), under the
-        declaration in force among them."""
-        counting = list(counted(changes, root=self.root, mode=self.mode))
+        declaration in force among them. Bodies compaction moved are read back from the archive
+        (`_whole`): a claim retracted now may have been active at an earlier version."""
+        counting = list(counted(self._whole(changes), root=self.root, mode=self.mode))
         declarations: list[RegistryDeclared] = []
         for c in counting:
             declarations.extend(op for op in c.ops if type(op) is RegistryDeclared)  # type: ignore[misc,comparison-overlap]
@@ -2348,6 +2349,23 @@ class Replica:
             if hit:
                 return without_bodies(full, hit)
         return whole
+
+    def _whole(self, changes: dict[bytes, VerifiedChange]) -> dict[bytes, VerifiedChange]:
+        """``changes`` with the bodies compaction moved read back from the archive (redacted
+        bodies stay cut). A change the archive cannot give stays as held; the missing archive
+        is said once (`_archived`)."""
+        redacted = self._redaction.redacted
+        out = changes
+        for cid, c in changes.items():
+            if len(c.op_ids) == len(c.ops) or all(i in redacted for i in c.missing):
+                continue
+            data = self._served(c)
+            if data is None or data == c.data:
+                continue
+            if out is changes:
+                out = dict(changes)
+            out[cid] = verify_change(UnverifiedChange(data), space=self.space)
+        return out
 
     def _archived(self) -> dict[bytes, bytes]:
         """The archive of this compacted store (change id -> whole change; {} if none), read

@@ -201,6 +201,33 @@ def test_a_compacted_store_is_smaller_shows_the_same_and_serves_whole_changes_fr
     assert b"log line 7" in archive.read_bytes()
 
 
+def test_the_memory_at_an_earlier_version_reads_the_moved_bodies_from_the_archive(tmp_path):
+    # a claim retracted now was active before its retraction: compaction moves its body (no
+    # projection of the op-set shows it), but the memory at that version must still show it
+    path, archive = tmp_path / "s.sqlite", tmp_path / "s.archive"
+    r = Replica.open(path, space=SPACE, create=True)
+    old = r.add_claim("ns/budget/amount", "forty thousand dollars for the offsite in May")
+    then = r.version()
+    r.retract(old)
+    r.add_claim("ns/budget/amount", "fifty thousand dollars")
+    past = r.state(at=then)
+    assert old.op_id in past.claims and past.is_active(old.op_id)
+    assert r.compact(archive=archive).ops >= 1
+    assert old.op_id not in r.state().claims  # its body moved
+    assert r.state(at=then).claims == past.claims
+    assert r.state(at=then).is_active(old.op_id)
+    r.close()
+    with Replica.open(path, space=SPACE, load="verify") as again:
+        assert again.state(at=then).claims == past.claims
+    archive.rename(tmp_path / "elsewhere")
+    with Replica.open(path, space=SPACE, load="verify") as blind:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            gone = blind.state(at=then)
+        assert old.op_id not in gone.claims  # nothing to read it from: said, not hidden
+        assert any(issubclass(w.category, ArchiveWarning) for w in caught)
+
+
 def test_a_compacted_store_without_its_archive_says_so_once_and_serves_no_partial_change(
     tmp_path,
 ):
