@@ -738,6 +738,18 @@ class ChangeLog:
             out.append(new)
         return out
 
+    def restore(self, whole: Iterable[VerifiedChange]) -> None:
+        """Put bodies back: each of ``whole`` (an accepted change with more of its bodies, as
+        an archive holds it) replaces the change of its id. What `strip` took out for
+        compaction comes back when it must show again. Undone with the enclosing `atomic`
+        block."""
+        for new in whole:
+            old = self._accepted.get(new.change_id)
+            if old is None:
+                continue
+            self._accepted[new.change_id] = new
+            self._undo(functools.partial(self._accepted.__setitem__, new.change_id, old))
+
     def withheld(self, ids: frozenset[bytes]) -> frozenset[bytes]:
         """The format-1 accepted changes that carry a body of ``ids``: they cannot lose it and
         keep their signature, so a replica never serves them (`Replica.change_bytes`)."""

@@ -1905,6 +1905,8 @@ class Replica:
         get = self.log.get
         fresh = [c for c in map(get, sorted(counted - self._counted)) if c is not None]
         if self._counted - counted:
+            self._counted = counted
+            self._bring_back()
             self._mat = Materializer(self._unredacted_ops(), registry=self.registry)
             self._mat.set_residue(self._scrub_residue())
             self._counted = counted
@@ -2366,6 +2368,51 @@ class Replica:
                 out = dict(changes)
             out[cid] = verify_change(UnverifiedChange(data), space=self.space)
         return out
+
+    def _bring_back(self) -> None:
+        """After changes stopped counting (a revocation), a claim compaction moved may show
+        again: its retraction no longer counts, or what no longer counts was all that made
+        it unreadable. Such bodies come back from the archive into the log and the store (the
+        residue of a claim that comes back goes), so no View loses a claim to compaction."""
+        moved = self._moved()
+        if not moved:
+            return
+        changes = {cid: c for cid in self.log.change_ids() if (c := self.log.get(cid)) is not None}
+        back = moved - compactable(self._state_of(changes))
+        if not back:
+            return
+        whole = self._whole(
+            {cid: c for cid, c in changes.items() if not back.isdisjoint(c.missing)}
+        )
+        returned = [c for cid, c in whole.items() if c is not changes[cid]]
+        self.log.restore(returned)
+        residue = self._scrub_residue()
+        if not residue.keys().isdisjoint(back):
+            residue = residue.without(back)
+            self.__dict__["_residue"] = residue
+        if self._may_write() and not self._lazy:
+            with self.store.write_transaction():
+                self.store.write(
+                    StoreWrite(rewritten=tuple((c.change_id, c.data) for c in returned))
+                )
+                self._store_residue(residue)
+                ix = self.store.index()
+                if ix is not None:
+                    ix.drop()
+                self._index_due = True
+
+    def _moved(self) -> frozenset[bytes]:
+        """The op ids whose bodies compaction moved to the archive (missing, not redacted)."""
+        if not self._archived():
+            return frozenset()
+        redacted = self._redaction.redacted
+        return frozenset(
+            i
+            for c in self.log.changes()
+            if len(c.op_ids) != len(c.ops)
+            for i in c.missing
+            if i not in redacted
+        )
 
     def _archived(self) -> dict[bytes, bytes]:
         """The archive of this compacted store (change id -> whole change; {} if none), read

@@ -228,6 +228,44 @@ def test_the_memory_at_an_earlier_version_reads_the_moved_bodies_from_the_archiv
         assert any(issubclass(w.category, ArchiveWarning) for w in caught)
 
 
+def test_a_claim_whose_retraction_stops_counting_comes_back_from_the_archive(tmp_path):
+    # compaction moved the body of a claim a member retracted; the root then revokes the member
+    # before that retraction: the claim is active again and must show, in memory and on reopen
+    from statefuse.sync.key import SigningKey
+    from statefuse.sync.trust import TrustMode
+
+    root_key, ann_key = SigningKey.generate(), SigningKey.generate()
+    closed = {"space": SPACE, "root": root_key.author, "mode": TrustMode.CLOSED}
+    path, archive = tmp_path / "root.sqlite", tmp_path / "root.archive"
+    root = Replica.open(path, create=True, key=root_key, **closed)
+    root.admit(ann_key.author)
+    kept = root.add_claim("ns/office/city", "Lisbon, the office by the river")
+    ann = Replica.memory(key=ann_key, **closed)
+    ann.merge(root)
+    ann.add_claim("ns/office/floor", "third")
+    before_retraction = [c.change_id for c in ann.log.changes() if c.author == ann_key.author]
+    ann.retract(kept)
+    root.merge(ann)
+    assert not root.state().is_active(kept.op_id)
+    assert root.compact(archive=archive).ops >= 1
+    assert kept.op_id not in root.state().claims  # its body moved
+
+    root.revoke(ann_key.author, keep=before_retraction)
+    assert root.state().is_active(kept.op_id)
+    assert _view(root, Lens()) == _view(_fresh_copy(root), Lens())
+    root.close()
+    with Replica.open(path, **closed, load="verify") as again:
+        assert again.state().is_active(kept.op_id)
+        assert b"Lisbon, the office by the river" in path.read_bytes()
+
+
+def _fresh_copy(r: Replica) -> Replica:
+    """A replica that never compacted, holding every change of ``r`` whole."""
+    fresh = Replica.memory(space=r.space, root=r.root, mode=r.mode)
+    fresh.receive(r.all_change_bytes())
+    return fresh
+
+
 def test_a_compacted_store_without_its_archive_says_so_once_and_serves_no_partial_change(
     tmp_path,
 ):
