@@ -2658,16 +2658,24 @@ class Replica:
         self.__dict__["_archive_changes"] = fixed
 
     def _placed_before_cut(self, ids: frozenset[bytes]) -> list[RedactedClaim]:
-        """The audit records of the claims among ``ids`` whose bodies this replica holds: where
-        each was (digests of key and locus, never the value) and the redaction that counts for
-        it, read before the bodies are cut."""
+        """The audit records of the claims among ``ids`` whose bodies this replica holds (in
+        its store, or moved to its archive by compaction): where each was (digests of key and
+        locus, never the value) and the redaction that counts for it, read before the bodies
+        are cut."""
         if not ids:
             return []
         out: list[RedactedClaim] = []
+        archived: dict[bytes, bytes] | None = None
         for c in self.log.changes():
             if ids.isdisjoint(c.op_ids):
                 continue
-            for op in c.ops:
+            ops = c.ops
+            if not ids.isdisjoint(c.missing):  # compaction moved the body: the archive has it
+                archived = self._archived() if archived is None else archived
+                whole = archived.get(c.change_id)
+                if whole is not None:
+                    ops = verify_change(UnverifiedChange(whole), space=self.space).ops
+            for op in ops:
                 if op.op_id in ids and isinstance(op, ClaimAdded):
                     key = (op.namespace, op.subject, op.predicate)
                     locus = locus_of(*key, op.scope)

@@ -411,6 +411,9 @@ def test_redacting_a_compacted_claim_cuts_its_residue_from_the_store(tmp_path):
         p.read_bytes() for p in tmp_path.glob("s.sqlite-wal")
     )
     r.redact(claim=[gone[0]], reason="erasure request")
+    # the audit places it though its body was in the archive, not the store, when it was cut
+    (audit,) = r.redacted_claims(held=True)
+    assert audit.op_id == gone[0] and audit.reason == "erasure request"
     r.close()
     files = [p for p in tmp_path.iterdir() if p.name.startswith("s.sqlite")]
     assert all(secret not in p.read_bytes() for p in files)
