@@ -55,6 +55,7 @@ import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from enum import Enum
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -183,6 +184,7 @@ from statefuse.sync.redaction import (
     MAX_REDACTED_PER_OP,
     REDACTOR_ROLE,
     OpsRedacted,
+    Redacted,
     RedactionState,
     may_redact_any,
 )
@@ -3273,7 +3275,28 @@ class Replica:
                 return self.claim_state(ref).claim(ref, field=field)
             return self._mat.state().claim(ref, field=field)
         except ClaimLookupError as e:
+            gone = self._redacted_named(ref)
+            if gone is not None:
+                when = datetime.fromtimestamp(gone.wall_ms / 1000, tz=timezone.utc)
+                raise UnknownClaimError(
+                    field,
+                    "redacted-claim",
+                    f"claim {gone.op_id.hex()[:12]}… was redacted by {gone.by.hex()[:12]}…"
+                    f" at {when:%Y-%m-%d %H:%M:%S}Z ({gone.reason or 'no reason given'}):"
+                    " its body is gone from this replica",
+                ) from None
             raise UnknownClaimError(e.field, e.rule, e.message) from None
+
+    def _redacted_named(self, ref: bytes | str | ClaimAdded) -> Redacted | None:
+        """The redaction of the op ``ref`` names by its whole id (bytes or hex), if any."""
+        if isinstance(ref, str):
+            try:
+                ref = bytes.fromhex(ref)
+            except ValueError:
+                return None
+        if not isinstance(ref, bytes):
+            return None
+        return self._redaction.redacted.get(ref)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[Replica]:

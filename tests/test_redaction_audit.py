@@ -225,3 +225,20 @@ def test_the_mcp_history_and_conflict_history_tools_show_the_audit(tmp_path):
             )
             text = s.text("conflict_history", key=KEY)
             assert SECRET not in text and "redacted" in text and REASON in text
+
+
+def test_the_history_of_a_redacted_claim_by_its_id_says_it_was_redacted(tmp_path):
+    from statefuse.sync.replica import UnknownClaimError
+
+    r = Replica.open(tmp_path / "s.sqlite", space="audit", create=True)
+    c = r.add_claim("ns/a/p", "the api key is sk-1234")
+    r.redact(claim=c.op_id, reason="leaked key")
+    for ref in (c.op_id, c.op_id.hex()):
+        with pytest.raises(UnknownClaimError) as exc:
+            r.history(ref)
+        assert exc.value.rule == "redacted-claim" and "leaked key" in str(exc.value)
+        assert "sk-1234" not in str(exc.value)
+    with pytest.raises(UnknownClaimError) as other:
+        r.history(bytes(32))
+    assert other.value.rule != "redacted-claim"
+    r.close()
