@@ -199,6 +199,10 @@ def test_cli_sync_and_status_through_a_broker(tmp_path, server, capsys):
     assert "s3cret-pw" not in out + err + out2 + err2
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_serve_nats_follows_until_sigint_and_exits_zero(tmp_path, server):
     a, b = _init(tmp_path / "a.db"), _init(tmp_path / "b.db")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -209,6 +213,9 @@ def test_serve_nats_follows_until_sigint_and_exits_zero(tmp_path, server):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C as a terminal sends it, whatever the test runner's disposition: a process
+        # started with SIGINT ignored (a suite run in a script's background) keeps ignoring it
+        preexec_fn=_default_sigint,
     )
     try:
         assert proc.stdout is not None
@@ -242,6 +249,9 @@ def test_stopping_serve_nats_while_the_broker_is_down_prints_no_traceback(tmp_pa
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C as a terminal sends it, whatever the test runner's disposition: a process
+        # started with SIGINT ignored (a suite run in a script's background) keeps ignoring it
+        preexec_fn=_default_sigint,
     )
     try:
         assert proc.stdout is not None and proc.stderr is not None

@@ -1367,20 +1367,25 @@ class _Stop:
 def _stop_signals() -> Iterator[_Stop]:
     """Ctrl-C and SIGTERM set a flag while following, instead of raising KeyboardInterrupt
     wherever the main thread is: raised inside ``with lock:`` (reading the follower's status),
-    it left the lock held, and the stop waited for the follower's thread forever. The handler
-    only sets a flag (a lock taken there could be the one the interrupted code holds). A
-    second Ctrl-C interrupts as usual. Outside the main thread nothing sets it (the caller
-    stops the follower another way)."""
+    it would leave the lock held, and the stop would wait for the follower's thread forever.
+    The handler only sets a flag (a lock taken there could be the one the interrupted code
+    holds). A second Ctrl-C interrupts as usual. A process started with Ctrl-C ignored (in the
+    background of a script) keeps ignoring it, as Python does. Outside the main thread nothing
+    sets the flag (the caller stops the follower another way)."""
     stop = _Stop()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
+    taken = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        taken.append(signal.SIGINT)
 
     def handle(signum: int, frame: object) -> None:
         stop.requested = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if signal.SIGINT in taken:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    previous = {n: signal.signal(n, handle) for n in (signal.SIGINT, signal.SIGTERM)}
+    previous = {n: signal.signal(n, handle) for n in taken}
     try:
         yield stop
     finally:
