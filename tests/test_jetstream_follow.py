@@ -65,6 +65,8 @@ def test_following_a_broker_carries_a_claim_between_two_replicas_with_its_url_as
         eventually(lambda: fa.status.peer(server.url).outbox == 0)
         mine = fa.status.peer(server.url)
         assert mine.ok and mine.pushed == 1 and mine.last_error is None
+        # the claim is in b while fb's round still runs: its status counts it when it ends
+        eventually(lambda: fb.status.peer(server.url).received == 1)
         theirs = fb.status.peer(server.url)
         assert theirs.received == 1 and theirs.lag == 0
     assert sources == [server.url]
